@@ -1,0 +1,5 @@
+import sys
+
+from buildctl.cli import main
+
+sys.exit(main())

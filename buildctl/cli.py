@@ -1,0 +1,92 @@
+"""The command line: argparse, and the one place that maps errors to exit codes.
+
+Each feature module registers its own subcommands through ``register(sub)``; their handlers take
+``(args, ctx)`` and return an exit status. Library code raises; only ``main`` exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildctl import __version__
+from buildctl.config import Config, load_config
+from buildctl.errors import BuildctlError, UsageError
+from buildctl.ui import UI
+
+# Modules that add subcommands (each defines ``register(sub)``), in --help order.
+COMMAND_MODULES = (
+    "buildctl.cmd_pins",
+    "buildctl.cmd_stubs",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    project: Path
+    config: Config
+    ui: UI
+
+    @property
+    def pins_dir(self) -> Path:
+        return self.project / "pins"
+
+
+Handler = Callable[[argparse.Namespace, Context], int]
+
+
+def find_project(start: Path) -> Path:
+    """The nearest folder at or above ``start`` that holds pins/, else the checkout buildctl came from."""
+    for d in (start, *start.parents):
+        if (d / "pins").is_dir():
+            return d
+    here = Path(__file__).resolve().parent.parent
+    if (here / "pins").is_dir():
+        return here
+    raise UsageError(
+        f"no pins/ folder at or above {start}",
+        fix="run buildctl inside a project checkout, or pass --project DIR",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="buildctl",
+        description="Build GPU training images from version-pin manifests: lock, plan, build, smoke, push.",
+    )
+    parser.add_argument("--version", action="version", version=f"buildctl {__version__}")
+    parser.add_argument("--project", type=Path, help="project folder holding pins/ and images/ (default: found from cwd)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ui = UI()
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        ui.quiet = args.quiet
+        config = load_config(os.environ)
+        project = (args.project or find_project(Path.cwd())).resolve()
+        ctx = Context(project=project, config=config, ui=ui)
+        handler: Handler = args.func
+        return handler(args, ctx)
+    except BuildctlError as exc:
+        ui.error(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        ui.error("interrupted; nothing half-done was tagged or written")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""`buildctl pins check` and `buildctl pins show`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from buildctl import pins
+from buildctl.errors import ManifestError, ManifestErrors
+from buildctl.model import Manifest, Variant
+
+if TYPE_CHECKING:
+    from buildctl.cli import Context
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("pins", help="validate and show pin manifests")
+    psub = p.add_subparsers(dest="pins_command", metavar="SUBCOMMAND")
+    psub.required = True
+    c = psub.add_parser("check", help="validate every manifest under pins/")
+    c.add_argument("stacks", nargs="*", metavar="STACK", help="only these stacks")
+    c.add_argument("--json", action="store_true", help="machine-readable result")
+    c.set_defaults(func=check)
+    s = psub.add_parser("show", help="what goes into each image of a stack")
+    s.add_argument("stack", metavar="STACK")
+    s.add_argument("--variant", help="variant (default: the stack's first)")
+    s.add_argument("--json", action="store_true", help="machine-readable result")
+    s.set_defaults(func=show)
+
+
+def _error_json(e: ManifestError) -> dict[str, Any]:
+    loc = e.location
+    return {"file": loc.file, "line": loc.line, "column": loc.column, "key": loc.key,
+            "message": e.detail, "fix": e.fix}
+
+
+def check(args: argparse.Namespace, ctx: Context) -> int:
+    known = pins.stacks(ctx.pins_dir)
+    selected = [pins.find(ctx.pins_dir, s) for s in args.stacks] if args.stacks else list(known.values())
+    results: dict[str, Any] = {}
+    failed = 0
+    for path in selected:
+        try:
+            m = pins.load(path)
+            results[path.stem] = {"ok": True, "file": str(path), "variants": [v.name for v in m.variants]}
+            if not args.json:
+                ctx.ui.print(f"ok    {path.stem:<22} {len(m.variants)} variant(s): {', '.join(v.name for v in m.variants)}")
+        except ManifestErrors as exc:
+            failed += 1
+            results[path.stem] = {"ok": False, "file": str(path), "errors": [_error_json(e) for e in exc.errors]}
+            if not args.json:
+                ctx.ui.print(f"FAIL  {path.stem}")
+                ctx.ui.error(str(exc))
+    if args.json:
+        ctx.ui.json({"ok": failed == 0, "stacks": results})
+    elif not selected:
+        ctx.ui.warn(f"no manifests under {ctx.pins_dir}")
+    return 0 if failed == 0 else ManifestErrors.exit_code
+
+
+def _lock_for(path: Path) -> dict[str, Any] | None:
+    lock_path = path.with_name(path.stem + ".lock.json")
+    if not lock_path.is_file():
+        return None
+    data: dict[str, Any] = json.loads(lock_path.read_text())
+    return data
+
+
+def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None) -> dict[str, Any]:
+    """Everything that goes into the image of one variant, lock values where there are any."""
+    locked = (lock or {}).get("variants", {}).get(v.name, {})
+    cudnn = m.cudnn_for(v)
+    comps = []
+    for c in m.components:
+        lc = locked.get("components", {}).get(c.name, {})
+        comps.append({
+            "name": c.name,
+            "repo": c.repo,
+            "commit": lc.get("commit", c.commit),
+            "commit_locked": "commit" in lc,
+            "branch": c.branch,
+            "prs": [{"number": pr.number,
+                     "head": lc.get("prs", {}).get(str(pr.number), pr.head)} for pr in c.prs],
+            "patches": [p.file for p in c.patches],
+            "tree": lc.get("tree"),
+            "submodules": lc.get("submodules", {}),
+            "install": c.install.kind.value + (f" at {c.install.path}" if c.install.path else ""),
+            "build_env": m.component_env(c, v),
+            "build_requires": [r.text for r in c.build.requires],
+        })
+    lpip = {p["name"]: p for p in locked.get("pip", [])}
+    lapt = locked.get("apt", {})
+    ldl = locked.get("downloads", {})
+    return {
+        "stack": m.stack,
+        "variant": v.name,
+        "description": v.description or m.description,
+        "base": {"alias": m.base.alias, "image": v.image, "digest": locked.get("base", {}).get("digest"),
+                 "platform": v.platform, "cuda": v.cuda, "gpu_archs": list(v.gpu_archs), "python": v.python},
+        "locked": lock is not None and bool(locked),
+        "cudnn": None if cudnn is None else {"package": cudnn.package, "version": cudnn.version,
+                                             "apt_version": lapt.get(cudnn.package, cudnn.apt_version or None)},
+        "apt": [{"name": p.name, "version": lapt.get(p.name, p.version)} for p in m.apt.packages],
+        "downloads": [{"name": d.name, "dest": d.dest,
+                       "url": (d.for_platform(v.platform).url if d.for_platform(v.platform) else None),
+                       "sha256": ldl.get(d.name, {}).get("sha256") or
+                       (d.for_platform(v.platform).sha256 if d.for_platform(v.platform) else None)}
+                      for d in m.downloads],
+        "pip": {"constraint": m.pip.constraint.value,
+                "requirements": [{"requirement": r.text,
+                                  "locked": lpip.get(r.name, {}).get("version")} for r in m.pip.requirements]},
+        "remove": {"pip": list(m.remove.pip), "paths": list(m.remove.paths)},
+        "protect": {"packages": list(m.protect.packages), "replace": list(m.protect.replace)},
+        "components": comps,
+        "env": dict(m.env),
+        "entrypoint": None if m.entrypoint is None else {
+            "launcher": m.entrypoint.launcher.kind, "command": list(m.entrypoint.command),
+            "args": len(m.entrypoint.args), "profiles": list(m.entrypoint.profiles)},
+        "smoke": {"required": list(m.smoke.required), "gpu_tier": m.smoke.gpu_tier.value},
+    }
+
+
+def show(args: argparse.Namespace, ctx: Context) -> int:
+    path = pins.find(ctx.pins_dir, args.stack)
+    m = pins.load(path)
+    v = pins.select_variant(m, args.variant)
+    info = describe(m, v, _lock_for(path))
+    if args.json:
+        ctx.ui.json(info)
+        return 0
+    ui = ctx.ui
+    b = info["base"]
+    ui.print(f"{m.stack} / {v.name}: {info['description']}")
+    ui.print(f"lock: {'locked' if info['locked'] else 'not locked (values as written in the manifest)'}")
+    ui.table("base", ["alias", "image", "digest", "platform", "CUDA", "GPU archs", "python"],
+             [[b["alias"], b["image"], b["digest"] or "-", b["platform"], b["cuda"],
+               ",".join(b["gpu_archs"]), b["python"]]])
+    rows = []
+    for c in info["components"]:
+        rows.append([c["name"], c["commit"] + ("" if len(c["commit"]) == 40 else " (short)"),
+                     "\n".join(f"#{p['number']} {p['head'] or '(head resolved by lock)'}" for p in c["prs"]) or "-",
+                     c["install"], " ".join(f"{k}={val}" for k, val in sorted(c["build_env"].items())) or "-"])
+    if rows:
+        ui.table("git components", ["name", "commit", "PRs (head)", "install", "build env"], rows)
+    if info["cudnn"]:
+        cd = info["cudnn"]
+        ui.table("cuDNN", ["package", "version", "apt version"], [[cd["package"], cd["version"], cd["apt_version"] or "-"]])
+    if info["apt"]:
+        ui.table("apt", ["package", "version"], [[p["name"], p["version"]] for p in info["apt"]])
+    if info["downloads"]:
+        ui.table("downloads", ["name", "dest", "url", "sha256"],
+                 [[d["name"], d["dest"], d["url"] or "(none for this platform)", d["sha256"]] for d in info["downloads"]])
+    if info["pip"]["requirements"]:
+        ui.table(f"pip (PIP_CONSTRAINT: {info['pip']['constraint']})", ["requirement", "locked"],
+                 [[r["requirement"], r["locked"] or "-"] for r in info["pip"]["requirements"]])
+    if m.remove.pip or m.remove.paths or m.protect.packages:
+        ui.table("base policy", ["removed pip", "removed paths", "protected", "replaced on purpose"],
+                 [[", ".join(m.remove.pip) or "-", ", ".join(m.remove.paths) or "-",
+                   ", ".join(m.protect.packages) or "-", ", ".join(m.protect.replace) or "-"]])
+    if m.env:
+        ui.table("runtime environment", ["name", "value"], sorted(m.env.items()))
+    if info["entrypoint"]:
+        e = info["entrypoint"]
+        ui.print(f"entrypoint: {e['launcher']} {' '.join(e['command'])} with {e['args']} arguments; "
+                 f"profiles: {', '.join(e['profiles']) or '-'}")
+    ui.print(f"smoke: {', '.join(info['smoke']['required']) or '-'} (GPU tier {info['smoke']['gpu_tier']})")
+    return 0
