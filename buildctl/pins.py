@@ -244,7 +244,8 @@ class _Loader:
         if not isinstance(node, yaml.MappingNode):
             return self.error(node, key, f"expected a mapping, got {self._kind(node)}")
         hints = _hints(cls)
-        fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in ("at", "path")}
+        fields = {f.name: f for f in dataclasses.fields(cls)
+                  if f.name != "at" and not (cls is Manifest and f.name == "path")}
         settable = set(fields) - ({"name"} if name is not None else set())
         kwargs: dict[str, Any] = {}
         bad = False
