@@ -140,6 +140,9 @@ class Download:
     dest: str = field(metadata=_doc("absolute path in the image"))
     mode: str = "0644"
     urls: Mapping[str, PlatformUrl] = field(metadata=_doc("platform (or 'any') -> url + sha256"))
+    install: Literal["file", "pip"] = field(
+        default="file", metadata=_doc("file: placed at dest; pip: a wheel pip-installed by the python node")
+    )
     at: Location = loc()
 
     def for_platform(self, platform: str) -> PlatformUrl | None:

@@ -244,7 +244,8 @@ class _Loader:
         if not isinstance(node, yaml.MappingNode):
             return self.error(node, key, f"expected a mapping, got {self._kind(node)}")
         hints = _hints(cls)
-        fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in ("at", "path")}
+        loader_set = ("at", "path") if cls is Manifest else ("at",)
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in loader_set}
         settable = set(fields) - ({"name"} if name is not None else set())
         kwargs: dict[str, Any] = {}
         bad = False
@@ -329,15 +330,14 @@ class _Loader:
                 return self.error(node, key, "expected one '--flag: value' entry per list item")
             knode, vnode = node.value[0]
             flag = self.scalar(knode, key)
-            if isinstance(vnode, yaml.SequenceNode):
-                vals = [self.scalar(v, key) for v in vnode.value]
-            else:
-                vals = [self.scalar(vnode, key)]
-            if flag is INVALID or any(v is INVALID for v in vals):
+            vnodes = vnode.value if isinstance(vnode, yaml.SequenceNode) else [vnode]
+            if flag is INVALID:
                 return INVALID
-            if any(v is None or isinstance(v, dict | list) for v in vals):
+            if not vnodes or any(not isinstance(v, yaml.ScalarNode) or v.tag == "tag:yaml.org,2002:null"
+                                 for v in vnodes):
                 return self.error(vnode, key, f"{flag}: expected a value or a list of values")
-            text_vals = tuple(self._arg_text(v) for v in vals)
+            # The text exactly as written: YAML would turn 3.9e-6 into 3.9e-06 and 1e-4 into a string anyway.
+            text_vals = tuple(str(v.value) for v in vnodes)
             if not isinstance(flag, str) or not flag.startswith("-"):
                 return self.error(knode, key, f"expected a flag starting with '-', got {flag!r}")
             return Arg(flag=flag, values=text_vals, bare=False, at=self.loc(node, key))
@@ -352,11 +352,6 @@ class _Loader:
                               fix="write a flag with a value as '- --flag: value'")
         return Arg(flag=flag, at=self.loc(node, key))
 
-    @staticmethod
-    def _arg_text(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        return str(v)
 
 
 # ------------------------------------------------------------------------------------ semantic checks
