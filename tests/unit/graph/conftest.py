@@ -1,9 +1,13 @@
 """The test stack (data/graphstack.yaml) and a complete lock for it, shared by the graph, render and
-plan unit tests. Values are shaped like real ones and made up."""
+plan unit tests through the ``gs`` fixture (pytest runs with --import-mode=importlib: test modules
+cannot import a helper module). Values are shaped like real ones and made up."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from buildctl import graph, pins
 from buildctl.graph import Extras, Graph
@@ -53,3 +57,8 @@ def lock_for(m: Manifest, variant: str = "gpu13") -> VariantLock:
 def make(m: Manifest, lock: VariantLock | None, variant: str = "gpu13", **extras: object) -> Graph:
     return graph.build(m, lock, m.variant(variant), templates=TEMPLATES,
                        extras=Extras(launch_script=SCRIPT, **extras))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def gs() -> SimpleNamespace:
+    return SimpleNamespace(load=load, lock_for=lock_for, make=make, SCRIPT=SCRIPT, TEMPLATES=TEMPLATES, DATA=DATA)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
-from graphstack import load, lock_for
 
 from buildctl import graph, render
 from buildctl.graph import Extras, Graph
 from buildctl.render import ContextFile, TemplateError, Templates, WheelFile
 
-IMAGES = Path(__file__).resolve().parents[2] / "images"
+IMAGES = Path(__file__).resolve().parents[3] / "images"
 T = render.load_templates(IMAGES)
 SETTLE = """\
     find / -xdev -newer /tmp/.buildctl-stamp -exec touch -h -d @315532800 {} +; \\
@@ -28,18 +28,18 @@ APT_CLEAN = """\
 HB, HC, HD, HE = ("sha256:" + c * 64 for c in "bcde")
 
 
-def g(locked: bool = True, **kw: object) -> Graph:
-    m = load()
-    return graph.build(m, lock_for(m) if locked else None, m.variant("gpu13"), templates=T.digests(),
+def g(gs: Any, locked: bool = True, **kw: object) -> Graph:
+    m = gs.load()
+    return graph.build(m, gs.lock_for(m) if locked else None, m.variant("gpu13"), templates=T.digests(),
                        extras=Extras(launch_script="#!/bin/sh\nexec python pretrain.py \"$@\"\n", **kw))  # type: ignore[arg-type]
 
 
-def r(name: str, locked: bool = True, **kw: object) -> render.Rendered:
-    return render.render(g(locked).node(name), templates=T, parent_ref=f"reg/stack/{name}-parent:k", **kw)  # type: ignore[arg-type]
+def r(gs: Any, name: str, locked: bool = True, **kw: object) -> render.Rendered:
+    return render.render(g(gs, locked).node(name), templates=T, parent_ref=f"reg/stack/{name}-parent:k", **kw)  # type: ignore[arg-type]
 
 
-def test_cudnn() -> None:
-    out = r("cudnn")
+def test_cudnn(gs: Any) -> None:
+    out = r(gs, "cudnn")
     assert out.dockerfile == """\
 # cudnn: the pinned cuDNN from its apt source, directly on the base (rendered by buildctl/render.py)
 FROM reg/stack/cudnn-parent:k
@@ -57,8 +57,8 @@ RUN set -eu; \\
     assert not out.wheelhouse
 
 
-def test_system() -> None:
-    out = r("system")
+def test_system(gs: Any) -> None:
+    out = r(gs, "system")
     assert out.dockerfile == """\
 # system: downloads, removals, apt sources and packages (rendered by buildctl/render.py)
 FROM reg/stack/system-parent:k
@@ -81,8 +81,8 @@ RUN set -eu; \\
     assert "curl " not in out.dockerfile and "wget" not in out.dockerfile
 
 
-def test_system_unlocked_renders_patterns_for_review() -> None:
-    out = r("system", locked=False)
+def test_system_unlocked_renders_patterns_for_review(gs: Any) -> None:
+    out = r(gs, "system", locked=False)
     assert """\
     apt-get install -y --no-install-recommends \\
       curl \\
@@ -91,8 +91,8 @@ def test_system_unlocked_renders_patterns_for_review() -> None:
 """ in out.dockerfile
 
 
-def test_python() -> None:
-    out = r("python")
+def test_python(gs: Any) -> None:
+    out = r(gs, "python")
     assert out.dockerfile == f"""\
 # python: pinned pip packages from the host's wheelhouse, protected base packages checked
 # (rendered by buildctl/render.py)
@@ -119,23 +119,23 @@ RUN set -eu; \\
                                        text=T.text("protect.py")),)
 
 
-def test_python_policies() -> None:
-    m = load()
+def test_python_policies(gs: Any) -> None:
+    m = gs.load()
     m = replace(m, pip=replace(m.pip, constraint=graph.PipConstraintPolicy.KEEP),
                 protect=replace(m.protect, replace=("torch",)))
-    gr = graph.build(m, lock_for(m), m.variant("gpu13"), templates=T.digests(),
+    gr = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(),
                      extras=Extras(launch_script="x"))
     text = render.render(gr.node("python"), templates=T, parent_ref="p").dockerfile
     assert "    python3 -m pip install --no-index" in text  # keep: no PIP_CONSTRAINT= in front
     assert "protect.py check /tmp/buildctl-protected.json --replace torch; \\\n" in text
     none = replace(m, protect=replace(m.protect, packages=(), replace=()))
-    gr = graph.build(none, lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(launch_script="x"))
+    gr = graph.build(none, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(launch_script="x"))
     out = render.render(gr.node("python"), templates=T, parent_ref="p")
     assert "protect.py" not in out.dockerfile and "COPY" not in out.dockerfile and out.context == ()
 
 
-def test_python_without_lock_has_no_hash_mode() -> None:
-    text = r("python", locked=False).dockerfile
+def test_python_without_lock_has_no_hash_mode(gs: Any) -> None:
+    text = r(gs, "python", locked=False).dockerfile
     assert """\
     printf '%s\\n' \\
       black==24.4.2 \\
@@ -146,8 +146,8 @@ def test_python_without_lock_has_no_hash_mode() -> None:
 """ in text
 
 
-def test_compile_env() -> None:
-    out = r("compile-env:engine")
+def test_compile_env(gs: Any) -> None:
+    out = r(gs, "compile-env:engine")
     assert out.dockerfile == f"""\
 # compile-env: what one component's compile needs, on the base (or cuDNN), nothing of the
 # runtime layers (rendered by buildctl/render.py)
@@ -163,7 +163,7 @@ RUN set -eu; \\
     rm -f /tmp/buildctl-requirements.txt; \\
     rm -rf /root/.cache /tmp/*; \\
 """ + SETTLE
-    out = r("compile-env:kernels")
+    out = r(gs, "compile-env:kernels")
     assert out.dockerfile == """\
 # compile-env: what one component's compile needs, on the base (or cuDNN), nothing of the
 # runtime layers (rendered by buildctl/render.py)
@@ -182,8 +182,8 @@ RUN set -eu; \\
 """ + SETTLE
 
 
-def test_wheel() -> None:
-    out = r("wheel:engine")
+def test_wheel(gs: Any) -> None:
+    out = r(gs, "wheel:engine")
     assert out.script == """\
 #!/bin/sh
 # wheel: compile one component into a wheel (rendered by buildctl/render.py). buildctl runs it in a
@@ -210,9 +210,9 @@ COPY wheel/ /wheel/
     assert out.context == (ContextFile(path="wheel/", wheel="engine"),)
 
 
-def test_assemble_with_and_without_wheels() -> None:
+def test_assemble_with_and_without_wheels(gs: Any) -> None:
     wf = WheelFile(filename="engine_core-2.10.0-cp312-cp312-linux_aarch64.whl", sha256="ab" * 32)
-    out = r("assemble", wheels={"engine": wf})
+    out = r(gs, "assemble", wheels={"engine": wf})
     assert out.dockerfile == f"""\
 # assemble: the compiled components' wheels, source-tree components at their paths, the runtime
 # environment (rendered by buildctl/render.py)
@@ -237,8 +237,8 @@ ENV NVTE_FUSED_ATTN="1"
     assert out.wheelhouse
 
 
-def test_entrypoint() -> None:
-    out = r("entrypoint")
+def test_entrypoint(gs: Any) -> None:
+    out = r(gs, "entrypoint")
     assert out.dockerfile == """\
 # entrypoint: the launch script, built only after the smoke gate passed (rendered by buildctl/render.py)
 FROM reg/stack/entrypoint-parent:k
@@ -251,33 +251,33 @@ CMD []
                                        text="#!/bin/sh\nexec python pretrain.py \"$@\"\n"),)
 
 
-def test_env_values_are_escaped() -> None:
-    m = load()
+def test_env_values_are_escaped(gs: Any) -> None:
+    m = gs.load()
     m = replace(m, env={"A": 'x"y', "B": "$HOME\\z", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
-    gr = graph.build(m, lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(launch_script="x"))
+    gr = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(launch_script="x"))
     text = render.render(gr.node("assemble"), templates=T, parent_ref="p").dockerfile
     assert text.endswith('ENV A="x\\"y"\nENV B="\\$HOME\\\\z"\nENV PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"\n')
 
 
-def test_odd_paths_are_quoted_and_globs_kept() -> None:
+def test_odd_paths_are_quoted_and_globs_kept(gs: Any) -> None:
     assert render._cleanup(["/tmp/*", "/opt/a b", "/x;rm"]) == ["rm -rf /tmp/* '/opt/a b' '/x;rm'; \\"]
 
 
-def test_base_is_not_rendered() -> None:
+def test_base_is_not_rendered(gs: Any) -> None:
     with pytest.raises(ValueError, match="not built from a Dockerfile"):
-        render.render(g().node("base"), templates=T, parent_ref="x")
+        render.render(g(gs).node("base"), templates=T, parent_ref="x")
 
 
 # ------------------------------------------------------------------------------------- fragments
 
 
-def test_fill_blocks_and_values() -> None:
+def test_fill_blocks_and_values(gs: Any) -> None:
     tpl = "FROM @@from@@\n    @@steps@@\n  @@gone@@\nEND\n"
     assert render.fill("t", tpl, {"from": "img", "steps": ["a; \\", "b; \\"], "gone": []}) == (
         "FROM img\n    a; \\\n    b; \\\nEND\n")
 
 
-def test_fill_rejects_missing_and_unused_placeholders() -> None:
+def test_fill_rejects_missing_and_unused_placeholders(gs: Any) -> None:
     with pytest.raises(TemplateError, match="no value for @@from@@"):
         render.fill("t", "FROM @@from@@\n", {})
     with pytest.raises(TemplateError, match="@@extra@@ missing"):
@@ -286,7 +286,7 @@ def test_fill_rejects_missing_and_unused_placeholders() -> None:
         render.fill("t", "RUN @@steps@@ now\n", {"steps": ["a"]})
 
 
-def test_template_digest_follows_its_files_only() -> None:
+def test_template_digest_follows_its_files_only(gs: Any) -> None:
     d = T.digests()
     assert set(d) == set(graph.BUILT_KINDS)
     edited = Templates(texts={**T.texts, "system.Dockerfile.in": T.text("system.Dockerfile.in") + "# x\n"})
@@ -295,7 +295,7 @@ def test_template_digest_follows_its_files_only() -> None:
     assert all(v != d[k] for k, v in shared.digests().items())
 
 
-def test_missing_fragment(tmp_path: Path) -> None:
+def test_missing_fragment(gs: Any, tmp_path: Path) -> None:
     for f in IMAGES.iterdir():
         if f.name != "system.Dockerfile.in":
             (tmp_path / f.name).write_text(f.read_text())
@@ -316,7 +316,7 @@ def _protect() -> object:
     return mod
 
 
-def test_protect_problems() -> None:
+def test_protect_problems(gs: Any) -> None:
     p = _protect()
     before = {"torch": "2.9.0a0+nv25.09", "nvidia-cublas": "13.0.0.19", "triton": "3.4.0"}
     after = {"torch": "2.9.0", "triton": "3.4.0"}
@@ -326,7 +326,7 @@ def test_protect_problems() -> None:
     assert p.problems(before, dict(before), []) == []  # type: ignore[attr-defined]
 
 
-def test_protect_check_reads_the_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_protect_check_reads_the_snapshot(gs: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     p = _protect()
     snap = tmp_path / "before.json"
     # a made-up protected distribution: certainly not installed here, so the check sees it removed
