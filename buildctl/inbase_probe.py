@@ -50,7 +50,7 @@ def supported_tags() -> list[str]:
 
 def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                          universal_newlines=True)
+                          text=True)
     return proc.returncode, proc.stdout
 
 
@@ -84,12 +84,12 @@ def pip_dry_run(requirements: list[str], timeout: int) -> dict[str, Any]:
 
 def apt_probe(request: dict[str, Any]) -> dict[str, Any]:
     for name, line in sorted(request.get("apt_sources", {}).items()):
-        with open("/etc/apt/sources.list.d/buildctl-%s.list" % name, "w") as f:
+        with open(f"/etc/apt/sources.list.d/buildctl-{name}.list", "w") as f:
             f.write(line + "\n")
     for deb in request.get("apt_debs", []):
         rc, out = run(["dpkg", "-i", deb])
         if rc != 0:
-            return {"error": "dpkg -i %s failed:\n%s" % (deb, out[-TAIL:])}
+            return {"error": f"dpkg -i {deb} failed:\n{out[-TAIL:]}"}
     timeout = str(int(request.get("timeout", 10)))
     opts = ["-o", "Acquire::Retries=0", "-o", "Acquire::http::Timeout=" + timeout,
             "-o", "Acquire::https::Timeout=" + timeout]
@@ -120,7 +120,7 @@ def main() -> int:
     with open(sys.argv[1]) as f:
         request = json.load(f)
     timeout = int(request.get("timeout", 10))
-    result: dict[str, Any] = {"python": "%d.%d.%d" % sys.version_info[:3], "tags": supported_tags(),
+    result: dict[str, Any] = {"python": ".".join(str(n) for n in sys.version_info[:3]), "tags": supported_tags(),
                               "installed": installed(), "build_pip": {}}
     if request.get("unset_constraint"):
         os.environ["PIP_CONSTRAINT"] = ""

@@ -78,6 +78,10 @@ class HttpFetcher:
             final = str(getattr(resp, "url", url) or url)
         return body, ctype, final
 
+    def content(self, url: str) -> bytes:
+        """A small download (an apt keyring) as bytes."""
+        return self.get(url)[0]
+
     def sha256(self, url: str) -> str:
         h = hashlib.sha256()
         with self.open(url) as resp:
