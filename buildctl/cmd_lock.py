@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ from buildctl.ui import UI
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
+    from buildctl.sources import Sources
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,13 +41,41 @@ def real_resolvers(config: Config) -> Resolvers:
     from buildctl.engine import Engine
     from buildctl.inbase import EngineInBase
     from buildctl.index import DEFAULT_INDEX, HttpFetcher, SimpleIndex
-    from buildctl.sources import LockGit
+    from buildctl.sources import Sources
 
     engine = Engine(network_timeout=config.network_timeout)
     fetcher = HttpFetcher(ca_bundle=config.ca_bundle, timeout=config.network_timeout)
     index = SimpleIndex([config.pip_index_url or DEFAULT_INDEX, *config.pip_extra_index_urls], fetcher)
-    return Resolvers(registry=engine, git=LockGit(config), in_base=EngineInBase(engine, config), index=index,
-                     fetch=fetcher)
+    return Resolvers(registry=engine, git=SourcesGit(Sources.from_config(config)), in_base=EngineInBase(engine, config),
+                     index=index, fetch=fetcher)
+
+
+class SourcesGit:
+    """lock.GitResolver over sources.Sources (one Sources per run: one consistent view of each remote)."""
+
+    def __init__(self, sources: Sources) -> None:
+        self.sources = sources
+
+    def resolve_commit(self, repo: str, commit: str, *, branch: str | None = None) -> str:
+        return self.sources.resolve_commit(repo, commit, branch=branch)
+
+    def branch_head(self, repo: str, branch: str) -> str:
+        return self.sources.branch_head(repo, branch)
+
+    def pr_head(self, repo: str, number: int) -> str:
+        return self.sources.pr_head(repo, number)
+
+    def submodules(self, repo: str, commit: str) -> Mapping[str, str]:
+        return self.sources.submodules(repo, commit)
+
+    def tree(self, repo: str, commit: str, prs: Sequence[tuple[int, str]],
+             patches: Sequence[tuple[str, Path, str]]) -> str:
+        from buildctl.sources import PatchFile, PrHead
+
+        prepared = self.sources.prepare(repo, commit, prs=[PrHead(number=n, head=h) for n, h in prs],
+                                        patches=[PatchFile(name=n, path=p, sha256=s) for n, p, s in patches],
+                                        submodules=False)
+        return prepared.tree
 
 
 def handle(args: argparse.Namespace, ctx: Context) -> int:

@@ -53,7 +53,10 @@ class Registry(Protocol):
 class GitResolver(Protocol):
     """Git questions the lock asks (sources.py answers them, honouring git mirrors)."""
 
-    def full_sha(self, repo: str, rev: str) -> str: ...
+    def resolve_commit(self, repo: str, commit: str, *, branch: str | None = None) -> str:
+        """Full SHA of a 7..40 digit prefix (ambiguous: SourceError listing the candidates); with
+        ``branch``, the commit must be on it."""
+        ...
 
     def branch_head(self, repo: str, branch: str) -> str: ...
 
@@ -61,7 +64,10 @@ class GitResolver(Protocol):
 
     def submodules(self, repo: str, commit: str) -> Mapping[str, str]: ...
 
-    def tree(self, repo: str, commit: str, prs: Sequence[tuple[int, str]], patches: Sequence[Path]) -> str: ...
+    def tree(self, repo: str, commit: str, prs: Sequence[tuple[int, str]],
+             patches: Sequence[tuple[str, Path, str]]) -> str:
+        """The commit made by applying ``prs`` (number, head) and ``patches`` (name, file, sha256)."""
+        ...
 
 
 class Fetcher(Protocol):
@@ -228,7 +234,7 @@ def _in_component(c: Component, exc: BuildctlError) -> BuildctlError:
 def resolve_component(c: Component, git: GitResolver, base_dir: Path) -> LockedComponent:
     repo = repo_location(c.repo, base_dir)
     try:
-        commit = git.full_sha(repo, c.commit)
+        commit = git.resolve_commit(repo, c.commit, branch=c.branch)
         branch_head = git.branch_head(repo, c.branch) if c.branch else ""
         prs: dict[str, str] = {}
         for pr in c.prs:
@@ -241,11 +247,11 @@ def resolve_component(c: Component, git: GitResolver, base_dir: Path) -> LockedC
                         "(or drop head: to follow the PR)",
                 )
             prs[str(pr.number)] = head
-        patch_files = [base_dir / p.file for p in c.patches]
-        patches = {p.file: _sha256_file(f) for p, f in zip(c.patches, patch_files, strict=True)}
+        patch_files = [(p.file, base_dir / p.file) for p in c.patches]
+        patches = {name: _sha256_file(f) for name, f in patch_files}
         submodules = dict(git.submodules(repo, commit)) if c.submodules else {}
-        tree = git.tree(repo, commit, [(pr.number, prs[str(pr.number)]) for pr in c.prs], patch_files) \
-            if prs or patches else commit
+        tree = git.tree(repo, commit, [(pr.number, prs[str(pr.number)]) for pr in c.prs],
+                        [(name, f, patches[name]) for name, f in patch_files]) if prs or patches else commit
     except (SourceError, UnreachableError, LockError) as exc:
         raise _in_component(c, exc) from exc
     return LockedComponent(name=c.name, repo=c.repo, commit=commit, prs=prs, patches=patches,

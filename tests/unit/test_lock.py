@@ -128,10 +128,11 @@ class FakeGit:
     prs: dict[int, str] = field(default_factory=lambda: {2146: PR_2146, 2150: PR_2150})
     trees: list[tuple[str, tuple[tuple[int, str], ...], tuple[str, ...]]] = field(default_factory=list)
 
-    def full_sha(self, repo: str, rev: str) -> str:
-        if rev not in self.shas:
-            raise SourceError(f"{rev} is ambiguous in {repo}", why="candidates: d2945c6aaa..., d2945c6bbb...")
-        return self.shas[rev]
+    def resolve_commit(self, repo: str, commit: str, *, branch: str | None = None) -> str:
+        if commit not in self.shas:
+            raise SourceError(f"{commit} is ambiguous in {repo}", why="candidates: d2945c6aaa..., d2945c6bbb...")
+        assert branch == "main"
+        return self.shas[commit]
 
     def branch_head(self, repo: str, branch: str) -> str:
         return self.branches[branch]
@@ -142,8 +143,10 @@ class FakeGit:
     def submodules(self, repo: str, commit: str) -> Mapping[str, str]:
         return SUB
 
-    def tree(self, repo: str, commit: str, prs: Sequence[tuple[int, str]], patches: Sequence[Path]) -> str:
-        self.trees.append((commit, tuple(prs), tuple(p.name for p in patches)))
+    def tree(self, repo: str, commit: str, prs: Sequence[tuple[int, str]],
+             patches: Sequence[tuple[str, Path, str]]) -> str:
+        assert all(f.read_bytes() == PATCH and sha == hashlib.sha256(PATCH).hexdigest() for _, f, sha in patches)
+        self.trees.append((commit, tuple(prs), tuple(name for name, _, _ in patches)))
         return TREE
 
 
