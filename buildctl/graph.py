@@ -35,6 +35,7 @@ from typing import Any, Literal, TypeAlias
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from buildctl.entrypoint import EntrypointFragment
 from buildctl.lockfile import LockedComponent, LockedPip, VariantLock, canonical
 from buildctl.model import (
     AptPackage,
@@ -54,9 +55,6 @@ NODE_KINDS: tuple[NodeKind, ...] = (
     "base", "cudnn", "system", "python", "assemble", "entrypoint", "compile-env", "wheel",
 )
 BUILT_KINDS: tuple[NodeKind, ...] = tuple(k for k in NODE_KINDS if k != "base")
-
-# Where the launch script goes, and what the entrypoint node runs.
-LAUNCH_SCRIPT_PATH = "/usr/local/bin/buildctl-launch"
 
 
 def _nokey() -> Any:
@@ -215,8 +213,10 @@ class EntrypointNodeSpec:
     workdir: str
     script: str  # the launch script's text
     script_path: str
+    script_mode: str
     entrypoint: tuple[str, ...]
     cmd: tuple[str, ...]
+    labels: Mapping[str, str]
     smoke: Literal["gate", "skipped"]  # an image built past a skipped gate is a different image
 
 
@@ -332,7 +332,7 @@ class Graph:
 class Extras:
     """Inputs made by other modules from the same manifest and lock (passed in: graph stays pure)."""
 
-    launch_script: str | None = None  # entrypoint.render_launch_script(manifest, variant, profile)
+    entrypoint: EntrypointFragment | None = None  # entrypoint.render_entrypoint_fragment(manifest, variant)
     smoke_expect: str | None = None  # canonical JSON of the smoke expectations, recorded as a label
     smoke_label: str = "io.buildctl.smoke.expect"
     skip_smoke: bool = False
@@ -578,13 +578,14 @@ def build(
         cleanup=cleanup), tree_unlocked)
 
     gate: str | None = None
-    e = manifest.entrypoint
-    if e is not None:
-        if extras.launch_script is None:
+    if manifest.entrypoint is not None:
+        frag = extras.entrypoint
+        if frag is None:
             raise ValueError("the manifest has an entrypoint but no launch script was rendered for it")
         add("entrypoint", "entrypoint", ("assemble",), EntrypointNodeSpec(
-            workdir=e.workdir, script=extras.launch_script, script_path=LAUNCH_SCRIPT_PATH,
-            entrypoint=(LAUNCH_SCRIPT_PATH,), cmd=(),
+            workdir=frag.workdir, script=frag.script, script_path=frag.script_path,
+            script_mode=f"0{frag.script_mode:o}", entrypoint=tuple(frag.entrypoint), cmd=tuple(frag.cmd),
+            labels=dict(frag.labels),
             smoke="skipped" if extras.skip_smoke else "gate"))
         gate = "entrypoint"
 

@@ -189,17 +189,25 @@ def _rootfs(files: Sequence[FileSpec]) -> list[ContextFile]:
     return [ContextFile(path="rootfs" + f.dest, mode=f.mode, download=f.name) for f in files]
 
 
-def _apt_sources(sources: Sequence[AptSource]) -> list[str]:
-    return [f"printf '%s\\n' {shlex.quote(s.line)} > /etc/apt/sources.list.d/buildctl-{s.name}.list; \\"
-            for s in sources]
+def _apt_sources(sources: Sequence[AptSource], files: Sequence[FileSpec]) -> list[str]:
+    by_name = {f.name: f for f in files}
+    out = []
+    for s in sources:
+        key = by_name.get(s.keyring or "")
+        if key is not None and key.dest.endswith(".deb"):
+            # a keyring package (cuda-keyring_1.1-1_all.deb): it installs the key the line refers to
+            out += [f"dpkg -i {_path(key.dest)}; \\", f"rm -f {_path(key.dest)}; \\"]
+        out.append(f"printf '%s\\n' {shlex.quote(s.line)} > /etc/apt/sources.list.d/buildctl-{s.name}.list; \\")
+    return out
 
 
 def _apt_arg(p: AptPin) -> str:
     return p.name if p.version == "*" else shlex.quote(f"{p.name}={p.version}")
 
 
-def _apt(t: Templates, sources: Sequence[AptSource], packages: Sequence[AptPin]) -> list[str]:
-    lines = _apt_sources(sources)
+def _apt(t: Templates, sources: Sequence[AptSource], files: Sequence[FileSpec],
+         packages: Sequence[AptPin]) -> list[str]:
+    lines = _apt_sources(sources, files)
     if packages:
         lines += ["apt-get update; \\", "apt-get install -y --no-install-recommends \\"]
         lines += [f"  {_apt_arg(p)}{'; ' if i == len(packages) - 1 else ' '}\\" for i, p in enumerate(packages)]
@@ -258,7 +266,7 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
     if isinstance(spec, CudnnNodeSpec):
         ctx = _rootfs(spec.files)
         return Rendered(dockerfile=fill("cudnn.Dockerfile.in", t.text("cudnn.Dockerfile.in"), {
-            "from": parent_ref, "copy": _copy(ctx), "apt_sources": _apt_sources([spec.source] if spec.source else []),
+            "from": parent_ref, "copy": _copy(ctx), "apt_sources": _apt_sources([spec.source] if spec.source else [], spec.files),
             "packages": _apt_arg(AptPin(name=spec.package, version=spec.apt_version)),
             "apt_clean": t.text("_apt-clean.sh.in").splitlines(), "cleanup": _cleanup(spec.cleanup),
             "settle": _settle(t)}), context=tuple(ctx))
@@ -268,7 +276,7 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
                   ] if spec.remove_pip else []
         remove += _cleanup(spec.remove_paths)
         return Rendered(dockerfile=fill("system.Dockerfile.in", t.text("system.Dockerfile.in"), {
-            "from": parent_ref, "copy": _copy(ctx), "remove": remove, "apt": _apt(t, spec.sources, spec.apt),
+            "from": parent_ref, "copy": _copy(ctx), "remove": remove, "apt": _apt(t, spec.sources, spec.files, spec.apt),
             "cleanup": _cleanup(spec.cleanup), "settle": _settle(t)}), context=tuple(ctx))
     if isinstance(spec, PythonNodeSpec):
         ctx = []
@@ -288,7 +296,7 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
     if isinstance(spec, CompileEnvNodeSpec):
         ctx = _rootfs(spec.files)
         return Rendered(dockerfile=fill("compile-env.Dockerfile.in", t.text("compile-env.Dockerfile.in"), {
-            "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH), "apt": _apt(t, spec.sources, spec.apt),
+            "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH), "apt": _apt(t, spec.sources, spec.files, spec.apt),
             "pip": _pip(spec.python, spec.constraint, spec.pins), "cleanup": _cleanup(spec.cleanup),
             "settle": _settle(t)}), context=tuple(ctx), wheelhouse=True)
     if isinstance(spec, WheelNodeSpec):
@@ -318,7 +326,7 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
             "cleanup": _cleanup(spec.cleanup), "settle": _settle(t), "env": env}),
             context=tuple(ctx), wheelhouse=bool(lines))
     if isinstance(spec, EntrypointNodeSpec):
-        ctx = [ContextFile(path="rootfs" + spec.script_path, mode="0755", text=spec.script)]
+        ctx = [ContextFile(path="rootfs" + spec.script_path, mode=spec.script_mode, text=spec.script)]
         return Rendered(dockerfile=fill("entrypoint.Dockerfile.in", t.text("entrypoint.Dockerfile.in"), {
             "from": parent_ref, "copy": _copy(ctx), "workdir": spec.workdir,
             "entrypoint": json.dumps(list(spec.entrypoint)), "cmd": json.dumps(list(spec.cmd))}),

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from buildctl import graph, pins
+from buildctl.entrypoint import EntrypointFragment
 from buildctl.graph import Extras, Graph
 from buildctl.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock
 from buildctl.model import Manifest
@@ -17,6 +18,11 @@ from buildctl.model import Manifest
 DATA = Path(__file__).parent / "data"
 TEMPLATES = {k: f"t-{k}" for k in graph.BUILT_KINDS}
 SCRIPT = "#!/bin/bash\nexec python pretrain.py --bf16 --num-layers 61 \"$@\"\n"
+# What entrypoint.render_entrypoint_fragment hands the graph, made by hand so that tests stay exact.
+ENTRY = EntrypointFragment(script_path="/usr/local/bin/buildctl-launch", context_name="buildctl-launch",
+                           script=SCRIPT, script_mode=0o755, workdir="/opt/trainer",
+                           entrypoint=("/usr/local/bin/buildctl-launch",), cmd=(),
+                           labels={"buildctl.entrypoint.script": "/usr/local/bin/buildctl-launch"})
 
 
 def load() -> Manifest:
@@ -56,9 +62,9 @@ def lock_for(m: Manifest, variant: str = "gpu13") -> VariantLock:
 
 def make(m: Manifest, lock: VariantLock | None, variant: str = "gpu13", **extras: object) -> Graph:
     return graph.build(m, lock, m.variant(variant), templates=TEMPLATES,
-                       extras=Extras(launch_script=SCRIPT, **extras))  # type: ignore[arg-type]
+                       extras=Extras(entrypoint=ENTRY, **extras))  # type: ignore[arg-type]
 
 
 @pytest.fixture
 def gs() -> SimpleNamespace:
-    return SimpleNamespace(load=load, lock_for=lock_for, make=make, SCRIPT=SCRIPT, TEMPLATES=TEMPLATES, DATA=DATA)
+    return SimpleNamespace(load=load, lock_for=lock_for, make=make, SCRIPT=SCRIPT, ENTRY=ENTRY, TEMPLATES=TEMPLATES, DATA=DATA)

@@ -166,7 +166,7 @@ def test_template_change_reaches_only_that_kind_and_below(gs: Any) -> None:
     m = gs.load()
     a = gs.make(m, gs.lock_for(m))
     b = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates={**gs.TEMPLATES, "wheel": "t-wheel-2"},
-                    extras=Extras(launch_script=gs.SCRIPT))
+                    extras=Extras(entrypoint=gs.ENTRY))
     assert changed(a, b) == {"wheel:engine", "wheel:kernels", "assemble", "entrypoint"}
 
 

@@ -31,7 +31,7 @@ HB, HC, HD, HE = ("sha256:" + c * 64 for c in "bcde")
 def g(gs: Any, locked: bool = True, **kw: object) -> Graph:
     m = gs.load()
     return graph.build(m, gs.lock_for(m) if locked else None, m.variant("gpu13"), templates=T.digests(),
-                       extras=Extras(launch_script="#!/bin/sh\nexec python pretrain.py \"$@\"\n", **kw))  # type: ignore[arg-type]
+                       extras=Extras(entrypoint=gs.ENTRY, **kw))  # type: ignore[arg-type]
 
 
 def r(gs: Any, name: str, locked: bool = True, **kw: object) -> render.Rendered:
@@ -124,12 +124,12 @@ def test_python_policies(gs: Any) -> None:
     m = replace(m, pip=replace(m.pip, constraint=graph.PipConstraintPolicy.KEEP),
                 protect=replace(m.protect, replace=("torch",)))
     gr = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(),
-                     extras=Extras(launch_script="x"))
+                     extras=Extras(entrypoint=gs.ENTRY))
     text = render.render(gr.node("python"), templates=T, parent_ref="p").dockerfile
     assert "    python3 -m pip install --no-index" in text  # keep: no PIP_CONSTRAINT= in front
     assert "protect.py check /tmp/buildctl-protected.json --replace torch; \\\n" in text
     none = replace(m, protect=replace(m.protect, packages=(), replace=()))
-    gr = graph.build(none, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(launch_script="x"))
+    gr = graph.build(none, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(entrypoint=gs.ENTRY))
     out = render.render(gr.node("python"), templates=T, parent_ref="p")
     assert "protect.py" not in out.dockerfile and "COPY" not in out.dockerfile and out.context == ()
 
@@ -248,13 +248,13 @@ ENTRYPOINT ["/usr/local/bin/buildctl-launch"]
 CMD []
 """
     assert out.context == (ContextFile(path="rootfs/usr/local/bin/buildctl-launch", mode="0755",
-                                       text="#!/bin/sh\nexec python pretrain.py \"$@\"\n"),)
+                                       text=gs.SCRIPT),)
 
 
 def test_env_values_are_escaped(gs: Any) -> None:
     m = gs.load()
     m = replace(m, env={"A": 'x"y', "B": "$HOME\\z", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
-    gr = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(launch_script="x"))
+    gr = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(entrypoint=gs.ENTRY))
     text = render.render(gr.node("assemble"), templates=T, parent_ref="p").dockerfile
     assert text.endswith('ENV A="x\\"y"\nENV B="\\$HOME\\\\z"\nENV PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"\n')
 
@@ -335,3 +335,17 @@ def test_protect_check_reads_the_snapshot(gs: Any, tmp_path: Path, capsys: pytes
     assert "zz-made-up-core 1.0 was removed" in capsys.readouterr().err
     assert p.main(["check", str(snap), "--replace", "zz-made-up-core"]) == 0  # type: ignore[attr-defined]
     assert p.installed(["pyyaml"]).get("pyyaml")  # type: ignore[attr-defined]
+
+
+def test_keyring_package_is_installed_before_its_source(gs: Any) -> None:
+    m = gs.load()
+    m = replace(m, downloads=tuple(replace(d, dest="/tmp/cuda-keyring_1.1-1_all.deb") if d.name == "cuda-keyring"
+                                   else d for d in m.downloads))
+    gr = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(entrypoint=gs.ENTRY))
+    text = render.render(gr.node("cudnn"), templates=T, parent_ref="p").dockerfile
+    assert """\
+    dpkg -i /tmp/cuda-keyring_1.1-1_all.deb; \\
+    rm -f /tmp/cuda-keyring_1.1-1_all.deb; \\
+    printf '%s\\n' 'deb [signed-by=/usr/share/keyrings/cuda.gpg] https://repo.example/sbsa /' > /etc/apt/sources.list.d/buildctl-cuda.list; \\
+    apt-get update; \\
+""" in text
