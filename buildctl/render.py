@@ -228,7 +228,8 @@ def _pip_install(python: str, constraint: PipConstraintPolicy, lines: Sequence[s
     out = ["printf '%s\\n' \\"]
     out += [f"  {line} \\" for line in lines]
     out += ["  > /tmp/buildctl-requirements.txt; \\"]
-    env = "PIP_CONSTRAINT= " if constraint is PipConstraintPolicy.UNSET else ""
+    # Debian-style bases mark the system Python externally managed (PEP 668); the image is ours to install into.
+    env = "PIP_BREAK_SYSTEM_PACKAGES=1 " + ("PIP_CONSTRAINT= " if constraint is PipConstraintPolicy.UNSET else "")
     opts = ["--no-index"]
     if find_links:
         opts += [f'--find-links "${WHEELHOUSE_ARG}"', "--only-binary=:all:"]
@@ -272,7 +273,8 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
             "settle": _settle(t)}), context=tuple(ctx))
     if isinstance(spec, SystemNodeSpec):
         ctx = _rootfs(spec.files)
-        remove = [f"{spec.python} -m pip uninstall -y {' '.join(shlex.quote(p) for p in spec.remove_pip)}; \\"
+        remove = [f"PIP_BREAK_SYSTEM_PACKAGES=1 {spec.python} -m pip uninstall -y "
+                  f"{' '.join(shlex.quote(p) for p in spec.remove_pip)}; \\"
                   ] if spec.remove_pip else []
         remove += _cleanup(spec.remove_paths)
         return Rendered(dockerfile=fill("system.Dockerfile.in", t.text("system.Dockerfile.in"), {

@@ -66,7 +66,7 @@ COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export DEBIAN_FRONTEND=noninteractive; \\
-    python3 -m pip uninstall -y old-core; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip uninstall -y old-core; \\
     rm -rf /opt/old-tree; \\
     apt-get update; \\
     apt-get install -y --no-install-recommends \\
@@ -108,7 +108,7 @@ RUN set -eu; \\
       'click==8.1.7 --hash={HC}' \\
       'einops==0.8.0 --hash={HD}' \\
       > /tmp/buildctl-requirements.txt; \\
-    PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --require-hashes -r /tmp/buildctl-requirements.txt; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --require-hashes -r /tmp/buildctl-requirements.txt; \\
     rm -f /tmp/buildctl-requirements.txt; \\
     python3 /usr/local/lib/buildctl/protect.py check /tmp/buildctl-protected.json; \\
     rm -f /tmp/buildctl-protected.json; \\
@@ -126,7 +126,7 @@ def test_python_policies(gs: Any) -> None:
     gr = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(),
                      extras=Extras(entrypoint=gs.ENTRY))
     text = render.render(gr.node("python"), templates=T, parent_ref="p").dockerfile
-    assert "    python3 -m pip install --no-index" in text  # keep: no PIP_CONSTRAINT= in front
+    assert "    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index" in text  # keep: no PIP_CONSTRAINT=
     assert "protect.py check /tmp/buildctl-protected.json --replace torch; \\\n" in text
     none = replace(m, protect=replace(m.protect, packages=(), replace=()))
     gr = graph.build(none, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(entrypoint=gs.ENTRY))
@@ -142,7 +142,7 @@ def test_python_without_lock_has_no_hash_mode(gs: Any) -> None:
       einops \\
       setuptools==69.5.1 \\
       > /tmp/buildctl-requirements.txt; \\
-    PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir -r /tmp/buildctl-requirements.txt; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir -r /tmp/buildctl-requirements.txt; \\
 """ in text
 
 
@@ -159,7 +159,7 @@ RUN set -eu; \\
     printf '%s\\n' \\
       'mathdx==25.1.1 --hash={HE}' \\
       > /tmp/buildctl-requirements.txt; \\
-    PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --require-hashes -r /tmp/buildctl-requirements.txt; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --require-hashes -r /tmp/buildctl-requirements.txt; \\
     rm -f /tmp/buildctl-requirements.txt; \\
     rm -rf /root/.cache /tmp/*; \\
 """ + SETTLE
@@ -226,7 +226,7 @@ RUN set -eu; \\
       "${{BUILDCTL_WHEELHOUSE}}components/engine/{wf.filename} --hash=sha256:{"ab" * 32}" \\
       "${{BUILDCTL_WHEELHOUSE}}components/kernels/<built by wheel:kernels> --hash=sha256:<known after the compile>" \\
       > /tmp/buildctl-requirements.txt; \\
-    PIP_CONSTRAINT= python3 -m pip install --no-index --no-deps --no-cache-dir --require-hashes -r /tmp/buildctl-requirements.txt; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --no-deps --no-cache-dir --require-hashes -r /tmp/buildctl-requirements.txt; \\
     rm -f /tmp/buildctl-requirements.txt; \\
     rm -rf /root/.cache /tmp/*; \\
 """ + SETTLE + """\
