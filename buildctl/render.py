@@ -13,8 +13,7 @@ the nodes it renders.
 
 Reproducible layers: every RUN starts by creating a stamp and ends by touching everything newer
 than it to EPOCH (``images/_settle.sh.in``); files that go in through COPY get EPOCH as their mtime
-on the host (``rootfs/`` in the build context mirrors absolute paths, so that COPY creates no
-directory with a time of its own); pip runs with SOURCE_DATE_EPOCH so that .pyc files are
+on the host (``rootfs/`` in the build context mirrors absolute paths); pip runs with SOURCE_DATE_EPOCH so that .pyc files are
 hash-checked instead of carrying timestamps. EPOCH is a constant rather than a value from the lock:
 the lock's resolution time is deliberately not part of any key, and a layer whose bytes depended on
 it would make two builds of one key differ.
@@ -51,7 +50,7 @@ from buildctl.model import PipConstraintPolicy
 RENDER_VERSION = "1"  # bump when this module's output changes for the same inputs
 EPOCH = 315532800  # 1980-01-01T00:00:00Z: mtime of every path a node creates
 WHEELHOUSE_ARG = "BUILDCTL_WHEELHOUSE"  # http://127.0.0.1:PORT/ of the host's wheelhouse, per build
-PROTECT_PATH = "/usr/local/lib/buildctl/protect.py"
+PROTECT_PATH = "/usr/local/lib/buildctl-protect.py"  # in a folder every base has
 
 KIND_FILES: Mapping[str, tuple[str, ...]] = {
     "cudnn": ("cudnn.Dockerfile.in",),
@@ -182,7 +181,17 @@ def _cleanup(paths: Sequence[str]) -> list[str]:
 
 
 def _copy(files: Sequence[ContextFile]) -> list[str]:
-    return ["COPY rootfs/ /"] if any(f.path.startswith("rootfs/") for f in files) else []
+    """One COPY per entry, to its own path.
+
+    Not one ``COPY rootfs/ /``: the classic builder applies a copied directory's metadata to an existing
+    directory it lands on, so /tmp (1777) or /root (0700) would take the context folder's mode.
+    """
+    out = []
+    for f in sorted(files, key=lambda f: f.path):
+        if f.path.startswith("rootfs/"):
+            dest = f.path.removeprefix("rootfs")
+            out.append(f"COPY {f.path}/ {dest}/" if f.tree else f"COPY {f.path} {dest}")
+    return out
 
 
 def _rootfs(files: Sequence[FileSpec]) -> list[ContextFile]:

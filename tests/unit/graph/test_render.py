@@ -43,7 +43,7 @@ def test_cudnn(gs: Any) -> None:
     assert out.dockerfile == """\
 # cudnn: the pinned cuDNN from its apt source, directly on the base (rendered by buildctl/render.py)
 FROM reg/stack/cudnn-parent:k
-COPY rootfs/ /
+COPY rootfs/usr/share/keyrings/cuda.gpg /usr/share/keyrings/cuda.gpg
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export DEBIAN_FRONTEND=noninteractive; \\
@@ -62,7 +62,7 @@ def test_system(gs: Any) -> None:
     assert out.dockerfile == """\
 # system: downloads, removals, apt sources and packages (rendered by buildctl/render.py)
 FROM reg/stack/system-parent:k
-COPY rootfs/ /
+COPY rootfs/usr/bin/yq /usr/bin/yq
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export DEBIAN_FRONTEND=noninteractive; \\
@@ -98,11 +98,11 @@ def test_python(gs: Any) -> None:
 # (rendered by buildctl/render.py)
 FROM reg/stack/python-parent:k
 ARG BUILDCTL_WHEELHOUSE
-COPY rootfs/ /
+COPY rootfs/usr/local/lib/buildctl-protect.py /usr/local/lib/buildctl-protect.py
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export SOURCE_DATE_EPOCH=315532800; \\
-    python3 /usr/local/lib/buildctl/protect.py snapshot torch 'nvidia-*' > /tmp/buildctl-protected.json; \\
+    python3 /usr/local/lib/buildctl-protect.py snapshot torch 'nvidia-*' > /tmp/buildctl-protected.json; \\
     printf '%s\\n' \\
       'black==24.4.2 --hash={HB}' \\
       'click==8.1.7 --hash={HC}' \\
@@ -110,12 +110,12 @@ RUN set -eu; \\
       > /tmp/buildctl-requirements.txt; \\
     PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --require-hashes -r /tmp/buildctl-requirements.txt; \\
     rm -f /tmp/buildctl-requirements.txt; \\
-    python3 /usr/local/lib/buildctl/protect.py check /tmp/buildctl-protected.json; \\
+    python3 /usr/local/lib/buildctl-protect.py check /tmp/buildctl-protected.json; \\
     rm -f /tmp/buildctl-protected.json; \\
     rm -rf /root/.cache /tmp/*; \\
 """ + SETTLE
     assert out.wheelhouse
-    assert out.context == (ContextFile(path="rootfs/usr/local/lib/buildctl/protect.py",
+    assert out.context == (ContextFile(path="rootfs/usr/local/lib/buildctl-protect.py",
                                        text=T.text("protect.py")),)
 
 
@@ -169,7 +169,7 @@ RUN set -eu; \\
 # runtime layers (rendered by buildctl/render.py)
 FROM reg/stack/compile-env:kernels-parent:k
 ARG BUILDCTL_WHEELHOUSE
-COPY rootfs/ /
+COPY rootfs/usr/share/keyrings/cuda.gpg /usr/share/keyrings/cuda.gpg
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export DEBIAN_FRONTEND=noninteractive SOURCE_DATE_EPOCH=315532800; \\
@@ -218,7 +218,7 @@ def test_assemble_with_and_without_wheels(gs: Any) -> None:
 # environment (rendered by buildctl/render.py)
 FROM reg/stack/assemble-parent:k
 ARG BUILDCTL_WHEELHOUSE
-COPY rootfs/ /
+COPY rootfs/opt/trainer/ /opt/trainer/
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export SOURCE_DATE_EPOCH=315532800; \\
@@ -242,7 +242,7 @@ def test_entrypoint(gs: Any) -> None:
     assert out.dockerfile == """\
 # entrypoint: the launch script, built only after the smoke gate passed (rendered by buildctl/render.py)
 FROM reg/stack/entrypoint-parent:k
-COPY rootfs/ /
+COPY rootfs/usr/local/bin/buildctl-launch /usr/local/bin/buildctl-launch
 WORKDIR /opt/trainer
 ENTRYPOINT ["/usr/local/bin/buildctl-launch"]
 CMD []
