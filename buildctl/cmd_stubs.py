@@ -12,7 +12,6 @@ if TYPE_CHECKING:
 
 # command -> (help, issue that builds it)
 PENDING: dict[str, tuple[str, str]] = {
-    "build": ("build the missing nodes of a stack", "issue 3"),
     "smoke": ("run the smoke suite in an image", "issue 7"),
     "verify": ("check a base image against its contract", "issue 5"),
     "push": ("push a stack's images and confirm their digests", "issue 5"),
