@@ -23,6 +23,7 @@ What the scan cannot resolve it says in ``FlagTable.notes`` instead of guessing 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -789,14 +790,14 @@ def scan(root: Path, *, entry_script: str | None = None) -> FlagTable:
         if spec is None:
             continue
         if spec.deprecated is None:
-            updated = FlagSpec(**{**spec.__dict__, "deprecated": message})
+            updated = dataclasses.replace(spec, deprecated=message)
         elif replacement_in(spec.deprecated) is None and replacement_in(message) is not None:
-            updated = FlagSpec(**{**spec.__dict__, "deprecated": f"{spec.deprecated} {message}"})
+            updated = dataclasses.replace(spec, deprecated=f"{spec.deprecated} {message}")
         else:
             continue
-            for o in spec.options:
-                if flags.get(o) is spec:
-                    flags[o] = updated
+        for o in spec.options:
+            if flags.get(o) is spec:
+                flags[o] = updated
     # argparse's own (add_help=True, which Megatron keeps)
     for opt in ("-h", "--help"):
         flags.setdefault(opt, FlagSpec(options=("-h", "--help"), dest="help", action="other", nargs=0,
