@@ -5,12 +5,13 @@ Findings must name the manifest file and line of the argument, the flag, and a s
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from buildctl import pins
+from buildctl import cli, pins
 from buildctl.argslint import (
     LayoutError,
     LintReport,
@@ -438,3 +439,42 @@ def test_reuse_grad_buf_needs_fp8_param_gather() -> None:
     (f,) = r.errors
     assert f.flag == "--fp8-param-gather" and f.at.line == 12
     assert run(manifest("- --reuse-grad-buf-for-mxfp8-param-ag\n- --fp8-param-gather\n"), None).ok
+
+
+# ------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_lint_args_names_file_flag_and_suggestion(megatron: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    project = tmp_path / "project"
+    (project / "pins").mkdir(parents=True)
+    source = textwrap.dedent("""\
+        stack: t
+        base: {alias: demo-base}
+        variants:
+          v: {image: "127.0.0.1:5000/demo:1", platform: linux/amd64, cuda: "13"}
+        entrypoint:
+          workdir: /opt/megatron-lm
+          command: [python, pretrain_gpt.py]
+          gpus: 8
+          args:
+            - --num-layers: 4
+            - --hiden-size: 1024
+        """)
+    (project / "pins" / "t.yaml").write_text(source)
+    code = cli.main(["--project", str(project), "lint-args", "t", "--megatron-src", str(megatron)])
+    out, err = capsys.readouterr()
+    assert code == 13
+    assert f"{project}/pins/t.yaml:11:7: entrypoint.args[1]: error: --hiden-size:" in out
+    assert "fix: did you mean --hidden-size?" in out
+    assert "1 error(s) in the entrypoint arguments of t" in err
+
+    assert cli.main(["--project", str(project), "lint-args", "t", "--json", "--megatron-src", str(megatron)]) == 13
+    data = json.loads(capsys.readouterr().out)
+    assert data["findings"][0]["flag"] == "--hiden-size" and data["findings"][0]["line"] == 11
+
+    # no source at hand: the consistency checks pass, but the explicit lint fails and says why
+    (project / "pins" / "t.yaml").write_text(source.replace("hiden", "hidden"))
+    assert cli.main(["--project", str(project), "lint-args", "t"]) == 13
+    assert "were not checked against Megatron-LM" in capsys.readouterr().err
+    assert cli.main(["--project", str(project), "lint-args", "t", "--megatron-src", str(megatron)]) == 0
