@@ -72,7 +72,8 @@ def test_entrypoint_runs_in_a_real_container(engine: Any, demo_base: str, image_
     seen = json.loads(launched.stdout)
     assert seen["cwd"] == "/opt/train"
     assert seen["args"] == launch_argv(m)[3:]
-    assert seen["args"][3] == "Et|(tt|)*30L" and seen["args"][5] == "/data/demo text_document"
+    assert seen["args"][3] == "([0]*3+[1]*58)" and seen["args"][5] == "Et|(tt|)*30L"
+    assert seen["args"][7] == "/data/demo text_document"
 
     extra = engine.run(tag, ["--num-layers", "2"], timeout=60)  # user arguments are appended
     assert json.loads(extra.stdout)["args"][-2:] == ["--num-layers", "2"]
