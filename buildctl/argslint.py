@@ -167,16 +167,6 @@ class _Use:
         return self.spec.dest if self.spec else self.option.lstrip("-").replace("-", "_")
 
 
-_SCANS: dict[tuple[str, str | None], FlagTable] = {}
-
-
-def _table(root: Path, entry_script: str | None) -> FlagTable:
-    key = (str(root.resolve()), entry_script)
-    if key not in _SCANS:
-        _SCANS[key] = scan(root, entry_script=entry_script)
-    return _SCANS[key]
-
-
 def _entry_script(manifest: Manifest) -> str | None:
     """The Megatron-relative path of the script the command runs (pretrain_gpt.py), when it is one."""
     e = manifest.entrypoint
@@ -210,7 +200,7 @@ def lint(manifest: Manifest, variant: Variant, megatron_root: Path | None, profi
     reason = missing_reason
     if megatron_root is not None:
         try:
-            table = _table(megatron_root, _entry_script(manifest))
+            table = scan(megatron_root, entry_script=_entry_script(manifest))
             reason = f"source at {megatron_root}"
         except NotMegatronSource as exc:
             reason = f"{exc}: not a Megatron-LM tree"
@@ -283,6 +273,8 @@ def _check_flag(u: _Use, table: FlagTable, version: str) -> list[Finding]:
         else:
             fix = "see Megatron's note above"
         add("warning", "deprecated", f"deprecated in Megatron-LM {version}: {note!r}", fix)
+    if spec.action == "other":
+        return out  # a custom action: what it does with values is its own business
     n = len(u.values)
     if not spec.takes_value:
         if n:

@@ -21,7 +21,7 @@ import json
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from buildctl.errors import ManifestError, UsageError
@@ -340,7 +340,3 @@ def render_entrypoint_fragment(manifest: Manifest, variant: Variant, profile: st
         labels=labels,
     )
 
-
-def quote_argv(argv: Sequence[str]) -> str:
-    """One shell line for argv, as the script's --print-command prints it."""
-    return shlex.join(argv)
