@@ -26,13 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from buildctl.entrypoint import effective_args, gpu_count, select_profile
+from buildctl.entrypoint import PATH_REF, effective_args, gpu_count, select_profile
 from buildctl.errors import ArgsLintFailed, Location
 from buildctl.megatron_flags import FlagSpec, FlagTable, NotMegatronSource, replacement_in, scan
 from buildctl.model import NOWHERE, Arg, Manifest, Variant
 
 Severity = Literal["error", "warning"]
-_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NO_EFFECT = re.compile(r"\bignored\b|\bno-op\b|\bno effect\b", re.IGNORECASE)
 
 
@@ -232,7 +231,7 @@ def _use(a: Arg, table: FlagTable | None, defaults: Mapping[str, str]) -> _Use:
     option, eq, inline = a.flag.partition("=")
     values = ((inline,) if eq else ()) + a.values
     # Site paths take their defaults here: the check is about the value's form, not the site.
-    values = tuple(_REF.sub(lambda m: defaults.get(m.group(1), m.group(0)), v) for v in values)
+    values = tuple(PATH_REF.sub(lambda m: defaults.get(m.group(1), m.group(0)), v) for v in values)
     spec = table.get(option) if table else None
     if spec is None and table is not None and table.allow_abbrev:
         matches = {s.dest: s for o, s in table.flags.items() if o.startswith(option)}
