@@ -117,9 +117,9 @@ def test_bert_launch_uses_torchrun_and_site_paths_from_the_environment(tmp_path:
     expected = launch_argv(m, "bert-4b", env=site)
     assert expected[0] == "torchrun"
     assert seen["args"] == [*expected[1:], "--train-iters", "10"]
-    assert seen["args"][:10] == ["--nproc_per_node", "8", "--nnodes", "1", "--node_rank", "0",
-                                 "--master_addr", "localhost", "--master_port", "6000"]
-    assert seen["args"][10] == "pretrain_bert.py"
+    assert seen["args"][:8] == ["--nproc_per_node", "8", "--nnodes", "1",
+                                "--master_addr", "localhost", "--master_port", "6000"]
+    assert seen["args"][8] == "pretrain_bert.py"
     assert "/site data/bert_text_sentence" in seen["args"] and "/site/vocab's.txt" in seen["args"]
 
 
