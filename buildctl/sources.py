@@ -64,6 +64,9 @@ _REFSPECS_NO_PULLS = _REFSPECS_ALL[:2]
 _MAX_SUBMODULE_DEPTH = 8
 # Low-speed abort: below this many bytes/s for network_timeout seconds (curl's low-speed limit).
 _LOW_SPEED_BYTES = 1000
+# Small network commands get network_timeout plus this before buildctl kills them, so that curl's own
+# low-speed abort (a clearer message) comes first for http(s); git:// and ssh only stop at our kill.
+_KILL_GRACE_S = 3.0
 
 # Variables that point git at another repository, index or identity: never inherited from the caller
 # (buildctl may run inside a git hook, where GIT_DIR and GIT_INDEX_FILE are set).
@@ -248,6 +251,8 @@ def parse_ls_remote(text: str, *, pulls: bool) -> dict[str, str]:
     out: dict[str, str] = {}
     for line in text.splitlines():
         sha, _, ref = line.partition("\t")
+        if ref.endswith("^{}"):  # a peeled tag (ls-remote without --refs): the tag itself is listed too
+            continue
         if ref.startswith(("refs/heads/", "refs/tags/")) or (
             pulls and re.fullmatch(r"refs/pull/[^/]+/head", ref)
         ):
@@ -280,7 +285,7 @@ _NOT_FOUND_MARKERS = (
 )
 _AUTH_MARKERS = (
     "authentication failed", "terminal prompts disabled", "could not read username", "could not read password",
-    "permission denied", "403", "401",
+    "permission denied", "returned error: 401", "returned error: 403",
 )
 
 
@@ -479,7 +484,7 @@ class Sources:
         full_env = self._env(network=network)
         if env:
             full_env.update(env)
-        limit = timeout if timeout is not None else (self.network_timeout if network else 600.0)
+        limit = timeout if timeout is not None else (self.network_timeout + _KILL_GRACE_S if network else 600.0)
         try:
             rc, out, err = _run_process(argv, env=full_env, cwd=cwd, timeout=limit, input_bytes=input_bytes)
         except FileNotFoundError as exc:
