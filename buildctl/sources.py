@@ -18,10 +18,23 @@ URLs go through the same mapping. Mirrors are keyed by the URL as written, so po
 reuses the cache. URLs may also be local paths (relative ones are resolved against the manifest's
 folder) or git bundle files.
 
+Network: every remote is asked with `git ls-remote` first, killed after ``network_timeout`` (+3 s), so an
+unreachable host fails in seconds (github.com on a machine without DNS for it: "Could not resolve host",
+in well under a second) and nothing is fetched when no ref moved. Fetches are bounded by curl's
+low-speed limit (http.lowSpeedLimit/lowSpeedTime) and a long overall timeout. GIT_TERMINAL_PROMPT=0 and,
+unless the user chose an ssh command, ``ssh -o BatchMode=yes -o ConnectTimeout=N``: buildctl never prompts.
+
 Determinism: everything that writes commits (cherry-picks, patches) runs with the user's and the
 system's git configuration switched off, a fixed identity and dates taken from the base commit,
 so that the prepared commit has the same SHA on every machine with the same git merge machinery
 (merge-ort, the default since git 2.34).
+
+Exports and version suffixes: an export carries no history, but a minimal ``.git`` (HEAD = the prepared
+commit, no objects, core.abbrev=7) at its top and in each submodule, so that `git rev-parse --short HEAD`
+in the build tree prints ``PreparedTree.short``: TE's version becomes ``<VERSION.txt>+<tree[:7]>``, the
+short SHA of the prepared commit (the lock's ``tree``), not of the base commit. The build needs git for
+that (TE drops the suffix silently without it) and, where it runs as another user than the files' owner,
+``BUILD_GIT_ENV``. ``.git/buildctl-source.json`` records URL, commit, PRs, patches and submodules.
 """
 
 from __future__ import annotations
@@ -43,10 +56,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from buildctl.errors import LockError, SourceError, UnreachableError
+from buildctl.lockfile import LockedComponent
 
 if TYPE_CHECKING:
     from buildctl.config import Config
-    from buildctl.lockfile import LockedComponent
     from buildctl.model import Component
 
 # The identity of every commit buildctl makes. Changing it (or PREPARE_RECIPE) changes every prepared
@@ -877,6 +890,30 @@ class Sources:
         self._git(["commit", "--quiet", "--no-verify", "--no-gpg-sign", "--allow-empty", "--cleanup=verbatim",
                    "-m", f"Apply patch {patch.name}\n\nsha256: {patch.sha256}\n"],
                   cwd=work, env=env, what=f"commit patch {patch.name}")
+
+    def lock_component(self, component: Component) -> LockedComponent:
+        """Everything `buildctl lock` records for a git component: full commit (on its branch, if one is
+        named), PR heads (checked against a reviewed ``head`` in the manifest), patch hashes, submodules at
+        the commit, and the prepared tree's SHA (so a PR that does not apply fails at lock time)."""
+        commit = self.resolve_commit(component.repo, component.commit, branch=component.branch)
+        prs: list[PrHead] = []
+        for pr in component.prs:
+            head = self.pr_head(component.repo, pr.number)
+            if pr.head is not None and not head.startswith(pr.head.lower()):
+                raise SourceError(
+                    f"component {component.name}: PR #{pr.number} head moved",
+                    why=f"the manifest says it was reviewed at {pr.head}; refs/pull/{pr.number}/head is now {head}",
+                    fix="review the new commits, then put the new head in the manifest (or drop head: to follow it)",
+                )
+            prs.append(PrHead(number=pr.number, head=head))
+        patches = [PatchFile(name=p.file, path=self._patch_path(p.file), sha256=p.sha256) for p in component.patches]
+        submodules = self.submodules(component.repo, commit) if component.submodules else {}
+        prepared = self.prepare(component.repo, commit, prs=prs, patches=patches, submodules=component.submodules)
+        return LockedComponent(
+            name=component.name, repo=component.repo, commit=commit,
+            prs={str(p.number): p.head for p in prs}, patches={p.name: p.sha256 for p in patches},
+            submodules=submodules, tree=prepared.tree,
+        )
 
     def prepare_component(self, component: Component, locked: LockedComponent, *,
                           check_tree: bool = True) -> PreparedTree:

@@ -6,17 +6,20 @@ Every repository is written with a fixed identity and fixed dates, so the tests 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import socket
 import subprocess
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from buildctl.errors import SourceError, UnreachableError
+from buildctl.errors import LockError, SourceError, UnreachableError
+from buildctl.model import Component, Patch, PullRequest
 from buildctl.sources import PatchFile, PrHead, Sources
 
 T0 = 1700000000  # fixed commit dates: T0 + n minutes
@@ -244,6 +247,26 @@ def test_pr_cherry_picked_gives_the_same_tree_in_two_caches(tmp_path: Path, upst
     assert (out / "src" / "new.txt").read_text() == "from the PR\n"
 
 
+def test_concurrent_prepares_share_one_cache(tmp_path: Path, upstream: Repo) -> None:
+    # parallel builds (--jobs) prepare from one cache: the mirror's lock serialises fetches and writes
+    url = str(upstream.path)
+    main, pr = heads(upstream)
+    results: list[str] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            results.append(Sources(cache=tmp_path / "cache").prepare(url, main, prs=[PrHead(number=5, head=pr)]).tree)
+        except BaseException as exc:
+            errors.append(exc)
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(results) == 4 and len(set(results)) == 1
+
+
 def test_pr_that_does_not_apply_names_the_pr_and_files_and_leaves_nothing(tmp_path: Path, upstream: Repo) -> None:
     url = str(upstream.path)
     main, pr = heads(upstream)
@@ -456,3 +479,45 @@ def test_silent_http_server_is_cut_off_by_the_low_speed_limit(tmp_path: Path, si
     with pytest.raises(UnreachableError) as err:
         s.branch_head(s_url, "main")
     assert f"cannot reach git remote {s_url}" in str(err.value) and "Operation too slow" in str(err.value)
+
+
+# ------------------------------------------------------------------------ manifest components
+
+
+def test_lock_component_then_prepare_component_agree(tmp_path: Path, upstream: Repo) -> None:
+    main, pr = heads(upstream)
+    pins = tmp_path / "pins"
+    (pins / "patches").mkdir(parents=True)
+    patch = pins / "patches" / "readme.patch"
+    patch.write_text("--- a/README\n+++ b/README\n@@ -1 +1 @@\n-hello\n+hello, patched\n")
+    digest = hashlib.sha256(patch.read_bytes()).hexdigest()
+    component = Component(name="up", repo="../upstream", commit=main[:9], branch="main",
+                          prs=(PullRequest(number=5, head=pr[:10]),),
+                          patches=(Patch(file="patches/readme.patch", sha256=digest),))
+    s = Sources(cache=tmp_path / "cache", base_dir=pins)
+    locked = s.lock_component(component)
+    assert (locked.commit, dict(locked.prs), dict(locked.patches), dict(locked.submodules)) == (
+        main, {"5": pr}, {"patches/readme.patch": digest}, {})
+    assert locked.repo == "../upstream" and locked.tree not in ("", main)
+
+    # build time, another cache: the same tree, checked against the lock
+    other = Sources(cache=tmp_path / "cache-2", base_dir=pins)
+    prepared = other.prepare_component(component, locked)
+    assert prepared.tree == locked.tree
+    out = other.export(prepared, tmp_path / "out")
+    assert (out / "README").read_text() == "hello, patched\n"
+    info = json.loads((out / ".git" / "buildctl-source.json").read_text())
+    assert info["tree"] == locked.tree and info["prs"] == {"5": pr}
+
+    with pytest.raises(SourceError, match=r"prepared tree .* differs from the lock's 0{40}"):
+        other.prepare_component(component, replace(locked, tree="0" * 40))
+    with pytest.raises(LockError, match=r"PR #6 is not in the lock"):
+        other.prepare_component(replace(component, prs=(PullRequest(number=6),)), locked)
+
+    # a reviewed head that is no longer the PR's head stops the lock
+    upstream.checkout("pr5")
+    moved = upstream.commit({"src/late.txt": "late\n"}, "pr5: pushed after review")
+    upstream.ref("refs/pull/5/head", moved)
+    with pytest.raises(SourceError) as err:
+        Sources(cache=tmp_path / "cache", base_dir=pins).lock_component(component)
+    assert "component up: PR #5 head moved" in str(err.value) and moved in str(err.value)
