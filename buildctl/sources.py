@@ -75,6 +75,9 @@ SHORT_LEN = 7
 _REFSPECS_ALL = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", "+refs/pull/*/head:refs/pull/*/head")
 _REFSPECS_NO_PULLS = _REFSPECS_ALL[:2]
 _MAX_SUBMODULE_DEPTH = 8
+# merge-ort as the cherry-pick default (2.34) makes prepared SHAs agree across machines; GIT_CONFIG_GLOBAL
+# (2.32), which isolates local work from the user's configuration, is silently ignored by older git.
+MIN_GIT = (2, 34)
 # Low-speed abort: below this many bytes/s for network_timeout seconds (curl's low-speed limit).
 _LOW_SPEED_BYTES = 1000
 # Small network commands get network_timeout plus this before buildctl kills them, so that curl's own
@@ -167,6 +170,14 @@ FailureKind = Literal["unreachable", "not-found", "auth", "other"]
 
 
 # ---------------------------------------------------------------------------------- pure helpers
+
+
+def parse_git_version(text: str) -> tuple[int, int]:
+    """``git version 2.39.5`` (or ``2.45.1.windows.1``, ``2.39.3 (Apple Git-146)``) -> (2, 39)."""
+    m = re.search(r"(\d+)\.(\d+)", text)
+    if not m:
+        raise SourceError(f"cannot read the git version from {text.strip()!r}")
+    return int(m.group(1)), int(m.group(2))
 
 
 def is_sha(text: str, *, min_len: int = 7) -> bool:
@@ -425,6 +436,7 @@ class Sources:
         self.base_dir = base_dir
         self._fresh: set[tuple[str, bool]] = set()
         self._ssh_default: bool | None = None
+        self._git_checked = False
 
     @classmethod
     def from_config(cls, config: Config, *, base_dir: Path | None = None) -> Sources:
@@ -479,10 +491,30 @@ class Sources:
             self._ssh_default = rc != 0
         return self._ssh_default
 
+    def _check_git(self) -> None:
+        try:
+            _, out, _ = _run_process(["git", "--version"], env=self._env(network=False), cwd=None, timeout=60,
+                                     input_bytes=None)
+        except FileNotFoundError as exc:
+            raise SourceError("git is not installed", why=str(exc),
+                              fix="install git (apt-get install git) and run the command again") from exc
+        except _Timeout:
+            raise SourceError("`git --version` did not finish within 60s") from None
+        version = parse_git_version(out.decode())
+        if version < MIN_GIT:
+            raise SourceError(
+                f"git {out.decode().strip()} is too old for buildctl",
+                why=f"prepared trees need git >= {MIN_GIT[0]}.{MIN_GIT[1]} to get the same commit SHAs everywhere",
+                fix="install a newer git (Debian bookworm has 2.39)",
+            )
+        self._git_checked = True
+
     def _git(self, args: Sequence[str], *, git_dir: Path | None = None, cwd: Path | None = None,
              network: bool = False, timeout: float | None = None, input_bytes: bytes | None = None,
              env: Mapping[str, str] | None = None, check: bool = True, what: str = "",
              url: str = "") -> _Result:
+        if not self._git_checked:
+            self._check_git()
         argv = ["git"]
         if network:
             argv += insteadof_args(self.mirrors)

@@ -24,6 +24,15 @@ def _no_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "system", refuse)
 
 
+def test_parse_git_version() -> None:
+    assert sources.parse_git_version("git version 2.39.5\n") == (2, 39)
+    assert sources.parse_git_version("git version 2.45.1.windows.1") == (2, 45)
+    assert sources.parse_git_version("git version 2.39.3 (Apple Git-146)") == (2, 39)
+    assert sources.parse_git_version("git version 2.33.8") < sources.MIN_GIT <= sources.parse_git_version("2.34.0")
+    with pytest.raises(SourceError, match="cannot read the git version"):
+        sources.parse_git_version("hub version x")
+
+
 def test_is_sha() -> None:
     assert sources.is_sha("d2945c6")
     assert sources.is_sha("d2945c6a571e3978677614d1fe08779966a5a4ef")
