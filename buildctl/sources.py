@@ -18,10 +18,23 @@ URLs go through the same mapping. Mirrors are keyed by the URL as written, so po
 reuses the cache. URLs may also be local paths (relative ones are resolved against the manifest's
 folder) or git bundle files.
 
+Network: every remote is asked with `git ls-remote` first, killed after ``network_timeout`` (+3 s), so an
+unreachable host fails in seconds (github.com on a machine without DNS for it: "Could not resolve host",
+in well under a second) and nothing is fetched when no ref moved. Fetches are bounded by curl's
+low-speed limit (http.lowSpeedLimit/lowSpeedTime) and a long overall timeout. GIT_TERMINAL_PROMPT=0 and,
+unless the user chose an ssh command, ``ssh -o BatchMode=yes -o ConnectTimeout=N``: buildctl never prompts.
+
 Determinism: everything that writes commits (cherry-picks, patches) runs with the user's and the
 system's git configuration switched off, a fixed identity and dates taken from the base commit,
 so that the prepared commit has the same SHA on every machine with the same git merge machinery
 (merge-ort, the default since git 2.34).
+
+Exports and version suffixes: an export carries no history, but a minimal ``.git`` (HEAD = the prepared
+commit, no objects, core.abbrev=7) at its top and in each submodule, so that `git rev-parse --short HEAD`
+in the build tree prints ``PreparedTree.short``: TE's version becomes ``<VERSION.txt>+<tree[:7]>``, the
+short SHA of the prepared commit (the lock's ``tree``), not of the base commit. The build needs git for
+that (TE drops the suffix silently without it) and, where it runs as another user than the files' owner,
+``BUILD_GIT_ENV``. ``.git/buildctl-source.json`` records URL, commit, PRs, patches and submodules.
 """
 
 from __future__ import annotations
@@ -43,10 +56,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from buildctl.errors import LockError, SourceError, UnreachableError
+from buildctl.lockfile import LockedComponent
 
 if TYPE_CHECKING:
     from buildctl.config import Config
-    from buildctl.lockfile import LockedComponent
     from buildctl.model import Component
 
 # The identity of every commit buildctl makes. Changing it (or PREPARE_RECIPE) changes every prepared
@@ -62,8 +75,14 @@ SHORT_LEN = 7
 _REFSPECS_ALL = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", "+refs/pull/*/head:refs/pull/*/head")
 _REFSPECS_NO_PULLS = _REFSPECS_ALL[:2]
 _MAX_SUBMODULE_DEPTH = 8
+# merge-ort as the cherry-pick default (2.34) makes prepared SHAs agree across machines; GIT_CONFIG_GLOBAL
+# (2.32), which isolates local work from the user's configuration, is silently ignored by older git.
+MIN_GIT = (2, 34)
 # Low-speed abort: below this many bytes/s for network_timeout seconds (curl's low-speed limit).
 _LOW_SPEED_BYTES = 1000
+# Small network commands get network_timeout plus this before buildctl kills them, so that curl's own
+# low-speed abort (a clearer message) comes first for http(s); git:// and ssh only stop at our kill.
+_KILL_GRACE_S = 3.0
 
 # Variables that point git at another repository, index or identity: never inherited from the caller
 # (buildctl may run inside a git hook, where GIT_DIR and GIT_INDEX_FILE are set).
@@ -151,6 +170,14 @@ FailureKind = Literal["unreachable", "not-found", "auth", "other"]
 
 
 # ---------------------------------------------------------------------------------- pure helpers
+
+
+def parse_git_version(text: str) -> tuple[int, int]:
+    """``git version 2.39.5`` (or ``2.45.1.windows.1``, ``2.39.3 (Apple Git-146)``) -> (2, 39)."""
+    m = re.search(r"(\d+)\.(\d+)", text)
+    if not m:
+        raise SourceError(f"cannot read the git version from {text.strip()!r}")
+    return int(m.group(1)), int(m.group(2))
 
 
 def is_sha(text: str, *, min_len: int = 7) -> bool:
@@ -248,6 +275,8 @@ def parse_ls_remote(text: str, *, pulls: bool) -> dict[str, str]:
     out: dict[str, str] = {}
     for line in text.splitlines():
         sha, _, ref = line.partition("\t")
+        if ref.endswith("^{}"):  # a peeled tag (ls-remote without --refs): the tag itself is listed too
+            continue
         if ref.startswith(("refs/heads/", "refs/tags/")) or (
             pulls and re.fullmatch(r"refs/pull/[^/]+/head", ref)
         ):
@@ -280,7 +309,7 @@ _NOT_FOUND_MARKERS = (
 )
 _AUTH_MARKERS = (
     "authentication failed", "terminal prompts disabled", "could not read username", "could not read password",
-    "permission denied", "403", "401",
+    "permission denied", "returned error: 401", "returned error: 403",
 )
 
 
@@ -407,6 +436,7 @@ class Sources:
         self.base_dir = base_dir
         self._fresh: set[tuple[str, bool]] = set()
         self._ssh_default: bool | None = None
+        self._git_checked = False
 
     @classmethod
     def from_config(cls, config: Config, *, base_dir: Path | None = None) -> Sources:
@@ -461,10 +491,30 @@ class Sources:
             self._ssh_default = rc != 0
         return self._ssh_default
 
+    def _check_git(self) -> None:
+        try:
+            _, out, _ = _run_process(["git", "--version"], env=self._env(network=False), cwd=None, timeout=60,
+                                     input_bytes=None)
+        except FileNotFoundError as exc:
+            raise SourceError("git is not installed", why=str(exc),
+                              fix="install git (apt-get install git) and run the command again") from exc
+        except _Timeout:
+            raise SourceError("`git --version` did not finish within 60s") from None
+        version = parse_git_version(out.decode())
+        if version < MIN_GIT:
+            raise SourceError(
+                f"git {out.decode().strip()} is too old for buildctl",
+                why=f"prepared trees need git >= {MIN_GIT[0]}.{MIN_GIT[1]} to get the same commit SHAs everywhere",
+                fix="install a newer git (Debian bookworm has 2.39)",
+            )
+        self._git_checked = True
+
     def _git(self, args: Sequence[str], *, git_dir: Path | None = None, cwd: Path | None = None,
              network: bool = False, timeout: float | None = None, input_bytes: bytes | None = None,
              env: Mapping[str, str] | None = None, check: bool = True, what: str = "",
              url: str = "") -> _Result:
+        if not self._git_checked:
+            self._check_git()
         argv = ["git"]
         if network:
             argv += insteadof_args(self.mirrors)
@@ -479,7 +529,7 @@ class Sources:
         full_env = self._env(network=network)
         if env:
             full_env.update(env)
-        limit = timeout if timeout is not None else (self.network_timeout if network else 600.0)
+        limit = timeout if timeout is not None else (self.network_timeout + _KILL_GRACE_S if network else 600.0)
         try:
             rc, out, err = _run_process(argv, env=full_env, cwd=cwd, timeout=limit, input_bytes=input_bytes)
         except FileNotFoundError as exc:
@@ -872,6 +922,30 @@ class Sources:
         self._git(["commit", "--quiet", "--no-verify", "--no-gpg-sign", "--allow-empty", "--cleanup=verbatim",
                    "-m", f"Apply patch {patch.name}\n\nsha256: {patch.sha256}\n"],
                   cwd=work, env=env, what=f"commit patch {patch.name}")
+
+    def lock_component(self, component: Component) -> LockedComponent:
+        """Everything `buildctl lock` records for a git component: full commit (on its branch, if one is
+        named), PR heads (checked against a reviewed ``head`` in the manifest), patch hashes, submodules at
+        the commit, and the prepared tree's SHA (so a PR that does not apply fails at lock time)."""
+        commit = self.resolve_commit(component.repo, component.commit, branch=component.branch)
+        prs: list[PrHead] = []
+        for pr in component.prs:
+            head = self.pr_head(component.repo, pr.number)
+            if pr.head is not None and not head.startswith(pr.head.lower()):
+                raise SourceError(
+                    f"component {component.name}: PR #{pr.number} head moved",
+                    why=f"the manifest says it was reviewed at {pr.head}; refs/pull/{pr.number}/head is now {head}",
+                    fix="review the new commits, then put the new head in the manifest (or drop head: to follow it)",
+                )
+            prs.append(PrHead(number=pr.number, head=head))
+        patches = [PatchFile(name=p.file, path=self._patch_path(p.file), sha256=p.sha256) for p in component.patches]
+        submodules = self.submodules(component.repo, commit) if component.submodules else {}
+        prepared = self.prepare(component.repo, commit, prs=prs, patches=patches, submodules=component.submodules)
+        return LockedComponent(
+            name=component.name, repo=component.repo, commit=commit,
+            prs={str(p.number): p.head for p in prs}, patches={p.name: p.sha256 for p in patches},
+            submodules=submodules, tree=prepared.tree,
+        )
 
     def prepare_component(self, component: Component, locked: LockedComponent, *,
                           check_tree: bool = True) -> PreparedTree:
