@@ -97,6 +97,9 @@ def _pip_failure(what: str, group: Mapping[str, Any], image: str, config: Config
         return UnreachableError(f"pip inside {image} cannot reach {index} while resolving {what}",
                                 why=tail, fix="check pip_index_url / pip_extra_index_urls and ca_bundle in the "
                                               "buildctl configuration (the CA is given to pip as PIP_CERT)")
+    pinned = [str(c) for c in group.get("constraints", [])]
+    if pinned:
+        tail += "\n  the base's PIP_CONSTRAINT pins: " + "; ".join(pinned)
     return LockError(f"pip cannot resolve {what} inside {image}", why=tail,
                      fix="adjust the requirements; with `pip: {constraint: keep}` the base's PIP_CONSTRAINT file "
                          "counts too (`constraint: unset` ignores it, as `unset PIP_CONSTRAINT` would)")

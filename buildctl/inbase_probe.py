@@ -54,6 +54,27 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
     return proc.returncode, proc.stdout
 
 
+def constraints_for(requirements: list[str]) -> list[str]:
+    """Lines of the PIP_CONSTRAINT file(s) that name one of ``requirements`` (to explain a conflict)."""
+    names = set()
+    for r in requirements:
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", r)
+        if m:
+            names.add(canon(m.group(1)))
+    found = []
+    for path in os.environ.get("PIP_CONSTRAINT", "").split():
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+            if m and canon(m.group(1)) in names:
+                found.append(f"{path}: {line.strip()}")
+    return found
+
+
 def pip_dry_run(requirements: list[str], timeout: int) -> dict[str, Any]:
     workdir = tempfile.mkdtemp(prefix="buildctl-")
     req = os.path.join(workdir, "requirements.txt")
@@ -65,7 +86,7 @@ def pip_dry_run(requirements: list[str], timeout: int) -> dict[str, Any]:
            "--retries", "0", "--report", report, "-r", req]
     rc, out = run(cmd)
     if rc != 0:
-        return {"error": out[-TAIL:], "command": " ".join(cmd)}
+        return {"error": out[-TAIL:], "command": " ".join(cmd), "constraints": constraints_for(requirements)}
     with open(report) as f:
         data = json.load(f)
     items = []

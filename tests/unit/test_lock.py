@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -518,3 +519,37 @@ def test_command_lock_json_and_existing_lock_of_another_stack_is_an_error(tmp_pa
     with pytest.raises(LockError, match=r"lock schema 99 is not supported"):
         run_cmd(path, resolvers())
     assert lock_file.read_text() == '{"schema": 99}'
+
+
+def test_pins_show_displays_locked_values(tmp_path: Path) -> None:
+    import argparse
+
+    from buildctl import cmd_pins
+    from buildctl.cli import Context
+
+    path = write_manifest(tmp_path)
+    run_cmd(path, resolvers())
+    ui, out, _ = make_ui()
+    ctx = Context(project=tmp_path, config=config(tmp_path), ui=ui)
+    assert cmd_pins.show(argparse.Namespace(stack="demo", variant="cuda13", json=False), ctx) == 0
+    text = out.getvalue()
+    assert re.search(r"^lock: locked \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ; matches the manifest$", text, re.M)
+    for value in (DIGEST_A, SHA_TE, PR_2146, PR_2150, f"tree {TREE}", f"on main (head {BRANCH_MAIN})",
+                  f"submodule 3rdparty/cutlass {SUB['3rdparty/cutlass']}", "nvidia-mathdx==25.1.1",
+                  "cmake=3.25.1-1", "jq", "1.6-2.1+deb12u1", "already in the base", "click"):
+        assert value in text, value
+
+    ui, out, _ = make_ui()
+    assert cmd_pins.show(argparse.Namespace(stack="demo", variant="cuda13", json=True),
+                         Context(project=tmp_path, config=config(tmp_path), ui=ui)) == 0
+    info = json.loads(out.getvalue())
+    assert info["lock"]["matches_manifest"] is True
+    assert [(p["name"], p["version"], p["in_base"]) for p in info["pip"]["locked"]] == [
+        ("black", "24.4.2", False), ("click", "8.1.7", False), ("pyyaml", "6.0", True)]
+    assert info["components"][0]["prs"] == [{"number": 2146, "head": PR_2146}, {"number": 2150, "head": PR_2150}]
+
+    path.write_text(path.read_text() + "\n# edited\n")
+    ui, out, _ = make_ui()
+    cmd_pins.show(argparse.Namespace(stack="demo", variant="cuda13", json=False),
+                  Context(project=tmp_path, config=config(tmp_path), ui=ui))
+    assert "the manifest changed since (`buildctl lock demo --check` says what drifted)" in out.getvalue()

@@ -168,8 +168,10 @@ def test_parse_probe_answer() -> None:
 def test_parse_probe_errors() -> None:
     resolution = "ERROR: Cannot install pyyaml>=6.0.1 because ...\nERROR: ResolutionImpossible: ..."
     with pytest.raises(LockError, match=r"pip cannot resolve the pip requirements inside img") as exc:
-        parse_output(answer({"pip": {"error": resolution}}), "img", cfg())
-    assert "ResolutionImpossible" in str(exc.value) and "PIP_CONSTRAINT" in str(exc.value)
+        parse_output(answer({"pip": {"error": resolution, "constraints": ["/etc/pip/c.txt: PyYAML==6.0"]}}),
+                     "img", cfg())
+    assert "ResolutionImpossible" in str(exc.value)
+    assert "the base's PIP_CONSTRAINT pins: /etc/pip/c.txt: PyYAML==6.0" in str(exc.value)
     net = "WARNING: Retrying ... Failed to establish a new connection: [Errno 111] Connection refused"
     with pytest.raises(UnreachableError, match=r"pip inside img cannot reach http://127.0.0.1:9/simple"):
         parse_output(answer({"pip": {"error": net}}), "img", cfg(pip_index_url="http://127.0.0.1:9/simple"))
