@@ -392,8 +392,6 @@ class _Build:
 
     def run(self) -> Report:
         self._require_lock()
-        for name in self.g.names():
-            self.progress.node(name, "checking")
         actions, publish = self._decide()
         for name in self.g.names():
             if name not in actions:
