@@ -222,3 +222,17 @@ def test_protected_base_from_constraint_file(suite: Suite) -> None:
     none = suite.check("protected", {"patterns": ["pyyaml"]})
     assert none.status == "fail"
     assert none.summary.startswith("no record of the base image's versions")
+
+
+def test_cudnn_wheel_of_another_version_beside_the_pinned_package_fails(suite: Suite) -> None:
+    """What the H200 run showed: apt libcudnn9-cuda-13 9.14 installed, but torch and TE loaded the 9.19 wheel."""
+    dpkg(suite, "9.14.0.64-1")
+    mimic.dist_info(suite.site, "nvidia-cudnn-cu13", "9.19.0.56")
+    r = suite.check("cudnn", {"version": "9.14", "package": "libcudnn9-cuda-13"})
+    assert r.status == "fail"
+    assert r.summary == ("nvidia-cudnn-cu13 9.19.0.56 is installed besides libcudnn9-cuda-13 9.14.0.64-1: torch from "
+                         "PyPI and Transformer Engine load the wheel's cuDNN first, not the pinned 9.14")
+    # without a pinned package the wheel is the candidate
+    r = suite.check("cudnn", {"version": "9.14"})
+    assert r.summary == "cuDNN 9.19.0.56 (nvidia-cudnn-cu13), expected 9.14"
+    assert suite.check("cudnn", {"version": "9.19"}).status == "pass"
