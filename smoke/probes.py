@@ -154,6 +154,25 @@ def probe_locate(args: Mapping[str, Any]) -> dict[str, Any]:
     return {"ok": True, "modules": found}
 
 
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def probe_dist_files(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The shared objects each named distribution installed (its RECORD), as absolute paths."""
+    wanted = {_canon(str(n)): str(n) for n in args["names"]}
+    found: dict[str, Any] = {n: None for n in wanted.values()}
+    for d in importlib.metadata.distributions():
+        name = d.metadata["Name"]
+        key = _canon(str(name)) if name else ""
+        if key not in wanted or found[wanted[key]] is not None:
+            continue
+        sos = [str(d.locate_file(f)) for f in (d.files or ())
+               if f.name.endswith(".so") or ".so." in f.name]
+        found[wanted[key]] = {"version": str(d.version), "files": sorted(os.path.realpath(p) for p in sos)}
+    return {"ok": True, "dists": found}
+
+
 def _torch_gpu(torch: Any) -> dict[str, Any]:
     info: dict[str, Any] = {
         "torch": str(getattr(torch, "__version__", "?")),
@@ -466,6 +485,7 @@ PROBES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "distributions": probe_distributions,
     "import": probe_import,
     "locate": probe_locate,
+    "dist_files": probe_dist_files,
     "gpu": probe_gpu,
     "runtime": probe_runtime,
     "mxfp8_support": probe_mxfp8_support,

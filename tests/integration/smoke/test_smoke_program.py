@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import smoke_mimic as mimic
+
+from tests.unit.smoke import smoke_mimic as mimic
 
 ROOT = Path(__file__).resolve().parents[3]
 TE_SHA = "d2945c6a571e3978677614d1fe08779966a5a4ef"
