@@ -267,3 +267,20 @@ def test_build_gate_writes_its_log_and_raises(tmp_path: Path) -> None:
     log = (tmp_path / "smoke.log").read_text()
     assert log.startswith("build tier FAILED: cudnn\n")
     assert "nvidia-cudnn-cu13 9.19.0.56 is installed besides libcudnn9-cuda-13 9.14.0.64-1" in log
+
+
+@pytest.mark.parametrize("stack", ["demo", "deepseek-v3-gb200", "megatron-bert", "verl-vllm"])
+def test_every_manifests_expectation_is_read_by_the_suite(stack: str) -> None:
+    """What buildctl writes (expect.json, and the label with its runner part) is what smoke/ reads."""
+    from smoke.expect import Section, parse
+
+    m = pins.load(ROOT / "pins" / f"{stack}.yaml")
+    for v in m.variants:
+        e = smoke.expect_for(m, None, v)
+        for data in (e.suite_json(), json.loads(e.label_value())):
+            read = parse(data)
+            assert read.required == e.required
+            assert read.selected == tuple(n for n in smoke.SMOKE_CHECKS if n in e.required or n in e.checks)
+            for name in read.selected:
+                sec = Section(name, read.section(name))
+                assert sec.data == e.checks.get(name, {})
