@@ -23,6 +23,7 @@ from buildctl.ui import UI
 COMMAND_MODULES = (
     "buildctl.cmd_pins",
     "buildctl.cmd_lock",
+    "buildctl.cmd_lint_args",
     "buildctl.cmd_stubs",
 )
 
