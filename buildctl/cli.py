@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "buildctl.cmd_pins",
     "buildctl.cmd_lock",
     "buildctl.cmd_lint_args",
+    "buildctl.cmd_smoke",
     "buildctl.cmd_stubs",
 )
 

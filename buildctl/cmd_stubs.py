@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 PENDING: dict[str, tuple[str, str]] = {
     "plan": ("show the build graph, node keys and what is stale", "issue 3"),
     "build": ("build the missing nodes of a stack", "issue 3"),
-    "smoke": ("run the smoke suite in an image", "issue 7"),
     "verify": ("check a base image against its contract", "issue 5"),
     "push": ("push a stack's images and confirm their digests", "issue 5"),
     "nightly": ("re-lock, build, smoke and push", "issue 5"),
