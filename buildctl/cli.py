@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "buildctl.cmd_lock",
     "buildctl.cmd_lint_args",
     "buildctl.cmd_build",
+    "buildctl.cmd_smoke",
     "buildctl.cmd_stubs",
 )
 

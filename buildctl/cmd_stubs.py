@@ -12,7 +12,6 @@ if TYPE_CHECKING:
 
 # command -> (help, issue that builds it)
 PENDING: dict[str, tuple[str, str]] = {
-    "smoke": ("run the smoke suite in an image", "issue 7"),
     "verify": ("check a base image against its contract", "issue 5"),
     "push": ("push a stack's images and confirm their digests", "issue 5"),
     "nightly": ("re-lock, build, smoke and push", "issue 5"),

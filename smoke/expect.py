@@ -71,7 +71,7 @@ def parse(data: Any) -> Expect:
             "regenerate expect.json with the buildctl that copied this suite"
         )
     known = {"schema", "stack", "variant", "required", "gpu_tier", "gpu_waiver", "python_path",
-             "driver_stub", "stub_paths", "probe_timeout_s", "checks", "comment"}
+             "driver_stub", "stub_paths", "probe_timeout_s", "checks", "comment", "runner"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ExpectError(f"unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")

@@ -112,6 +112,7 @@ def probe_import(args: Mapping[str, Any]) -> dict[str, Any]:
     top = sys.modules.get(module.partition(".")[0])
     info: dict[str, Any] = {"file": getattr(mod, "__file__", None), "version": _version_of(mod),
                             "package_version": _version_of(top) if top is not None else None}
+    info["libcuda"] = mapped("libcuda.so")
     if attr:
         try:
             getattr(mod, str(attr))
@@ -120,6 +121,16 @@ def probe_import(args: Mapping[str, Any]) -> dict[str, Any]:
                 raise
             return failure(exc, **info)
     return {"ok": True, **info}
+
+
+def mapped(fragment: str) -> list[str]:
+    """Files of this process whose name contains ``fragment`` (which libcuda got loaded: stub or driver)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
+    except OSError:
+        return []
+    return sorted(p for p in paths if os.path.basename(p).startswith(fragment))
 
 
 def _version_of(mod: Any) -> str | None:
@@ -141,6 +152,25 @@ def probe_locate(args: Mapping[str, Any]) -> dict[str, Any]:
             kind = "extension" if origin.endswith((".so", ".pyd")) else "module"
             found[name] = {"kind": kind, "path": origin}
     return {"ok": True, "modules": found}
+
+
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def probe_dist_files(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The shared objects each named distribution installed (its RECORD), as absolute paths."""
+    wanted = {_canon(str(n)): str(n) for n in args["names"]}
+    found: dict[str, Any] = {n: None for n in wanted.values()}
+    for d in importlib.metadata.distributions():
+        name = d.metadata["Name"]
+        key = _canon(str(name)) if name else ""
+        if key not in wanted or found[wanted[key]] is not None:
+            continue
+        sos = [str(d.locate_file(f)) for f in (d.files or ())
+               if f.name.endswith(".so") or ".so." in f.name]
+        found[wanted[key]] = {"version": str(d.version), "files": sorted(os.path.realpath(p) for p in sos)}
+    return {"ok": True, "dists": found}
 
 
 def _torch_gpu(torch: Any) -> dict[str, Any]:
@@ -255,19 +285,24 @@ def probe_mxfp8_support(args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def probe_mxfp8_linear(args: Mapping[str, Any]) -> dict[str, Any]:
-    """A tiny te.Linear forward and backward under this TE version's autocast with the MXFP8 recipe."""
+    """A tiny te.Linear forward and backward under this TE version's autocast with the MXFP8 recipe.
+
+    ``recipe`` names another class of transformer_engine.common.recipe (Float8CurrentScaling runs on
+    Hopper), which is how this code path was tried against real TE on an H200.
+    """
     stage = "import"
     try:
         torch = importlib.import_module("torch")
 
         tep = importlib.import_module("transformer_engine.pytorch")
         recipe_mod = importlib.import_module("transformer_engine.common.recipe")
-        recipe = recipe_mod.MXFP8BlockScaling()
+        name = str(args.get("recipe", "MXFP8BlockScaling"))
+        recipe = getattr(recipe_mod, name)()
         if hasattr(tep, "autocast"):  # TE >= 2.9
-            api = "transformer_engine.pytorch.autocast(recipe=MXFP8BlockScaling())"
+            api = f"transformer_engine.pytorch.autocast(recipe={name}())"
             ctx = tep.autocast(enabled=True, recipe=recipe)
         else:  # TE <= 2.8
-            api = "transformer_engine.pytorch.fp8_autocast(fp8_recipe=MXFP8BlockScaling())"
+            api = f"transformer_engine.pytorch.fp8_autocast(fp8_recipe={name}())"
             ctx = tep.fp8_autocast(enabled=True, fp8_recipe=recipe)
         n_in, n_out, tokens = int(args.get("in", 128)), int(args.get("out", 128)), int(args.get("tokens", 32))
         stage = "te.Linear"
@@ -450,6 +485,7 @@ PROBES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "distributions": probe_distributions,
     "import": probe_import,
     "locate": probe_locate,
+    "dist_files": probe_dist_files,
     "gpu": probe_gpu,
     "runtime": probe_runtime,
     "mxfp8_support": probe_mxfp8_support,

@@ -50,32 +50,55 @@ def shared_objects(path: str, kind: str) -> list[str]:
     return sorted(out)
 
 
+def _sources(ctx: Context, modules: tuple[str, ...], dists: tuple[str, ...]) -> tuple[dict[str, list[str]], list[str]]:
+    """label -> shared objects to read, and problems (a module or distribution that is not installed)."""
+    out: dict[str, list[str]] = {}
+    problems: list[str] = []
+    if modules:
+        located = ctx.probe("locate", {"names": list(modules)}, stub=False)
+        if not located.ok:
+            return out, [f"cannot locate {', '.join(modules)}: {located.error_text()}"]
+        for module in modules:
+            where = located.data["modules"].get(module)
+            if where is None:
+                problems.append(f"{module} is not installed")
+            else:
+                out[f"{module} ({where['path']})"] = shared_objects(where["path"], where["kind"])
+    if dists:
+        res = ctx.probe("dist_files", {"names": list(dists)}, stub=False)
+        if not res.ok:
+            return out, [*problems, f"cannot list the files of {', '.join(dists)}: {res.error_text()}"]
+        for dist in dists:
+            info = res.data["dists"].get(dist)
+            if info is None:
+                problems.append(f"distribution {dist} is not installed")
+            else:
+                out[f"distribution {dist} {info['version']}"] = list(info["files"])
+    return out, problems
+
+
 def build(ctx: Context, sec: Section) -> CheckResult:
     archs = sec.strs("archs")
     modules = sec.strs("modules")
-    if not archs or not modules:
-        raise SectionError("checks.arch: 'archs' (the variant's GPU archs) and 'modules' (compiled modules) are required")
+    dists = sec.strs("dists")
+    if not archs or not (modules or dists):
+        raise SectionError("checks.arch: 'archs' (the variant's GPU archs) and 'dists' or 'modules' "
+                           "(what holds the compiled code) are required")
     wanted = {a: sm_number(a) for a in archs}
+    names = ", ".join((*dists, *modules))
     extra = [d for d in (os.path.join(ctx.env.get("CUDA_HOME", ""), "bin") if ctx.env.get("CUDA_HOME") else "",
                          "/usr/local/cuda/bin") if d]
     tool = sec.str_opt("cuobjdump") or ctx.tools.which("cuobjdump", extra)
     if tool is None:
         return skipped(NAME, "the image has no cuobjdump (looked in $CUDA_HOME/bin, /usr/local/cuda/bin and PATH), "
-                       "so the arch coverage of " + ", ".join(modules) + " cannot be read",
+                       f"so the arch coverage of {names} cannot be read",
                        fix="keep cuda-cuobjdump in the image, or drop 'arch' from smoke.required")
-    located = ctx.probe("locate", {"names": list(modules)}, stub=False)
-    if not located.ok:
-        return failed(NAME, f"cannot locate {', '.join(modules)}: {located.error_text()}", probe=located.to_json())
-    problems: list[str] = []
+    sources, problems = _sources(ctx, modules, dists)
     notes: list[str] = []
     rows: list[dict[str, Any]] = []
-    for module in modules:
-        where = located.data["modules"].get(module)
-        if where is None:
-            problems.append(f"{module} is not installed")
-            continue
+    for label, files in sources.items():
         files_with_code = 0
-        for so in shared_objects(where["path"], where["kind"]):
+        for so in files:
             elf = ctx.tools.run([tool, "--list-elf", so], timeout=300)
             ptx = ctx.tools.run([tool, "--list-ptx", so], timeout=300)
             text = elf.stdout + elf.stderr
@@ -89,17 +112,16 @@ def build(ctx: Context, sec: Section) -> CheckResult:
             have = {int(re.sub(r"\D", "", s)) for s in sass}
             have_ptx = {int(re.sub(r"\D", "", s)) for s in ptxs}
             missing = [a for a, n in wanted.items() if n not in have]
-            row = {"module": module, "file": so, "sass": sass, "ptx": ptxs, "missing": missing}
-            rows.append(row)
+            rows.append({"of": label, "file": so, "sass": sass, "ptx": ptxs, "missing": missing})
             for a in missing:
                 jit = [p for p in have_ptx if p <= wanted[a]]
                 if jit:
                     notes.append(f"{so}: no sm_{wanted[a]} SASS, only PTX sm_{max(jit)} (JIT-compiled at load)")
                 problems.append(f"{so} has no code for {a} (sm_{wanted[a]}); it has {', '.join(sass) or 'no SASS'}")
         if files_with_code == 0:
-            problems.append(f"{module} ({where['path']}) has no shared object with GPU code")
+            problems.append(f"{label} has no shared object with GPU code")
     details: dict[str, Any] = {"archs": list(archs), "cuobjdump": tool, "files": rows, "notes": notes}
     if problems:
         return failed(NAME, "; ".join(problems), **details)
-    return passed(NAME, f"{len(rows)} shared object(s) of {', '.join(modules)} carry SASS for "
+    return passed(NAME, f"{len(rows)} shared object(s) of {names} carry SASS for "
                   + ", ".join(f"sm_{n}" for n in wanted.values()), **details)

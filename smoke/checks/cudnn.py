@@ -91,7 +91,8 @@ def build(ctx: Context, sec: Section) -> CheckResult:
             return failed(NAME, f"{package} {have} is cuDNN {upstream}, expected {pin}", **details)
         chosen = f"{package} {have}"
     else:
-        candidates = [(h["version"], h["path"]) for h in hdrs] + [(w["version"], w["name"]) for w in wheels]
+        # without an apt package pinned, the pip wheel is what gets loaded when there is one
+        candidates = [(w["version"], w["name"]) for w in wheels] + [(h["version"], h["path"]) for h in hdrs]
         if not candidates:
             return failed(NAME, "no cuDNN found: no libcudnn apt package, no cudnn_version.h, no nvidia-cudnn wheel",
                           **details)
@@ -99,12 +100,17 @@ def build(ctx: Context, sec: Section) -> CheckResult:
         if not dotted_prefix(pin, version) and not dotted_prefix(version, pin):
             return failed(NAME, f"cuDNN {version} ({where}), expected {pin}", **details)
         chosen = f"{version} ({where})"
+    # torch from PyPI and TE (CUDNN_HOME, CUDA_HOME, then pip wheels, then ldconfig) load a pip cuDNN
+    # before the system one: a wheel of another version is what the job would run with.
+    loaded_first = [f"{w['name']} {w['version']}" for w in wheels
+                    if not (dotted_prefix(pin, w["version"]) or dotted_prefix(w["version"], pin))]
+    if loaded_first:
+        return failed(NAME, f"{', '.join(loaded_first)} is installed besides {chosen}: torch from PyPI and "
+                      f"Transformer Engine load the wheel's cuDNN first, not the pinned {pin}", **details)
     stray = [f"{h['path']} {h['version']}" for h in hdrs
              if not (dotted_prefix(pin, h["version"]) or dotted_prefix(h["version"], pin))]
-    stray += [f"{w['name']} {w['version']}" for w in wheels if not dotted_prefix(pin, w["version"])]
     if stray:
-        details["note"] = ("other cuDNN copies are installed; which one torch loads is what the GPU tier shows: "
-                           + ", ".join(stray))
+        details["note"] = "headers of another cuDNN are installed too: " + ", ".join(stray)
     return passed(NAME, f"cuDNN {chosen} matches the pin {pin}", **details)
 
 

@@ -27,6 +27,8 @@ def _run(ctx: Context, sec: Section) -> CheckResult:
         row: dict[str, Any] = {"import": entry, "ok": res.ok, "probe": res.to_json()}
         if res.ok:
             row.update(file=res.data.get("file"), version=res.data.get("version"))
+            if res.data.get("libcuda"):
+                row["libcuda_loaded"] = res.data["libcuda"]
         else:
             row.update(error=res.error_text(), needs_device=res.needs_device(),
                        traceback=(res.error or {}).get("traceback", []))

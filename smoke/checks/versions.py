@@ -112,7 +112,7 @@ def read_commit(ctx: Context, path: str, record: str) -> tuple[str | None, str]:
 def check_tree(ctx: Context, entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     name = _need(entry, "name", where)
     path = _need(entry, "path", where)
-    want = _need(entry, "sha", where)
+    want = entry.get("sha")  # absent before locking when PRs change the tree: presence is checked then
     record = str(entry.get("record") or COMMIT_RECORD)
     row: dict[str, Any] = {"component": name, "path": path, "expected_sha": want}
     if not os.path.isdir(ctx.path(path)):
@@ -120,10 +120,14 @@ def check_tree(ctx: Context, entry: Mapping[str, Any], where: str) -> dict[str, 
         return row
     seen, source = read_commit(ctx, path, record)
     row.update(seen_sha=seen, read_from=source)
-    if seen is None:
+    if seen is None and want is None:
+        row.update(ok=True, note=f"no commit recorded ({source}); none expected before locking")
+    elif seen is None:
         row.update(ok=False, problem=f"no commit recorded for {name}: {source}")
-    elif not sha_matches(seen, want):
-        row.update(ok=False, problem=f"{name} at {path} is {seen[:12]}, expected {want[:12]}")
+    elif want is None:
+        row["ok"] = True
+    elif not sha_matches(seen, str(want)):
+        row.update(ok=False, problem=f"{name} at {path} is {seen[:12]}, expected {str(want)[:12]}")
     else:
         row["ok"] = True
     return row

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import smoke_mimic as mimic
+
+from tests.unit.smoke import smoke_mimic as mimic
 
 ROOT = Path(__file__).resolve().parents[3]
 TE_SHA = "d2945c6a571e3978677614d1fe08779966a5a4ef"
@@ -148,6 +149,8 @@ def test_driver_stub_stands_in_for_libcuda_in_probes_only(tmp_path: Path) -> Non
     assert rc == 0, json.dumps(report, indent=1)
     assert report["driver"]["stub"] == str(cuda / "lib64/stubs/libcuda.so")
     assert report["driver"]["note"].endswith("as libcuda.so.1 (LD_LIBRARY_PATH of the probes only)")
+    (row,) = report["checks"][0]["details"]["imports"]
+    assert row["libcuda_loaded"] == [str(cuda / "lib64/stubs/libcuda.so")]  # the stub, mapped into the probe
 
     rc, report, _ = run_suite(sys.executable, {**expect, "driver_stub": "never"}, tmp_path, pythonpath=[site], env=env)
     assert rc == 0  # the failure to load libcuda is a device matter: deferred to the GPU tier

@@ -11,13 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
-import smoke_mimic as mimic
-from smoke_harness import Suite
 
 from smoke.driver import prepare
 from smoke.expect import ExpectError, parse
 from smoke.prober import ToolResult
 from smoke.report import CheckResult, Report, junit_xml
+from tests.unit.smoke import smoke_mimic as mimic
+from tests.unit.smoke.smoke_harness import Suite
 
 # an extension module file name this interpreter would import (the suffix names its version)
 HEP = "hybrid_ep_cpp" + importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -74,8 +74,25 @@ def test_arch_module_without_gpu_code_or_missing(suite: Suite) -> None:
     extension_tree(suite)
     r = suite.check("arch", {"archs": ["10.0"], "modules": ["transformer_engine", "deep_ep_cpp"]})
     assert r.status == "fail"
-    assert r.summary == (f"transformer_engine ({suite.site}/transformer_engine) has no shared object with GPU code; "
-                         "deep_ep_cpp is not installed")
+    assert r.summary == ("deep_ep_cpp is not installed; "
+                         f"transformer_engine ({suite.site}/transformer_engine) has no shared object with GPU code")
+
+
+def test_arch_by_distribution_reads_its_record(suite: Suite) -> None:
+    """DeepEP's wheel installs top-level extensions (deep_ep_cpp, hybrid_ep_cpp) beside the deep_ep package:
+    the distribution's RECORD finds them where a module name would not."""
+    mimic.deep_ep(suite.site, hybrid=True)
+    mimic.write(suite.site, HEP, "")
+    mimic.write(suite.site, "deep_ep_cpp.so", "")
+    record = suite.site / "deep_ep-1.2.1+3f601f7.dist-info" / "RECORD"
+    record.write_text(f"deep_ep/__init__.py,,\n{HEP},,\ndeep_ep_cpp.so,,\n")
+    suite.tools.outputs = {("--list-elf", HEP): elf("sm_100a"), ("--list-elf", "deep_ep_cpp.so"): elf("sm_90 sm_100a")}
+    r = suite.check("arch", {"archs": ["9.0"], "dists": ["deep-ep"]})
+    assert r.status == "fail"
+    assert r.summary == f"{os.path.realpath(suite.site / HEP)} has no code for 9.0 (sm_90); it has sm_100a"
+    assert [row["of"] for row in r.details["files"]] == ["distribution deep-ep 1.2.1+3f601f7"] * 2
+    missing = suite.check("arch", {"archs": ["9.0"], "dists": ["transformer-engine"]})
+    assert missing.summary == "distribution transformer-engine is not installed"
 
 
 def test_arch_without_cuobjdump_is_skipped_and_fails_the_tier(suite: Suite) -> None:

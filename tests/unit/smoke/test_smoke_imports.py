@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import stat
 
-import smoke_mimic as mimic
-from smoke_harness import Suite
+from tests.unit.smoke import smoke_mimic as mimic
+from tests.unit.smoke.smoke_harness import Suite
 
 
 def test_imports_pass_fail_and_missing_attribute(suite: Suite) -> None:

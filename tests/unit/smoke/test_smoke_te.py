@@ -9,8 +9,9 @@ TE ran on the H200 (tests/data/gpu/).
 from __future__ import annotations
 
 import pytest
-import smoke_mimic as mimic
-from smoke_harness import Suite
+
+from tests.unit.smoke import smoke_mimic as mimic
+from tests.unit.smoke.smoke_harness import Suite
 
 HOPPER_REASON = "Device compute capability 10.0 or higher required for MXFP8 execution."
 

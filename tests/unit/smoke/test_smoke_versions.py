@@ -7,10 +7,10 @@ version, plus for the GPU tier a module tree, see smoke_mimic.py), written into 
 from __future__ import annotations
 
 import pytest
-import smoke_mimic as mimic
-from smoke_harness import Suite
 
 from smoke.checks import sha_of_local, split_version
+from tests.unit.smoke import smoke_mimic as mimic
+from tests.unit.smoke.smoke_harness import Suite
 
 TE_SHA = "d2945c6a571e3978677614d1fe08779966a5a4ef"
 DEEPEP_SHA = "3f601f7ac1c062c46502646ff04c535013bfca00"
@@ -109,6 +109,15 @@ def test_source_tree_without_record(suite: Suite) -> None:
     r = suite.check("versions", {"components": [{"name": "megatron-lm", "path": "/opt/megatron-lm", "sha": MEGATRON_SHA}]})
     assert r.status == "fail"
     assert "no commit recorded for megatron-lm" in r.summary
+
+
+def test_source_tree_before_locking_needs_only_to_be_there(suite: Suite) -> None:
+    entry = {"name": "megatron-lm", "path": "/opt/megatron-lm"}
+    assert suite.check("versions", {"components": [entry]}).summary == "/opt/megatron-lm does not exist in the image"
+    (suite.image / "opt/megatron-lm").mkdir(parents=True)
+    r = suite.check("versions", {"components": [entry]})
+    assert r.status == "pass", r.summary
+    assert r.details["components"][0]["note"].startswith("no commit recorded")
 
 
 def test_runtime_version_on_gpu_tier(suite: Suite) -> None:
@@ -222,3 +231,17 @@ def test_protected_base_from_constraint_file(suite: Suite) -> None:
     none = suite.check("protected", {"patterns": ["pyyaml"]})
     assert none.status == "fail"
     assert none.summary.startswith("no record of the base image's versions")
+
+
+def test_cudnn_wheel_of_another_version_beside_the_pinned_package_fails(suite: Suite) -> None:
+    """What the H200 run showed: apt libcudnn9-cuda-13 9.14 installed, but torch and TE loaded the 9.19 wheel."""
+    dpkg(suite, "9.14.0.64-1")
+    mimic.dist_info(suite.site, "nvidia-cudnn-cu13", "9.19.0.56")
+    r = suite.check("cudnn", {"version": "9.14", "package": "libcudnn9-cuda-13"})
+    assert r.status == "fail"
+    assert r.summary == ("nvidia-cudnn-cu13 9.19.0.56 is installed besides libcudnn9-cuda-13 9.14.0.64-1: torch from "
+                         "PyPI and Transformer Engine load the wheel's cuDNN first, not the pinned 9.14")
+    # without a pinned package the wheel is the candidate
+    r = suite.check("cudnn", {"version": "9.14"})
+    assert r.summary == "cuDNN 9.19.0.56 (nvidia-cudnn-cu13), expected 9.14"
+    assert suite.check("cudnn", {"version": "9.19"}).status == "pass"
