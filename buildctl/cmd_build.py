@@ -136,7 +136,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     try:
         with NodeProgress(ctx.ui, t.graph.names()) as progress:
             report = pipeline.run(t, engines=engines, config=ctx.config, sources=sources, progress=progress,
-                                  project=ctx.project, options=options, smoke_gate=smoke_gate(t))
+                                  project=ctx.project, options=options, smoke_gate=smoke_gate(ctx, t))
     finally:
         for e in engines:
             e.close()
@@ -147,6 +147,8 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def smoke_gate(t: target.Target) -> pipeline_types.SmokeGate | None:
-    """The build-host smoke tier as the gate before the entrypoint (None: no runner available)."""
-    return None
+def smoke_gate(ctx: Context, t: target.Target) -> pipeline_types.SmokeGate:
+    """The build-host smoke tier (smoke.BuildGate) as the gate before the entrypoint; reports under the cache."""
+    from buildctl.smoke import BuildGate
+
+    return BuildGate(report_dir=ctx.config.cache.reports / "smoke" / t.graph.stack / t.graph.variant)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from buildctl import cli, pipeline, target
+from buildctl import cli, pipeline, smoke, target
 from buildctl.config import Config, load_config
 from buildctl.engine import Engine
 from buildctl.errors import BuildFailed, SmokeFailed, SourceError
@@ -346,14 +346,14 @@ def test_the_smoke_gate_guards_the_entrypoint(demo: Demo, engine: Engine) -> Non
     assert calls == [t.refs["assemble"]]
     assert engine.image_exists(t.refs["assemble"]) and not engine.image_exists(t.refs["entrypoint"])
 
-    def passing(e: Engine, image: str, *, log_file: Path) -> str:
-        result = e.run(image, ["python3", "-c", "import fastmath, six, tomli, yaml"], entrypoint=[], timeout=60)
-        assert result.ok, result.stderr
-        return "4 imports passed"
-
-    report = demo.build([engine], skip_smoke=False, gate=passing)
+    # the real gate: the smoke suite's build-host tier in a container of the assembled image
+    reports = demo.config().cache.reports / "smoke"
+    report = demo.build([engine], skip_smoke=False, gate=smoke.BuildGate(report_dir=reports))
     assert report.built == ["entrypoint"] and report.smoke == "passed"
     assert engine.inspect_image(report.final).labels["io.buildctl.smoke"] == "passed"
+    saved = json.loads(next(reports.glob("*.build.json")).read_text())
+    assert {c["name"]: c["status"] for c in saved["report"]["checks"]}["imports"] == "pass"
+    assert "build tier passed" in (demo.config().cache.logs / "demo" / "default" / "smoke.log").read_text()
     # skipping the gate is another image: it does not replace the gated one
     skipped = demo.build([engine], skip_smoke=True)
     assert skipped.final != report.final and skipped.built == ["entrypoint"]
