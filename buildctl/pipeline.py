@@ -87,7 +87,7 @@ class Progress(Protocol):
 class SmokeGate(Protocol):
     """Runs the build-host smoke tier on the assembled image; raises SmokeFailed when it does not pass."""
 
-    def __call__(self, engine: Engine, image: str, *, log_file: Path) -> str: ...  # a one-line summary
+    def __call__(self, engine: Engine, image: str, /, *, log_file: Path) -> str: ...  # a one-line summary
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from buildctl import cli, pipeline, smoke, target
+from buildctl.target import Target
 from buildctl.config import Config, load_config
 from buildctl.engine import Engine
 from buildctl.errors import BuildFailed, SmokeFailed, SourceError
@@ -108,10 +109,10 @@ class Demo:
     def config(self) -> Config:
         return load_config(os.environ)
 
-    def target(self, *, skip_smoke: bool = True) -> target.Target:
+    def target(self, *, skip_smoke: bool = True) -> Target:
         return target.load(self.root, self.config(), "demo", None, skip_smoke=skip_smoke)
 
-    def register(self, t: target.Target, engines: Sequence[Engine]) -> None:
+    def register(self, t: Target, engines: Sequence[Engine]) -> None:
         for e in engines:
             for n in t.graph.nodes:
                 if n.kind != "base":
