@@ -26,12 +26,12 @@ from typing import Any
 import pytest
 
 from buildctl import cli, pipeline, smoke, target
-from buildctl.target import Target
 from buildctl.config import Config, load_config
 from buildctl.engine import Engine
 from buildctl.errors import BuildFailed, SmokeFailed, SourceError
 from buildctl.records import RecordStore
 from buildctl.sources import Sources
+from buildctl.target import Target
 from tests.engine.conftest import docker_cli
 from tests.helpers import unique
 
