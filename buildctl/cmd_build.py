@@ -11,16 +11,11 @@ from buildctl import pipeline as pipeline_types
 from buildctl import plan as planmod
 from buildctl import target
 from buildctl.errors import UsageError
-from buildctl.records import RecordStore
+from buildctl.records import RecordStore, state_root
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
     from buildctl.engine import Engine
-
-
-def state_root(ctx: Context) -> Path:
-    """Records of built nodes (see records.py): under the cache root, next to logs and wheels."""
-    return ctx.config.cache.root / "state"
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -77,7 +72,7 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local)
     engine = make_engine(ctx, args.engine)
     try:
-        p = planmod.make(t.graph, refs=t.refs, engine=engine, records=RecordStore(state_root(ctx)).load_all(t.graph),
+        p = planmod.make(t.graph, refs=t.refs, engine=engine, records=RecordStore(state_root(ctx.config.cache)).load_all(t.graph),
                          registry=t.registry, emulation=emulation_registered(engine.address, t.variant.platform))
     finally:
         engine.close()

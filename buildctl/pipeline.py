@@ -66,7 +66,7 @@ from buildctl.graph import (
 )
 from buildctl.model import InstallKind
 from buildctl.plan import ArchCheck
-from buildctl.records import NodeRecord, RecordStore
+from buildctl.records import NodeRecord, RecordStore, state_root
 
 if TYPE_CHECKING:
     from buildctl.engine import Engine
@@ -181,7 +181,7 @@ class _Build:
         self.project = project
         self.opt = options
         self.smoke_gate = smoke_gate
-        self.records = RecordStore(config.cache.root / "state")
+        self.records = RecordStore(state_root(config.cache))
         self.results: list[NodeResult] = []
         self.where: dict[str, set[str]] = {}  # node -> names of engines that have its image
         self.prepared: dict[str, Path] = {}  # component -> exported source tree

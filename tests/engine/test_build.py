@@ -29,7 +29,7 @@ from buildctl import cli, pipeline, smoke, target
 from buildctl.config import Config, load_config
 from buildctl.engine import Engine
 from buildctl.errors import BuildFailed, SmokeFailed, SourceError
-from buildctl.records import RecordStore
+from buildctl.records import RecordStore, state_root
 from buildctl.sources import Sources
 from buildctl.target import Target
 from tests.engine.conftest import docker_cli
@@ -250,7 +250,7 @@ def test_a_failed_node_leaves_no_tag_and_a_rerun_resumes(demo: Demo, engine: Eng
         assert not engine.image_exists(t.refs[name]), name
         assert engine.registry_digest(t.refs[name]) is None, name
     assert not (demo.config().cache.wheels / "fastmath" / t.graph.node("wheel:fastmath").key).exists()
-    records = RecordStore(demo.config().cache.root / "state").load_all(t.graph)
+    records = RecordStore(state_root(demo.config().cache)).load_all(t.graph)
     assert set(records) == done == {"system", "python", "compile-env:fastmath"}
 
     demo.edit_manifest("command: echo compiling; exit 3", "command: pip wheel --no-build-isolation --no-deps -w /out .")
@@ -290,7 +290,7 @@ def test_a_pr_that_does_not_apply_fails_before_any_build(demo: Demo, engine: Eng
     for n in t.graph.nodes:
         if n.kind != "base":
             assert not engine.image_exists(t.refs[n.name]), n.name  # nothing was built, not even system
-    assert RecordStore(demo.config().cache.root / "state").load_all(t.graph) == {}
+    assert RecordStore(state_root(demo.config().cache)).load_all(t.graph) == {}
 
 
 def _fake_ca(tmp_path: Path) -> tuple[Path, str]:
