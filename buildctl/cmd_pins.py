@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from buildctl import pins
 from buildctl.errors import ManifestError, ManifestErrors
-from buildctl.model import Manifest, Variant
+from buildctl.model import Download, Manifest, Variant
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
@@ -103,11 +103,7 @@ def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None) -> dict[str, 
         "cudnn": None if cudnn is None else {"package": cudnn.package, "version": cudnn.version,
                                              "apt_version": lapt.get(cudnn.package, cudnn.apt_version or None)},
         "apt": [{"name": p.name, "version": lapt.get(p.name, p.version)} for p in m.apt.packages],
-        "downloads": [{"name": d.name, "dest": d.dest,
-                       "url": (d.for_platform(v.platform).url if d.for_platform(v.platform) else None),
-                       "sha256": ldl.get(d.name, {}).get("sha256") or
-                       (d.for_platform(v.platform).sha256 if d.for_platform(v.platform) else None)}
-                      for d in m.downloads],
+        "downloads": [_download(d, v.platform, ldl.get(d.name, {})) for d in m.downloads],
         "pip": {"constraint": m.pip.constraint.value,
                 "requirements": [{"requirement": r.text,
                                   "locked": lpip.get(r.name, {}).get("version")} for r in m.pip.requirements]},
@@ -120,6 +116,13 @@ def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None) -> dict[str, 
             "args": len(m.entrypoint.args), "profiles": list(m.entrypoint.profiles)},
         "smoke": {"required": list(m.smoke.required), "gpu_tier": m.smoke.gpu_tier.value},
     }
+
+
+def _download(d: Download, platform: str, locked: dict[str, Any]) -> dict[str, Any]:
+    u = d.for_platform(platform)
+    return {"name": d.name, "dest": d.dest, "install": d.install,
+            "url": locked.get("url") or (u.url if u else None),
+            "sha256": locked.get("sha256") or (u.sha256 if u else None)}
 
 
 def show(args: argparse.Namespace, ctx: Context) -> int:

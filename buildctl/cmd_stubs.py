@@ -27,7 +27,7 @@ PENDING: dict[str, tuple[str, str]] = {
 
 
 def _pending(args: argparse.Namespace, ctx: Context) -> int:
-    help_text, issue = PENDING[args.command]
+    _help, issue = PENDING[args.command]
     raise NotBuiltYet(f"`buildctl {args.command}` is not built yet", why=f"it is tracked in {issue}")
 
 

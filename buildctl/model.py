@@ -10,9 +10,10 @@ so that later stages (lock, lint-args, plan) can point a user at the file, line 
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Literal
 
 from buildctl.errors import Location
@@ -31,7 +32,7 @@ SmokeCheckName = Literal[
     "arch",  # compiled extensions carry the variant's GPU arch
     "megatron-args",  # baked arguments parse with Megatron's parser
 ]
-SMOKE_CHECKS: tuple[str, ...] = SmokeCheckName.__args__  # type: ignore[attr-defined]
+SMOKE_CHECKS: tuple[str, ...] = typing.get_args(SmokeCheckName)
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -40,28 +41,28 @@ def _doc(text: str) -> dict[str, str]:
 
 def loc() -> Location:
     """Default for the ``at`` field of every manifest value."""
-    return field(default=NOWHERE, compare=False, repr=False, metadata=_doc("(set by the loader)"))  # type: ignore[return-value]
+    return field(default=NOWHERE, compare=False, repr=False, metadata=_doc("(set by the loader)"))
 
 
-class PipConstraintPolicy(str, Enum):
+class PipConstraintPolicy(StrEnum):
     """What to do with the base image's PIP_CONSTRAINT (NGC sets it from 25.03 on)."""
 
     KEEP = "keep"  # installs honour the base's constraint file
     UNSET = "unset"  # installs run with PIP_CONSTRAINT="" (the DeepSeek guide's `unset PIP_CONSTRAINT`)
 
 
-class InstallKind(str, Enum):
+class InstallKind(StrEnum):
     WHEEL = "wheel"  # compiled off the chain into a wheel, installed by the assemble node
     SOURCE_TREE = "source-tree"  # the patched tree placed at install.path (Megatron-LM)
 
 
-class ReproLevel(str, Enum):
+class ReproLevel(StrEnum):
     INPUTS = "inputs"
     SEMANTIC = "semantic"
     BIT = "bit"
 
 
-class GpuTier(str, Enum):
+class GpuTier(StrEnum):
     REQUIRED = "required"  # moving tags need GPU-tier smoke results
     WAIVED = "waived"  # the report says it was waived, and why
 
@@ -140,6 +141,9 @@ class Download:
     dest: str = field(metadata=_doc("absolute path in the image"))
     mode: str = "0644"
     urls: Mapping[str, PlatformUrl] = field(metadata=_doc("platform (or 'any') -> url + sha256"))
+    install: Literal["file", "pip"] = field(
+        default="file", metadata=_doc("file: placed at dest; pip: a wheel pip-installed by the python node")
+    )
     at: Location = loc()
 
     def for_platform(self, platform: str) -> PlatformUrl | None:

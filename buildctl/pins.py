@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import fnmatch
 import hashlib
 import re
 import types
@@ -220,11 +221,12 @@ class _Loader:
         elif tp is str:
             if isinstance(value, str):
                 return value
-            if isinstance(value, int) and not isinstance(value, bool):
-                return str(value)
-            if isinstance(value, float):
-                return self.error(node, key, f"expected a string, got the number {value!r}",
-                                  fix=f"quote it, e.g. \"{node.value}\", so that YAML keeps every digit")
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                # The text as written: YAML would read 9.10 as 9.1, 0755 as 493 and an all-digit SHA as a number.
+                return str(node.value)
+            if isinstance(value, bool):
+                return self.error(node, key, f"expected a string, got the boolean {node.value!r}",
+                                  fix=f"quote it (\"{node.value}\") if you mean the text")
         return self.error(node, key, f"expected {_type_name(tp)}, got {value!r}")
 
     @staticmethod
@@ -244,9 +246,11 @@ class _Loader:
         if not isinstance(node, yaml.MappingNode):
             return self.error(node, key, f"expected a mapping, got {self._kind(node)}")
         hints = _hints(cls)
-        fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in ("at", "path")}
+        loader_set = ("at", "path") if cls is Manifest else ("at",)
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in loader_set}
         settable = set(fields) - ({"name"} if name is not None else set())
         kwargs: dict[str, Any] = {}
+        vnodes: dict[str, yaml.Node] = {}
         bad = False
         for k, knode, vnode in self.pairs(node, key):
             if k not in settable:
@@ -257,6 +261,7 @@ class _Loader:
             v = self.convert(vnode, hints[k], _key_join(key, k), depth + 1)
             bad = bad or v is INVALID
             kwargs[k] = v
+            vnodes[k] = vnode
         if name is not None and "name" in fields:
             kwargs["name"] = name
         for fname, f in fields.items():
@@ -264,7 +269,7 @@ class _Loader:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and (
                     kwargs[fname] in ("", (), {}, None)
                 ):
-                    self.error(node, _key_join(key, fname), f"required key {fname!r} is empty")
+                    self.error(vnodes.get(fname, node), _key_join(key, fname), f"required key {fname!r} is empty")
                     bad = True
                 continue
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -329,15 +334,14 @@ class _Loader:
                 return self.error(node, key, "expected one '--flag: value' entry per list item")
             knode, vnode = node.value[0]
             flag = self.scalar(knode, key)
-            if isinstance(vnode, yaml.SequenceNode):
-                vals = [self.scalar(v, key) for v in vnode.value]
-            else:
-                vals = [self.scalar(vnode, key)]
-            if flag is INVALID or any(v is INVALID for v in vals):
+            vnodes = vnode.value if isinstance(vnode, yaml.SequenceNode) else [vnode]
+            if flag is INVALID:
                 return INVALID
-            if any(v is None or isinstance(v, dict | list) for v in vals):
+            if not vnodes or any(not isinstance(v, yaml.ScalarNode) or v.tag == "tag:yaml.org,2002:null"
+                                 for v in vnodes):
                 return self.error(vnode, key, f"{flag}: expected a value or a list of values")
-            text_vals = tuple(self._arg_text(v) for v in vals)
+            # The text exactly as written: YAML would turn 3.9e-6 into 3.9e-06 and 1e-4 into a string anyway.
+            text_vals = tuple(str(v.value) for v in vnodes)
             if not isinstance(flag, str) or not flag.startswith("-"):
                 return self.error(knode, key, f"expected a flag starting with '-', got {flag!r}")
             return Arg(flag=flag, values=text_vals, bare=False, at=self.loc(node, key))
@@ -352,11 +356,6 @@ class _Loader:
                               fix="write a flag with a value as '- --flag: value'")
         return Arg(flag=flag, at=self.loc(node, key))
 
-    @staticmethod
-    def _arg_text(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        return str(v)
 
 
 # ------------------------------------------------------------------------------------ semantic checks
@@ -398,12 +397,12 @@ def _semantic(m: Manifest, ld: _Loader, base_dir: Path) -> None:
         if p.name in seen_apt:
             err(p.at, f"apt package {p.name!r} is listed twice (first at line {seen_apt[p.name].line})")
         seen_apt[p.name] = p.at
-    for r in m.apt.repos:
-        for plat in r.lines:
+    for repo in m.apt.repos:
+        for plat in repo.lines:
             if plat not in (*PLATFORMS, "any"):
-                err(r.at, f"apt repo {r.name}: unknown platform {plat!r}", fix=_Loader._closest(plat, PLATFORMS))
-        if r.keyring and r.keyring not in download_names:
-            err(r.at, f"apt repo {r.name}: keyring {r.keyring!r} is not a download")
+                err(repo.at, f"apt repo {repo.name}: unknown platform {plat!r}", fix=_Loader._closest(plat, PLATFORMS))
+        if repo.keyring and repo.keyring not in download_names:
+            err(repo.at, f"apt repo {repo.name}: keyring {repo.keyring!r} is not a download")
 
     for d in m.downloads:
         if not d.dest.startswith("/"):
@@ -419,10 +418,10 @@ def _semantic(m: Manifest, ld: _Loader, base_dir: Path) -> None:
                     fix="give the file's sha256, or write sha256: compute to have `buildctl lock` record it")
 
     seen_pip: dict[str, Location] = {}
-    for r in m.pip.requirements:
-        if r.name in seen_pip:
-            err(r.at, f"pip package {r.name!r} is listed twice (first at line {seen_pip[r.name].line})")
-        seen_pip[r.name] = r.at
+    for req in m.pip.requirements:
+        if req.name in seen_pip:
+            err(req.at, f"pip package {req.name!r} is listed twice (first at line {seen_pip[req.name].line})")
+        seen_pip[req.name] = req.at
 
     for c in m.components:
         if not SHA_RE.match(c.commit):
@@ -436,15 +435,15 @@ def _semantic(m: Manifest, ld: _Loader, base_dir: Path) -> None:
                 err(pr.at, f"component {c.name}: PR number {pr.number} must be positive")
             if pr.head is not None and not SHA_RE.match(pr.head):
                 err(pr.at, f"component {c.name}: PR {pr.number} head {pr.head!r} is not a 7 to 40 digit hex SHA")
-        for p in c.patches:
-            if not SHA256_RE.match(p.sha256):
-                err(p.at, f"component {c.name}: patch sha256 {p.sha256!r} is not 64 hex digits")
+        for patch in c.patches:
+            if not SHA256_RE.match(patch.sha256):
+                err(patch.at, f"component {c.name}: patch sha256 {patch.sha256!r} is not 64 hex digits")
             elif not ld.filename.startswith("<"):
-                f = base_dir / p.file
+                f = base_dir / patch.file
                 if not f.is_file():
-                    err(p.at, f"component {c.name}: patch file {p.file} does not exist")
-                elif hashlib.sha256(f.read_bytes()).hexdigest() != p.sha256:
-                    err(p.at, f"component {c.name}: patch {p.file} does not match its sha256",
+                    err(patch.at, f"component {c.name}: patch file {patch.file} does not exist")
+                elif hashlib.sha256(f.read_bytes()).hexdigest() != patch.sha256:
+                    err(patch.at, f"component {c.name}: patch {patch.file} does not match its sha256",
                         fix="update the sha256 if the change to the patch was intended")
         if c.install.kind is InstallKind.SOURCE_TREE and not c.install.path:
             err(c.install.at, f"component {c.name}: a source-tree install needs install.path")
@@ -480,11 +479,9 @@ def _semantic(m: Manifest, ld: _Loader, base_dir: Path) -> None:
         if kind not in ("base", "system", "cudnn", "python", "assemble", "entrypoint", "compile"):
             err(m.repro.at, f"repro.levels: unknown node kind {kind!r}",
                 fix="node kinds: system, cudnn, python, assemble, entrypoint, compile")
-    seen_prot = set(m.protect.packages)
-    for r in m.protect.replace:
-        import fnmatch
-        if not any(fnmatch.fnmatch(r, pat) for pat in seen_prot):
-            err(m.protect.at, f"protect.replace names {r!r}, which no protect.packages pattern covers")
+    for replaced in m.protect.replace:
+        if not any(fnmatch.fnmatch(replaced, pat) for pat in m.protect.packages):
+            err(m.protect.at, f"protect.replace names {replaced!r}, which no protect.packages pattern covers")
 
 
 # -------------------------------------------------------------------------------------------- public

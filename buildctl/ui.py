@@ -17,8 +17,11 @@ from rich.table import Table
 
 class UI:
     def __init__(self, *, out: Console | None = None, err: Console | None = None, quiet: bool = False) -> None:
-        self.out = out or Console(file=sys.stdout, highlight=False, soft_wrap=True)
-        self.err = err or Console(file=sys.stderr, highlight=False, soft_wrap=True)
+        # Piped output gets a wide console: a 40-digit SHA folded over three lines cannot be copied.
+        self.out = out or Console(file=sys.stdout, highlight=False, soft_wrap=True,
+                                  width=None if sys.stdout.isatty() else 220)
+        self.err = err or Console(file=sys.stderr, highlight=False, soft_wrap=True,
+                                  width=None if sys.stderr.isatty() else 220)
         self.quiet = quiet
 
     # -- results (stdout)
