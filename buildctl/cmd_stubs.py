@@ -17,11 +17,8 @@ PENDING: dict[str, tuple[str, str]] = {
     "build": ("build the missing nodes of a stack", "issue 3"),
     "lint-args": ("check the entrypoint's arguments against the pinned Megatron-LM", "issue 4"),
     "smoke": ("run the smoke suite in an image", "issue 7"),
-    "verify": ("check a base image against its contract", "issue 5"),
     "push": ("push a stack's images and confirm their digests", "issue 5"),
     "nightly": ("re-lock, build, smoke and push", "issue 5"),
-    "bom": ("bill of materials of an image", "issue 5"),
-    "diff": ("what changed between two images", "issue 5"),
     "repro": ("build twice and compare", "issue 6"),
 }
 

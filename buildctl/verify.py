@@ -382,13 +382,10 @@ def verify(*, alias: str, stack: str, variant: Variant, contract: BaseContract, 
     try:
         remote = engine.registry_digest(str(target))
     except UnreachableError as exc:
-        mirror_hint = "" if target != ref else (
-            f"; or point buildctl at a mirror: BUILDCTL_REGISTRY_MIRRORS='{ref.registry}=HOST:PORT' "
-            "(or registry_mirrors in config.toml)")
         raise UnreachableError(
-            f"cannot verify {alias} ({stack}/{variant.name}): registry {target.registry} did not answer",
-            why=exc.what + (f" ({exc.why})" if exc.why else ""),
-            fix=(exc.fix or "check the network and the registry") + mirror_hint,
+            f"cannot verify {alias} ({stack}/{variant.name}): {exc.what}", why=exc.why,
+            fix=exc.fix or (f"point buildctl at a mirror: BUILDCTL_REGISTRY_MIRRORS='{ref.registry}=HOST:PORT' "
+                            "(or registry_mirrors in config.toml)"),
         ) from exc
     result = VerifyResult(alias=alias, stack=stack, variant=variant.name, ref=variant.image,
                           checked_ref=str(target), locked_digest=locked, digest=remote,
