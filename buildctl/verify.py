@@ -448,7 +448,7 @@ def render(result: VerifyResult) -> str:
         detail = c.actual
         if c.status == "fail" and c.expected:
             detail = f"expected {c.expected}, got {c.actual}"
-        elif c.status == "ok" and c.expected and c.expected != c.actual:
+        elif c.status == "ok" and c.expected not in ("", c.actual, "(set)"):
             detail = f"{c.actual} (expected {c.expected})"
         if c.note:
             detail = f"{detail}: {c.note}" if detail else c.note
