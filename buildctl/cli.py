@@ -22,6 +22,7 @@ from buildctl.ui import UI
 # Modules that add subcommands (each defines ``register(sub)``), in --help order.
 COMMAND_MODULES = (
     "buildctl.cmd_pins",
+    "buildctl.cmd_lock",
     "buildctl.cmd_ship",
     "buildctl.cmd_stubs",
 )

@@ -12,7 +12,6 @@ if TYPE_CHECKING:
 
 # command -> (help, issue that builds it)
 PENDING: dict[str, tuple[str, str]] = {
-    "lock": ("resolve floating pins into pins/STACK.lock.json", "issue 2"),
     "plan": ("show the build graph, node keys and what is stale", "issue 3"),
     "build": ("build the missing nodes of a stack", "issue 3"),
     "lint-args": ("check the entrypoint's arguments against the pinned Megatron-LM", "issue 4"),

@@ -1,0 +1,1105 @@
+"""Git sources: local mirrors, pin resolution for the lock, prepared trees for builds.
+
+The only module that runs git. Every git failure leaves here as ``SourceError`` (the repository
+answered, but not what we need) or ``UnreachableError`` (it could not be reached in time).
+
+Layout under ``Config.cache.sources``:
+
+- ``mirrors/<name>-<hash of URL>.git``: one bare mirror per repository URL, holding the remote's
+  branches, tags and PR heads (``refs/pull/N/head``) under their own names, plus
+  ``refs/buildctl/prepared/<key>`` (prepared trees) and ``refs/buildctl/keep/<sha>`` (commits a lock
+  named, so that a force-pushed PR or a deleted branch cannot take them away from the cache).
+- ``mirrors/<name>.lock``: an flock held while a mirror is fetched or written.
+- ``exports/<tree sha>/``: cached exported trees; ``tmp/``: scratch (same file system, for renames).
+
+Mirrors: a manifest URL is fetched through git's own ``url.<base>.insteadOf`` rules (the user's git
+configuration) and ``Config.git_mirrors`` (passed as ``-c url.<mirror>.insteadOf=<orig>``); submodule
+URLs go through the same mapping. Mirrors are keyed by the URL as written, so pointing at a mirror
+reuses the cache. URLs may also be local paths (relative ones are resolved against the manifest's
+folder) or git bundle files.
+
+Network: every remote is asked with `git ls-remote` first, killed after ``network_timeout`` (+3 s), so an
+unreachable host fails in seconds (github.com on a machine without DNS for it: "Could not resolve host",
+in well under a second) and nothing is fetched when no ref moved. Fetches are bounded by curl's
+low-speed limit (http.lowSpeedLimit/lowSpeedTime) and a long overall timeout. GIT_TERMINAL_PROMPT=0 and,
+unless the user chose an ssh command, ``ssh -o BatchMode=yes -o ConnectTimeout=N``: buildctl never prompts.
+
+Determinism: everything that writes commits (cherry-picks, patches) runs with the user's and the
+system's git configuration switched off, a fixed identity and dates taken from the base commit,
+so that the prepared commit has the same SHA on every machine with the same git merge machinery
+(merge-ort, the default since git 2.34).
+
+Exports and version suffixes: an export carries no history, but a minimal ``.git`` (HEAD = the prepared
+commit, no objects, core.abbrev=7) at its top and in each submodule, so that `git rev-parse --short HEAD`
+in the build tree prints ``PreparedTree.short``: TE's version becomes ``<VERSION.txt>+<tree[:7]>``, the
+short SHA of the prepared commit (the lock's ``tree``), not of the base commit. The build needs git for
+that (TE drops the suffix silently without it) and, where it runs as another user than the files' owner,
+``BUILD_GIT_ENV``. ``.git/buildctl-source.json`` records URL, commit, PRs, patches and submodules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from buildctl.errors import LockError, SourceError, UnreachableError
+from buildctl.lockfile import LockedComponent
+
+if TYPE_CHECKING:
+    from buildctl.config import Config
+    from buildctl.model import Component
+
+# The identity of every commit buildctl makes. Changing it (or PREPARE_RECIPE) changes every prepared
+# tree SHA, so it is part of the prepared-tree key.
+IDENTITY_NAME = "buildctl"
+IDENTITY_EMAIL = "buildctl@localhost"
+# Bump when the way PRs and patches are applied changes: the key of every prepared tree changes with it.
+PREPARE_RECIPE = 1
+# Length of the short SHA in exported trees: `git rev-parse --short HEAD` in an export prints this many
+# digits (a full clone of a large repository may print more; compare by prefix).
+SHORT_LEN = 7
+# Branches, tags and GitHub's PR heads. Other refs (refs/pull/N/merge, refs/changes, notes) are not mirrored.
+_REFSPECS_ALL = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", "+refs/pull/*/head:refs/pull/*/head")
+_REFSPECS_NO_PULLS = _REFSPECS_ALL[:2]
+_MAX_SUBMODULE_DEPTH = 8
+# merge-ort as the cherry-pick default (2.34) makes prepared SHAs agree across machines; GIT_CONFIG_GLOBAL
+# (2.32), which isolates local work from the user's configuration, is silently ignored by older git.
+MIN_GIT = (2, 34)
+# Low-speed abort: below this many bytes/s for network_timeout seconds (curl's low-speed limit).
+_LOW_SPEED_BYTES = 1000
+# Small network commands get network_timeout plus this before buildctl kills them, so that curl's own
+# low-speed abort (a clearer message) comes first for http(s); git:// and ssh only stop at our kill.
+_KILL_GRACE_S = 3.0
+
+# Variables that point git at another repository, index or identity: never inherited from the caller
+# (buildctl may run inside a git hook, where GIT_DIR and GIT_INDEX_FILE are set).
+_REPO_ENV = frozenset({
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE",
+    "GIT_REPLACE_REF_BASE", "GIT_NO_REPLACE_OBJECTS", "GIT_SHALLOW_FILE", "GIT_QUARANTINE_PATH",
+    "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE",
+    "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR",
+})
+
+# Environment for a build that runs `git rev-parse --short HEAD` in an exported tree it does not own
+# (a mounted source in a container running as another user): git >= 2.35.2 refuses such a repository
+# ("dubious ownership") and TE would then silently drop its version suffix. Command-line scope config
+# from the environment is one of the places git honours safe.directory from.
+BUILD_GIT_ENV: Mapping[str, str] = {
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "safe.directory",
+    "GIT_CONFIG_VALUE_0": "*",
+}
+
+HEX_RE = re.compile(r"^[0-9a-f]+$")
+_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_SCP_RE = re.compile(r"^(?:[^@/:]+@)?[^/:]+:(?!//)")
+
+
+# ------------------------------------------------------------------------------------------ values
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrHead:
+    """One upstream PR to apply: its number and the head SHA the lock recorded."""
+
+    number: int
+    head: str  # full 40-hex SHA
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchFile:
+    """One patch file to apply, checked against its sha256 before use."""
+
+    name: str  # as written in the manifest (relative path); part of the commit message, so of the SHA
+    path: Path  # where it is on this machine
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommitInfo:
+    sha: str
+    date: str  # committer date, ISO 8601
+    subject: str
+
+    def line(self) -> str:
+        return f"{self.sha}  {self.date}  {self.subject}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Submodule:
+    path: str  # relative to the top of the component, nested ones joined with '/'
+    url: str  # resolved (relative .gitmodules URLs made absolute), before mirror mapping
+    commit: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedTree:
+    """A commit plus its PRs and patches, committed deterministically in the mirror."""
+
+    url: str  # normalised repository URL
+    commit: str  # the locked base commit
+    tree: str  # the commit that carries PRs and patches (== commit when there are none)
+    key: str  # sha256 of (commit, PR heads, patches, recipe): the cache key
+    epoch: int  # base commit's committer time: the date of every commit made, and the mtime of exports
+    prs: tuple[PrHead, ...] = ()
+    patches: tuple[PatchFile, ...] = ()
+    submodules: tuple[Submodule, ...] = ()  # at `tree`, recursive
+    reused: bool = field(default=False, compare=False)  # found in the cache
+
+    @property
+    def short(self) -> str:
+        """What `git rev-parse --short HEAD` prints in an export of this tree (TE's version suffix)."""
+        return self.tree[:SHORT_LEN]
+
+
+FailureKind = Literal["unreachable", "not-found", "auth", "other"]
+
+
+# ---------------------------------------------------------------------------------- pure helpers
+
+
+def parse_git_version(text: str) -> tuple[int, int]:
+    """``git version 2.39.5`` (or ``2.45.1.windows.1``, ``2.39.3 (Apple Git-146)``) -> (2, 39)."""
+    m = re.search(r"(\d+)\.(\d+)", text)
+    if not m:
+        raise SourceError(f"cannot read the git version from {text.strip()!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def is_sha(text: str, *, min_len: int = 7) -> bool:
+    """Lower-case hex of min_len..40 digits."""
+    return min_len <= len(text) <= 40 and bool(HEX_RE.match(text))
+
+
+def url_kind(repo: str) -> Literal["url", "scp", "path"]:
+    """How git reads a repository string: scheme URL, scp-like ``host:path``, or a local path."""
+    if _SCHEME_RE.match(repo):
+        return "url"
+    # git reads "a:b" as ssh only when no slash comes before the colon ("./a:b" is a path)
+    if _SCP_RE.match(repo) and not repo.startswith(("/", ".")):
+        return "scp"
+    return "path"
+
+
+def normalize_repo(repo: str, base_dir: Path | None) -> str:
+    """A repository string made absolute: relative paths are taken from ``base_dir`` (the manifest's folder)."""
+    repo = repo.strip()
+    if url_kind(repo) != "path":
+        return repo
+    p = Path(repo).expanduser()
+    if not p.is_absolute():
+        if base_dir is None:
+            raise SourceError(f"repository {repo!r} is a relative path, but no folder to resolve it against",
+                              fix="give an absolute path or URL, or load the manifest from its file")
+        p = base_dir / p
+    return os.path.normpath(p)
+
+
+def mirror_name(url: str) -> str:
+    """Folder name of the mirror of ``url``: a readable stem plus a hash of the exact URL."""
+    stem = re.split(r"[/:]", url.rstrip("/"))[-1]
+    for suffix in (".git", ".bundle"):
+        stem = stem.removesuffix(suffix)
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", stem)[:40] or "repo"
+    return f"{stem}-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
+
+
+def insteadof_args(mirrors: Mapping[str, str]) -> list[str]:
+    """``git -c`` options that make git fetch ``orig...`` from ``mirror...`` (Config.git_mirrors)."""
+    args: list[str] = []
+    for orig, mirror in sorted(mirrors.items()):
+        args += ["-c", f"url.{mirror}.insteadOf={orig}"]
+    return args
+
+
+def resolve_submodule_url(super_url: str, sub_url: str) -> str:
+    """A .gitmodules URL made absolute the way git does (submodule--helper's relative_url): ``./x`` and
+    ``../x`` are relative to the superproject's URL as written, before insteadOf rewriting."""
+    if not sub_url.startswith(("./", "../")):
+        return sub_url
+    base, rest, colon = super_url.rstrip("/"), sub_url, False
+    while rest.startswith(("./", "../")):
+        if rest.startswith("./"):
+            rest = rest[2:]
+            continue
+        rest = rest[3:]
+        cut = base.rfind("/")
+        if cut < 0:
+            cut = base.rfind(":")
+            colon = cut >= 0
+        if cut < 0:
+            raise SourceError(f"submodule URL {sub_url!r} climbs above {super_url!r}",
+                              fix="fix the submodule URL in .gitmodules, or map it with git_mirrors")
+        base = base[:cut]
+    return f"{base}{':' if colon else '/'}{rest}"
+
+
+def parse_gitmodules(text: str) -> dict[str, str]:
+    """``git config -z --list`` output of a .gitmodules blob -> {path: url}."""
+    entries: dict[str, dict[str, str]] = {}
+    for item in filter(None, text.split("\0")):
+        key, _, value = item.partition("\n")
+        m = re.match(r"^submodule\.(.+)\.(path|url)$", key)
+        if m:
+            entries.setdefault(m.group(1), {})[m.group(2)] = value
+    return {e["path"].strip("/"): e["url"] for e in entries.values() if "path" in e and "url" in e}
+
+
+def parse_ls_tree_gitlinks(text: str) -> dict[str, str]:
+    """``git ls-tree -r -z`` output -> {path: commit} of the gitlinks (mode 160000) in it."""
+    out: dict[str, str] = {}
+    for item in filter(None, text.split("\0")):
+        meta, _, path = item.partition("\t")
+        mode, _type, obj = meta.split(" ")
+        if mode == "160000":
+            out[path] = obj
+    return out
+
+
+def parse_ls_remote(text: str, *, pulls: bool) -> dict[str, str]:
+    """``git ls-remote --refs`` output -> {ref: sha} of the refs a mirror keeps."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        sha, _, ref = line.partition("\t")
+        if ref.endswith("^{}"):  # a peeled tag (ls-remote without --refs): the tag itself is listed too
+            continue
+        if ref.startswith(("refs/heads/", "refs/tags/")) or (
+            pulls and re.fullmatch(r"refs/pull/[^/]+/head", ref)
+        ):
+            out[ref] = sha
+    return out
+
+
+def prepare_key(commit: str, prs: Sequence[PrHead], patches: Sequence[PatchFile]) -> str:
+    """Cache key of a prepared tree: everything that determines its commit SHA, and nothing else."""
+    data = {
+        "recipe": PREPARE_RECIPE,
+        "identity": f"{IDENTITY_NAME} <{IDENTITY_EMAIL}>",
+        "commit": commit,
+        "prs": [[p.number, p.head] for p in prs],
+        "patches": [[p.name, p.sha256] for p in patches],
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+_UNREACHABLE_MARKERS = (
+    "could not resolve host", "could not resolve hostname", "unable to look up", "name or service not known",
+    "temporary failure in name resolution", "connection refused", "connection timed out", "timed out",
+    "operation too slow", "failed to connect", "network is unreachable", "no route to host",
+    "connection reset", "ssl", "certificate", "gnutls", "proxy", "could not read from remote repository",
+    "empty reply from server", "the remote end hung up unexpectedly",
+)
+_NOT_FOUND_MARKERS = (
+    "not found", "does not appear to be a git repository", "does not exist", "no such file or directory",
+    "is not a valid", "not a git repository", "could not read bundle", "unrecognized header",
+)
+_AUTH_MARKERS = (
+    "authentication failed", "terminal prompts disabled", "could not read username", "could not read password",
+    "permission denied", "returned error: 401", "returned error: 403",
+)
+
+
+def classify_failure(stderr: str) -> FailureKind:
+    """Sort a failed network git command by its message: could not reach, no such repo, no access, other."""
+    text = stderr.lower()
+    if any(m in text for m in _AUTH_MARKERS):
+        return "auth"
+    if any(m in text for m in _NOT_FOUND_MARKERS):
+        return "not-found"
+    if any(m in text for m in _UNREACHABLE_MARKERS):
+        return "unreachable"
+    return "other"
+
+
+def mirror_hint(url: str) -> str:
+    """How to point buildctl at a mirror of ``url`` (the 'fix' of an unreachable remote)."""
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/]+/)", url)
+    base = m.group(1) if m else (url.split(":", 1)[0] + ":" if url_kind(url) == "scp" else url)
+    return (
+        f"if this machine cannot reach it, use a mirror: in the buildctl config file add "
+        f"[git_mirrors] \"{base}\" = \"<mirror base>\" (or set BUILDCTL_GIT_MIRRORS='{base}=<mirror base>'), "
+        f"or tell git itself: git config --global url.<mirror base>.insteadOf {base} "
+        f"(a mirror must carry refs/pull/*/head for PRs: `git clone --mirror` does; submodule repositories "
+        f"need mirrors too)"
+    )
+
+
+def conflict_files_from_apply(stderr: str) -> list[str]:
+    """The files `git apply` names in its errors (``patch failed: F:L``, ``F: does not exist``...)."""
+    files: list[str] = []
+    for line in stderr.splitlines():
+        m = (re.match(r"^error: patch failed: (.+):\d+$", line)
+             or re.match(r"^error: (.+): (?:does not exist in index|patch does not apply|already exists in index"
+                         r"|does not match index|No such file or directory|already exists in working directory)$",
+                         line))
+        if m and m.group(1) not in files:
+            files.append(m.group(1))
+    return files
+
+
+def shortest_unique_prefixes(shas: Sequence[str], min_len: int) -> dict[str, str]:
+    """For each SHA the shortest prefix (>= min_len) that no other SHA in ``shas`` shares."""
+    out: dict[str, str] = {}
+    for s in shas:
+        n = min_len
+        while n < 40 and any(o != s and o.startswith(s[:n]) for o in shas):
+            n += 1
+        out[s] = s[:n]
+    return out
+
+
+def check_patch(patch: PatchFile) -> None:
+    """Raise SourceError unless the patch file exists and matches its sha256."""
+    try:
+        data = patch.path.read_bytes()
+    except OSError as exc:
+        raise SourceError(f"patch {patch.name} cannot be read: {exc.strerror}",
+                          why=f"looked for it at {patch.path}",
+                          fix="restore the file, or remove it from the component's patches") from exc
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != patch.sha256:
+        raise SourceError(
+            f"patch {patch.name} does not match its sha256",
+            why=f"the manifest says {patch.sha256}, the file at {patch.path} has {actual}",
+            fix="if the change to the patch was intended, put the new sha256 in the manifest and re-lock",
+        )
+
+
+# ------------------------------------------------------------------------------------------ runner
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Result:
+    rc: int
+    out: str
+    err: str
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _run_process(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | None, timeout: float,
+                 input_bytes: bytes | None) -> tuple[int, bytes, bytes]:
+    # A new session: git's helpers (git-remote-https, ssh) die with it on timeout, and ssh cannot open
+    # the terminal to ask for a password or a host key (which would hang until the timeout).
+    proc = subprocess.Popen(
+        list(argv), cwd=cwd, env=dict(env), start_new_session=True,
+        stdin=subprocess.PIPE if input_bytes is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        out, err = proc.communicate(input_bytes, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise _Timeout from None
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return proc.returncode, out, err
+
+
+class Sources:
+    """Git mirrors and prepared trees under one cache folder.
+
+    Resolution functions fetch a repository at most once per ``Sources`` object (one consistent view
+    per `buildctl lock` run); make a new object to see later changes. ``prepare`` fetches only when
+    an object it needs is missing, so that builds of a locked stack work offline from the cache.
+    """
+
+    def __init__(self, *, cache: Path, mirrors: Mapping[str, str] | None = None, network_timeout: float = 10.0,
+                 base_dir: Path | None = None, fetch_timeout: float | None = None) -> None:
+        self.cache = cache
+        self.mirrors = dict(mirrors or {})
+        self.network_timeout = float(network_timeout)
+        # A fetch of a large repository (TE with cutlass) legitimately takes minutes; stalls are caught by
+        # the low-speed limit, unreachable hosts by the ls-remote that always comes first.
+        self.fetch_timeout = float(fetch_timeout) if fetch_timeout else max(1800.0, 60 * self.network_timeout)
+        self.base_dir = base_dir
+        self._fresh: set[tuple[str, bool]] = set()
+        self._ssh_default: bool | None = None
+        self._git_checked = False
+
+    @classmethod
+    def from_config(cls, config: Config, *, base_dir: Path | None = None) -> Sources:
+        return cls(cache=config.cache.sources, mirrors=config.git_mirrors,
+                   network_timeout=config.network_timeout, base_dir=base_dir)
+
+    # -- paths
+
+    @property
+    def _mirrors_dir(self) -> Path:
+        return self.cache / "mirrors"
+
+    @property
+    def _tmp_dir(self) -> Path:
+        return self.cache / "tmp"
+
+    def url(self, repo: str) -> str:
+        """The repository string as buildctl uses it (relative paths made absolute)."""
+        return normalize_repo(repo, self.base_dir)
+
+    def mirror_path(self, repo: str) -> Path:
+        return self._mirrors_dir / f"{mirror_name(self.url(repo))}.git"
+
+    # -- running git
+
+    def _env(self, *, network: bool) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
+        env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C", LANGUAGE="C", GIT_LFS_SKIP_SMUDGE="1")
+        if network:
+            if self._use_default_ssh(env):
+                env["GIT_SSH_COMMAND"] = f"ssh -o BatchMode=yes -o ConnectTimeout={max(1, int(self.network_timeout))}"
+        else:
+            # Local work must not depend on who runs it: no user or system config (hooks, merge.renames,
+            # commit.gpgSign, core.autocrlf, rerere ...), and none from the environment either.
+            for k in list(env):
+                if k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")) or k in (
+                        "GIT_CONFIG", "GIT_CONFIG_COUNT", "GIT_CONFIG_PARAMETERS"):
+                    del env[k]
+            env.update(GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+        return env
+
+    def _use_default_ssh(self, env: Mapping[str, str]) -> bool:
+        """Whether to set our bounded ssh command (only where the user has not chosen one)."""
+        if "GIT_SSH_COMMAND" in env or "GIT_SSH" in env:
+            return False
+        if self._ssh_default is None:
+            try:
+                rc, _, _ = _run_process(["git", "config", "--get", "core.sshCommand"], env=env, cwd=None,
+                                        timeout=self.network_timeout, input_bytes=None)
+            except (OSError, _Timeout):
+                rc = 1
+            self._ssh_default = rc != 0
+        return self._ssh_default
+
+    def _check_git(self) -> None:
+        try:
+            _, out, _ = _run_process(["git", "--version"], env=self._env(network=False), cwd=None, timeout=60,
+                                     input_bytes=None)
+        except FileNotFoundError as exc:
+            raise SourceError("git is not installed", why=str(exc),
+                              fix="install git (apt-get install git) and run the command again") from exc
+        except _Timeout:
+            raise SourceError("`git --version` did not finish within 60s") from None
+        version = parse_git_version(out.decode())
+        if version < MIN_GIT:
+            raise SourceError(
+                f"git {out.decode().strip()} is too old for buildctl",
+                why=f"prepared trees need git >= {MIN_GIT[0]}.{MIN_GIT[1]} to get the same commit SHAs everywhere",
+                fix="install a newer git (Debian bookworm has 2.39)",
+            )
+        self._git_checked = True
+
+    def _git(self, args: Sequence[str], *, git_dir: Path | None = None, cwd: Path | None = None,
+             network: bool = False, timeout: float | None = None, input_bytes: bytes | None = None,
+             env: Mapping[str, str] | None = None, check: bool = True, what: str = "",
+             url: str = "") -> _Result:
+        if not self._git_checked:
+            self._check_git()
+        argv = ["git"]
+        if network:
+            argv += insteadof_args(self.mirrors)
+            argv += ["-c", f"http.lowSpeedLimit={_LOW_SPEED_BYTES}",
+                     "-c", f"http.lowSpeedTime={max(1, int(self.network_timeout))}"]
+        else:
+            argv += ["-c", "core.autocrlf=false", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0",
+                     "-c", "maintenance.auto=false"]
+        if git_dir is not None:
+            argv += ["--git-dir", str(git_dir)]
+        argv += list(args)
+        full_env = self._env(network=network)
+        if env:
+            full_env.update(env)
+        limit = timeout if timeout is not None else (self.network_timeout + _KILL_GRACE_S if network else 600.0)
+        try:
+            rc, out, err = _run_process(argv, env=full_env, cwd=cwd, timeout=limit, input_bytes=input_bytes)
+        except FileNotFoundError as exc:
+            raise SourceError("git is not installed", why=str(exc),
+                              fix="install git (apt-get install git) and run the command again") from exc
+        except _Timeout:
+            if network:
+                raise UnreachableError(
+                    f"git remote {self._display(url)} did not answer within {limit:g}s ({what or args[0]})",
+                    why="the host accepts no connection or sends nothing (a firewall, an air-gapped site)",
+                    fix=mirror_hint(url),
+                ) from None
+            raise SourceError(f"git {args[0]} took longer than {limit:g}s ({what})",
+                              fix="look for a stuck process or a very slow disk, then run again") from None
+        result = _Result(rc=rc, out=out.decode("utf-8", "replace"), err=err.decode("utf-8", "replace"))
+        if check and rc != 0:
+            if network:
+                self._raise_network(result, url=url, what=what or " ".join(args[:1]))
+            raise SourceError(f"git {' '.join(args[:2])} failed ({what})" if what else f"git {args[0]} failed",
+                              why=_last_lines(result.err))
+        return result
+
+    def _display(self, url: str) -> str:
+        """``url``, plus where git really goes when a mirror rule rewrites it."""
+        if not url:
+            return "(unknown)"
+        effective = self.effective_url(url)
+        return url if effective == url else f"{url} (mapped to {effective})"
+
+    def effective_url(self, url: str) -> str:
+        """The URL git fetches after insteadOf rules (the user's and Config.git_mirrors) are applied."""
+        try:
+            rc, out, _ = _run_process(["git", *insteadof_args(self.mirrors), "ls-remote", "--get-url", url],
+                                      env=self._env(network=True), cwd=None, timeout=self.network_timeout,
+                                      input_bytes=None)
+        except (OSError, _Timeout):
+            return url
+        return (out.decode().strip() or url) if rc == 0 else url
+
+    def _raise_network(self, result: _Result, *, url: str, what: str) -> None:
+        kind = classify_failure(result.err)
+        shown = self._display(url)
+        why = _last_lines(result.err)
+        if kind == "unreachable":
+            raise UnreachableError(f"cannot reach git remote {shown} ({what})", why=why, fix=mirror_hint(url))
+        if kind == "not-found":
+            raise SourceError(f"git remote {shown} has no repository there ({what})", why=why,
+                              fix="check the component's repo URL (and the mirror it maps to)")
+        if kind == "auth":
+            raise SourceError(f"git remote {shown} refused access ({what})", why=why,
+                              fix="set up credentials for it in git (a credential helper or ssh key); "
+                                  "buildctl never prompts")
+        raise SourceError(f"git {what} failed for {shown}", why=why,
+                          fix="run the same git command by hand to see more, then run again")
+
+    # -- mirrors
+
+    @contextlib.contextmanager
+    def _locked(self, url: str) -> Iterator[Path]:
+        """Hold the mirror's lock (other buildctl processes share the cache); yield its folder."""
+        self._mirrors_dir.mkdir(parents=True, exist_ok=True)
+        name = mirror_name(url)
+        with open(self._mirrors_dir / f"{name}.lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield self._mirrors_dir / f"{name}.git"
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _init_mirror(self, mirror: Path, url: str) -> None:
+        if (mirror / "HEAD").is_file():
+            return
+        self._tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix="mirror-", dir=self._tmp_dir))
+        try:
+            self._git(["init", "--quiet", "--bare", str(tmp)], what="create mirror")
+            # For people reading the cache; fetches always name the URL explicitly.
+            self._git(["config", "buildctl.url", url], git_dir=tmp, what="create mirror")
+            shutil.rmtree(mirror, ignore_errors=True)
+            os.replace(tmp, mirror)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _local_refs(self, mirror: Path, *, pulls: bool) -> dict[str, str]:
+        r = self._git(["for-each-ref", "--format=%(objectname)\t%(refname)",
+                       "refs/heads", "refs/tags", *(["refs/pull"] if pulls else [])],
+                      git_dir=mirror, what="list mirror refs")
+        return parse_ls_remote(r.out, pulls=pulls)
+
+    def _refresh(self, url: str, mirror: Path, *, pulls: bool) -> None:
+        """Bring the mirror up to date with the remote (called with the mirror locked)."""
+        if (url, pulls) in self._fresh or (url, True) in self._fresh:
+            return
+        self._init_mirror(mirror, url)
+        # ls-remote first: small, bounded by network_timeout, so an unreachable host fails in seconds;
+        # and when nothing moved (the common case for a re-lock) there is nothing to fetch.
+        remote = parse_ls_remote(
+            self._git(["ls-remote", "--refs", url], network=True, url=url, what="ls-remote").out, pulls=pulls)
+        if remote != self._local_refs(mirror, pulls=pulls):
+            self._git(["--git-dir", str(mirror), "fetch", "--quiet", "--prune", "--no-tags",
+                       "--no-write-fetch-head", url, *(_REFSPECS_ALL if pulls else _REFSPECS_NO_PULLS)],
+                      network=True, url=url, timeout=self.fetch_timeout, what="fetch")
+        self._fresh.add((url, pulls))
+
+    def _missing(self, mirror: Path, shas: Sequence[str]) -> list[str]:
+        if not shas:
+            return []
+        if not (mirror / "HEAD").is_file():
+            return list(shas)
+        r = self._git(["cat-file", "--batch-check=%(objectname) %(objecttype)"], git_dir=mirror,
+                      input_bytes="".join(f"{s}^{{commit}}\n" for s in shas).encode(), what="look up commits")
+        lines = r.out.splitlines()
+        return [s for s, line in zip(shas, lines, strict=True) if not line.endswith(" commit")]
+
+    def _ensure(self, url: str, mirror: Path, shas: Sequence[str], *, pulls: bool, what: str) -> None:
+        """Make sure the mirror has these commits: refresh, then ask for each missing one by SHA."""
+        missing = self._missing(mirror, shas)
+        if not missing:
+            return
+        self._refresh(url, mirror, pulls=pulls)
+        for sha in self._missing(mirror, missing):
+            # Servers that allow it (GitHub does) hand out a commit by SHA even when no ref points at it.
+            r = self._git(["--git-dir", str(mirror), "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
+                           url, f"+{sha}:refs/buildctl/keep/{sha}"],
+                          network=True, url=url, timeout=self.fetch_timeout, check=False, what="fetch by SHA")
+            if r.rc != 0 and classify_failure(r.err) == "unreachable":
+                self._raise_network(r, url=url, what="fetch by SHA")
+        still = self._missing(mirror, missing)
+        if still:
+            raise SourceError(
+                f"commit {still[0]} ({what}) is not in {self._display(url)}",
+                why="no branch, tag or PR head of the remote contains it, and the remote does not hand it out "
+                    "by SHA (force-pushed or deleted?)",
+                fix="check the SHA; re-lock if the lock is old; a mirror must carry the commit too",
+            )
+
+    def _keep(self, mirror: Path, shas: Sequence[str]) -> None:
+        """Pin commits a lock names, so that pruning refs and gc cannot drop them from the cache."""
+        stdin = "".join(f"update refs/buildctl/keep/{s} {s}\n" for s in dict.fromkeys(shas))
+        if stdin:
+            self._git(["update-ref", "--stdin"], git_dir=mirror, input_bytes=stdin.encode(), what="keep commits")
+
+    # -- resolution (used by `buildctl lock`)
+
+    def resolve_commit(self, repo: str, commit: str, *, branch: str | None = None) -> str:
+        """Full SHA of ``commit`` (7 to 40 hex digits); with ``branch``, check it is on that branch."""
+        url = self.url(repo)
+        prefix = commit.strip().lower()
+        if not is_sha(prefix):
+            raise SourceError(f"{commit!r} is not a commit SHA (7 to 40 hex digits) for {url}",
+                              fix="give the full 40-digit SHA, or at least its first 7 digits")
+        with self._locked(url) as mirror:
+            self._refresh(url, mirror, pulls=True)
+            if len(prefix) == 40:
+                self._ensure(url, mirror, [prefix], pulls=True, what="as written in the manifest")
+                full = prefix
+            else:
+                candidates = self._commits_with_prefix(mirror, prefix)
+                if not candidates:
+                    raise SourceError(
+                        f"no commit {prefix} in {self._display(url)}",
+                        why="no branch, tag or PR head of the remote contains a commit with that prefix",
+                        fix="check the SHA (and the branch it was on); give the full 40-digit SHA if the "
+                            "commit is on no branch: the remote may still hand it out by full SHA",
+                    )
+                if len(candidates) > 1:
+                    infos = self._commit_infos(mirror, candidates)
+                    unique = shortest_unique_prefixes([i.sha for i in infos], len(prefix) + 1)
+                    raise SourceError(
+                        f"short SHA {prefix} is ambiguous in {url}: {len(infos)} commits start with it:\n"
+                        + "\n".join(f"    {i.line()}" for i in infos),
+                        why="a short SHA must name exactly one commit",
+                        fix="write more digits in the manifest: "
+                            + ", ".join(unique[i.sha] for i in infos),
+                    )
+                full = candidates[0]
+            if branch is not None:
+                head = self._branch_sha(mirror, url, branch)
+                contained = self._git(["merge-base", "--is-ancestor", full, head], git_dir=mirror, check=False,
+                                      what="check branch")
+                if contained.rc == 1:
+                    raise SourceError(
+                        f"commit {full} is not on branch {branch} of {url}",
+                        why=f"{branch} is at {head} and does not contain it",
+                        fix="correct the branch (or the commit) in the manifest; leave branch out if the "
+                            "commit is on no branch",
+                    )
+                if contained.rc != 0:
+                    raise SourceError(f"cannot check whether {full} is on {branch}", why=_last_lines(contained.err))
+            self._keep(mirror, [full])
+            return full
+
+    def _commits_with_prefix(self, mirror: Path, prefix: str) -> list[str]:
+        r = self._git(["rev-parse", f"--disambiguate={prefix}"], git_dir=mirror, check=False,
+                      what="expand short SHA")
+        objects = [s for s in r.out.split() if is_sha(s, min_len=40)]
+        if not objects:
+            return []
+        typed = self._git(["cat-file", "--batch-check=%(objectname) %(objecttype)"], git_dir=mirror,
+                          input_bytes="".join(f"{s}\n" for s in objects).encode(), what="expand short SHA")
+        return sorted(line.split()[0] for line in typed.out.splitlines() if line.endswith(" commit"))
+
+    def _commit_infos(self, mirror: Path, shas: Sequence[str]) -> list[CommitInfo]:
+        r = self._git(["show", "-s", "--no-walk=unsorted", "--format=%H%x00%cI%x00%s", *shas], git_dir=mirror,
+                      what="describe commits")
+        infos = [CommitInfo(sha=h, date=d, subject=s) for h, d, s in
+                 (line.split("\0", 2) for line in r.out.splitlines() if line)]
+        return sorted(infos, key=lambda i: (i.date, i.sha))
+
+    def _branch_sha(self, mirror: Path, url: str, branch: str) -> str:
+        ref = branch if branch.startswith("refs/") else f"refs/heads/{branch}"
+        r = self._git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], git_dir=mirror, check=False,
+                      what="find branch")
+        if r.rc != 0:
+            names = [b.removeprefix("refs/heads/") for b in self._local_refs(mirror, pulls=False)
+                     if b.startswith("refs/heads/")]
+            close = difflib.get_close_matches(branch, names, n=3)
+            raise SourceError(
+                f"branch {branch} does not exist in {self._display(url)}",
+                why=f"it has {len(names)} branch(es)" + (f"; close: {', '.join(close)}" if close else ""),
+                fix="correct the branch name in the manifest",
+            )
+        return r.out.strip()
+
+    def branch_head(self, repo: str, branch: str) -> str:
+        """The commit ``branch`` points at now."""
+        url = self.url(repo)
+        with self._locked(url) as mirror:
+            self._refresh(url, mirror, pulls=True)
+            return self._branch_sha(mirror, url, branch)
+
+    def pr_head(self, repo: str, number: int) -> str:
+        """The head commit of PR ``number`` now (``refs/pull/N/head``, as GitHub publishes it)."""
+        url = self.url(repo)
+        with self._locked(url) as mirror:
+            self._refresh(url, mirror, pulls=True)
+            r = self._git(["rev-parse", "--verify", "--quiet", f"refs/pull/{number}/head^{{commit}}"],
+                          git_dir=mirror, check=False, what="find PR head")
+            if r.rc != 0:
+                count = sum(1 for ref in self._local_refs(mirror, pulls=True) if ref.startswith("refs/pull/"))
+                raise SourceError(
+                    f"PR #{number} not found in {self._display(url)}",
+                    why=f"the remote has no refs/pull/{number}/head ({count} PR heads in all)"
+                        + ("; it publishes no PR refs at all: a mirror made without `--mirror`?" if not count else ""),
+                    fix="check the PR number; a mirror must carry refs/pull/*/head (`git clone --mirror` does)",
+                )
+            sha = r.out.strip()
+            self._keep(mirror, [sha])
+            return sha
+
+    def submodules(self, repo: str, commit: str) -> dict[str, str]:
+        """{path: commit} of every submodule at ``commit``, nested ones included ("a/b")."""
+        url = self.url(repo)
+        with self._locked(url) as mirror:
+            self._ensure(url, mirror, [commit], pulls=True, what="superproject")
+        return {s.path: s.commit for s in self._submodule_list(url, commit, prefix="", depth=0)}
+
+    def _submodule_list(self, url: str, commit: str, *, prefix: str, depth: int) -> list[Submodule]:
+        if depth > _MAX_SUBMODULE_DEPTH:
+            raise SourceError(f"submodules nest deeper than {_MAX_SUBMODULE_DEPTH} levels under {url}",
+                              why="a submodule that contains itself?")
+        mirror = self._mirrors_dir / f"{mirror_name(url)}.git"
+        links = parse_ls_tree_gitlinks(
+            self._git(["ls-tree", "-r", "-z", "--full-tree", commit], git_dir=mirror, what="list tree").out)
+        if not links:
+            return []
+        gm = self._git(["config", "-z", "--blob", f"{commit}:.gitmodules", "--list"], git_dir=mirror,
+                       check=False, what="read .gitmodules")
+        urls = parse_gitmodules(gm.out) if gm.rc == 0 else {}
+        out: list[Submodule] = []
+        for path, sha in sorted(links.items()):
+            if path not in urls:
+                raise SourceError(f"submodule {prefix}{path} of {url} at {commit[:12]} has no URL",
+                                  why=".gitmodules has no entry with that path",
+                                  fix="the commit is broken for recursive checkouts; pick another commit")
+            sub_url = resolve_submodule_url(url, urls[path])
+            with self._locked(sub_url) as sub_mirror:
+                self._ensure(sub_url, sub_mirror, [sha], pulls=False, what=f"submodule {prefix}{path}")
+                self._keep(sub_mirror, [sha])
+            out.append(Submodule(path=f"{prefix}{path}", url=sub_url, commit=sha))
+            out += self._submodule_list(sub_url, sha, prefix=f"{prefix}{path}/", depth=depth + 1)
+        return out
+
+    # -- prepared trees (build time, and `buildctl lock` to record `tree`)
+
+    def prepare(self, repo: str, commit: str, *, prs: Sequence[PrHead] = (), patches: Sequence[PatchFile] = (),
+                submodules: bool = True) -> PreparedTree:
+        """``commit`` with each PR cherry-picked in order and each patch applied, committed deterministically.
+
+        A PR is applied as cherry-picks of its own commits: first-parent history of merge-base(commit,
+        head)..head, a merge in it picked against its first parent (the PR branch), commits that end up
+        empty kept (stacked PRs repeat their base PR's commits). Cherry-picks keep their author; the
+        committer is buildctl at the base commit's date; patches are committed by buildctl at that date.
+        Nothing is stored unless everything applied.
+        """
+        url = self.url(repo)
+        if not is_sha(commit, min_len=40):
+            raise SourceError(f"prepare needs a full commit SHA, got {commit!r}", fix="lock the stack first")
+        for p in prs:
+            if not is_sha(p.head, min_len=40):
+                raise SourceError(f"PR #{p.number}: head {p.head!r} is not a full SHA", fix="lock the stack first")
+        for patch in patches:
+            check_patch(patch)
+        key = prepare_key(commit, prs, patches)
+        with self._locked(url) as mirror:
+            self._ensure(url, mirror, [commit], pulls=True, what="locked commit")
+            for p in prs:
+                self._ensure(url, mirror, [p.head], pulls=True, what=f"head of PR #{p.number}")
+            self._keep(mirror, [commit, *(p.head for p in prs)])
+            epoch = int(self._git(["show", "-s", "--format=%ct", commit], git_dir=mirror, what="read date").out)
+            reused = True
+            if not prs and not patches:
+                tree = commit
+            else:
+                found = self._git(["rev-parse", "--verify", "--quiet", f"refs/buildctl/prepared/{key}^{{commit}}"],
+                                  git_dir=mirror, check=False, what="find prepared tree")
+                if found.rc == 0:
+                    tree = found.out.strip()
+                else:
+                    tree = self._apply(url, mirror, commit, prs, patches, key=key, epoch=epoch)
+                    reused = False
+        subs = tuple(self._submodule_list(url, tree, prefix="", depth=0)) if submodules else ()
+        return PreparedTree(url=url, commit=commit, tree=tree, key=key, epoch=epoch, prs=tuple(prs),
+                            patches=tuple(patches), submodules=subs, reused=reused)
+
+    def _apply(self, url: str, mirror: Path, commit: str, prs: Sequence[PrHead], patches: Sequence[PatchFile],
+               *, key: str, epoch: int) -> str:
+        date = f"@{epoch} +0000"
+        committer = {"GIT_COMMITTER_NAME": IDENTITY_NAME, "GIT_COMMITTER_EMAIL": IDENTITY_EMAIL,
+                     "GIT_COMMITTER_DATE": date}
+        author = {"GIT_AUTHOR_NAME": IDENTITY_NAME, "GIT_AUTHOR_EMAIL": IDENTITY_EMAIL, "GIT_AUTHOR_DATE": date}
+        self._tmp_dir.mkdir(parents=True, exist_ok=True)
+        # A scratch repository that borrows the mirror's objects: a failed PR leaves nothing in the
+        # mirror, and only a complete result is fetched into it.
+        work = Path(tempfile.mkdtemp(prefix="prepare-", dir=self._tmp_dir))
+        try:
+            self._git(["init", "--quiet", str(work)], what="prepare")
+            (work / ".git" / "objects" / "info" / "alternates").write_text(f"{mirror / 'objects'}\n")
+            self._git(["checkout", "--quiet", "--detach", commit], cwd=work, what="check out the locked commit")
+            for pr in prs:
+                self._apply_pr(url, work, commit, pr, env=committer)
+            for patch in patches:
+                self._apply_patch(url, work, commit, patch, env={**committer, **author})
+            head = self._git(["rev-parse", "HEAD"], cwd=work, what="prepare").out.strip()
+            self._git(["update-ref", "refs/heads/prepared", head], cwd=work, what="prepare")
+            self._git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(work),
+                       f"+refs/heads/prepared:refs/buildctl/prepared/{key}"], git_dir=mirror,
+                      what="store the prepared tree")
+            return head
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _apply_pr(self, url: str, work: Path, commit: str, pr: PrHead, *, env: Mapping[str, str]) -> None:
+        mb = self._git(["merge-base", commit, pr.head], cwd=work, check=False, what="merge-base")
+        if mb.rc != 0 or not mb.out.strip():
+            raise SourceError(f"PR #{pr.number} shares no history with {commit[:12]} of {url}",
+                              why=f"git merge-base {commit[:12]} {pr.head[:12]} found nothing",
+                              fix="check that the PR belongs to this repository")
+        base = mb.out.strip()
+        picks = self._git(["rev-list", "--reverse", "--first-parent", "--parents", f"{base}..{pr.head}"],
+                          cwd=work, what=f"list PR #{pr.number} commits").out.split("\n")
+        for line in filter(None, picks):
+            sha, *parents = line.split()
+            args = ["cherry-pick", "-x", "--allow-empty", "--keep-redundant-commits", "--no-gpg-sign",
+                    "--cleanup=verbatim", "--no-rerere-autoupdate"]
+            if len(parents) > 1:
+                args += ["-m", "1"]
+            r = self._git([*args, sha], cwd=work, env=env, check=False, what=f"PR #{pr.number}")
+            if r.rc != 0:
+                files = self._git(["diff", "--name-only", "--diff-filter=U"], cwd=work, check=False,
+                                  what="list conflicts").out.split()
+                subject = self._git(["show", "-s", "--format=%s", sha], cwd=work, check=False, what="").out.strip()
+                raise SourceError(
+                    f"PR #{pr.number} does not apply to {commit[:12]} of {url}",
+                    why=f"cherry-picking its commit {sha[:12]} ({subject}) "
+                        + (f"conflicts in: {', '.join(files)}" if files else f"failed: {_last_lines(r.err)}"),
+                    fix="drop the PR or pin a commit it applies to; or apply a rebased version as a patch file",
+                )
+
+    def _apply_patch(self, url: str, work: Path, commit: str, patch: PatchFile, *, env: Mapping[str, str]) -> None:
+        r = self._git(["apply", "--index", "--whitespace=nowarn", str(patch.path)], cwd=work, check=False,
+                      what=f"patch {patch.name}")
+        if r.rc != 0:
+            files = conflict_files_from_apply(r.err)
+            raise SourceError(
+                f"patch {patch.name} does not apply to {commit[:12]} of {url}",
+                why=(f"it fails on: {', '.join(files)}" if files else _last_lines(r.err)),
+                fix="rebase the patch onto the locked commit (with its PRs applied) and update its sha256",
+            )
+        self._git(["commit", "--quiet", "--no-verify", "--no-gpg-sign", "--allow-empty", "--cleanup=verbatim",
+                   "-m", f"Apply patch {patch.name}\n\nsha256: {patch.sha256}\n"],
+                  cwd=work, env=env, what=f"commit patch {patch.name}")
+
+    def lock_component(self, component: Component) -> LockedComponent:
+        """Everything `buildctl lock` records for a git component: full commit (on its branch, if one is
+        named), PR heads (checked against a reviewed ``head`` in the manifest), patch hashes, submodules at
+        the commit, and the prepared tree's SHA (so a PR that does not apply fails at lock time)."""
+        commit = self.resolve_commit(component.repo, component.commit, branch=component.branch)
+        prs: list[PrHead] = []
+        for pr in component.prs:
+            head = self.pr_head(component.repo, pr.number)
+            if pr.head is not None and not head.startswith(pr.head.lower()):
+                raise SourceError(
+                    f"component {component.name}: PR #{pr.number} head moved",
+                    why=f"the manifest says it was reviewed at {pr.head}; refs/pull/{pr.number}/head is now {head}",
+                    fix="review the new commits, then put the new head in the manifest (or drop head: to follow it)",
+                )
+            prs.append(PrHead(number=pr.number, head=head))
+        patches = [PatchFile(name=p.file, path=self._patch_path(p.file), sha256=p.sha256) for p in component.patches]
+        submodules = self.submodules(component.repo, commit) if component.submodules else {}
+        prepared = self.prepare(component.repo, commit, prs=prs, patches=patches, submodules=component.submodules)
+        return LockedComponent(
+            name=component.name, repo=component.repo, commit=commit,
+            prs={str(p.number): p.head for p in prs}, patches={p.name: p.sha256 for p in patches},
+            submodules=submodules, tree=prepared.tree,
+        )
+
+    def prepare_component(self, component: Component, locked: LockedComponent, *,
+                          check_tree: bool = True) -> PreparedTree:
+        """``prepare`` for a manifest component at its lock; checks the result against the lock's ``tree``."""
+        prs: list[PrHead] = []
+        for pr in component.prs:
+            head = locked.prs.get(str(pr.number))
+            if head is None:
+                raise LockError(f"component {component.name}: PR #{pr.number} is not in the lock",
+                                fix="re-lock: buildctl lock STACK (the manifest changed since)")
+            prs.append(PrHead(number=pr.number, head=head))
+        patches: list[PatchFile] = []
+        for p in component.patches:
+            if locked.patches.get(p.file, p.sha256) != p.sha256:
+                raise LockError(f"component {component.name}: patch {p.file} changed since the lock",
+                                fix="re-lock: buildctl lock STACK")
+            patches.append(PatchFile(name=p.file, path=self._patch_path(p.file), sha256=p.sha256))
+        prepared = self.prepare(component.repo, locked.commit, prs=prs, patches=patches,
+                                submodules=component.submodules)
+        if check_tree and locked.tree and prepared.tree != locked.tree:
+            raise SourceError(
+                f"component {component.name}: prepared tree {prepared.tree} differs from the lock's {locked.tree}",
+                why="applying the same PRs and patches gave another commit here: a different git merge "
+                    "machine (git < 2.34 lacks merge-ort as default) or a hand-edited lock",
+                fix="use git >= 2.34, or re-lock on this machine if the difference is understood",
+            )
+        return prepared
+
+    def _patch_path(self, name: str) -> Path:
+        p = Path(name)
+        return p if p.is_absolute() or self.base_dir is None else self.base_dir / p
+
+    # -- export
+
+    def export(self, prepared: PreparedTree, dest: Path, *, git_head: bool = True) -> Path:
+        """Write the prepared tree, submodules included, into ``dest`` (which must not exist).
+
+        No .git history goes along. With ``git_head`` a minimal ``.git`` (HEAD = the prepared tree, no
+        objects) sits at the top and in each submodule, so that `git rev-parse --short HEAD` prints
+        ``prepared.short`` there (TE and DeepEP take their version suffix from it; `git status` does
+        not work in it). Every file, link and folder gets ``prepared.epoch`` as its mtime.
+        """
+        if dest.exists():
+            raise SourceError(f"cannot export {prepared.url} into {dest}: it exists",
+                              fix="remove it or export elsewhere")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+        try:
+            self._write_tree(prepared.url, prepared.tree, tmp)
+            for sub in prepared.submodules:
+                target = tmp / sub.path
+                self._write_tree(sub.url, sub.commit, target)
+            if git_head:
+                _minimal_git(tmp / ".git", prepared.tree, {
+                    "url": prepared.url, "commit": prepared.commit, "tree": prepared.tree,
+                    "prs": {str(p.number): p.head for p in prepared.prs},
+                    "patches": {p.name: p.sha256 for p in prepared.patches},
+                    "submodules": {s.path: s.commit for s in prepared.submodules},
+                })
+                for sub in prepared.submodules:
+                    _minimal_git(tmp / sub.path / ".git", sub.commit, None)
+            _fix_mtimes(tmp, prepared.epoch)
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, dest)
+            os.utime(dest, (prepared.epoch, prepared.epoch))
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return dest
+
+    def exported(self, prepared: PreparedTree, *, git_head: bool = True) -> Path:
+        """A cached export of ``prepared`` under the cache's exports/ (written once per tree)."""
+        variant = json.dumps([git_head, [[s.path, s.commit] for s in prepared.submodules]])
+        dest = self.cache / "exports" / f"{prepared.tree}-{hashlib.sha256(variant.encode()).hexdigest()[:12]}"
+        if dest.is_dir():
+            return dest
+        try:
+            return self.export(prepared, dest, git_head=git_head)
+        except SourceError:
+            if dest.is_dir():  # another process exported it meanwhile
+                return dest
+            raise
+
+    def _write_tree(self, url: str, commit: str, root: Path) -> None:
+        mirror = self._mirrors_dir / f"{mirror_name(url)}.git"
+        listing = self._git(["ls-tree", "-r", "-z", "--full-tree", commit], git_dir=mirror, what="list tree").out
+        blobs: list[tuple[str, str, str]] = []  # (mode, sha, path)
+        root.mkdir(parents=True, exist_ok=True)
+        for item in filter(None, listing.split("\0")):
+            meta, _, path = item.partition("\t")
+            mode, kind, sha = meta.split(" ")
+            parts = path.split("/")
+            if any(p in ("", ".", "..") or p.lower() == ".git" for p in parts):
+                raise SourceError(f"{url} at {commit[:12]} has an unsafe path {path!r}",
+                                  why="refusing to write it outside the tree or into a .git folder")
+            if kind == "commit":
+                (root / path).mkdir(parents=True, exist_ok=True)  # filled by the submodule's own export
+            elif kind == "blob":
+                blobs.append((mode, sha, path))
+        self._write_blobs(mirror, root, blobs)
+
+    def _write_blobs(self, mirror: Path, root: Path, blobs: Sequence[tuple[str, str, str]]) -> None:
+        if not blobs:
+            return
+        argv = ["git", "--git-dir", str(mirror), "cat-file", "--batch"]
+        proc = subprocess.Popen(argv, env=self._env(network=False), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            for mode, sha, path in blobs:
+                proc.stdin.write(f"{sha}\n".encode())
+                proc.stdin.flush()
+                header = proc.stdout.readline().decode()
+                got, kind, size = [*header.split(), "", "", ""][:3]
+                if kind != "blob" or got != sha:
+                    raise SourceError(f"object {sha} for {path} is missing from {mirror}", why=header.strip(),
+                                      fix="remove the mirror folder and run again")
+                data = proc.stdout.read(int(size))
+                proc.stdout.read(1)  # the newline after each object
+                target = root / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if mode == "120000":
+                    os.symlink(data.decode("utf-8", "surrogateescape"), target)
+                else:
+                    target.write_bytes(data)
+                    os.chmod(target, 0o755 if mode == "100755" else 0o644)
+        finally:
+            proc.stdin.close()
+            proc.stdout.close()
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
+
+
+def _minimal_git(git_dir: Path, head: str, info: Mapping[str, object] | None) -> None:
+    for d in ("objects/info", "objects/pack", "refs/heads", "refs/tags"):
+        (git_dir / d).mkdir(parents=True, exist_ok=True)
+    (git_dir / "HEAD").write_text(f"{head}\n")
+    # core.abbrev pins the short SHA length, whatever the builder's git would guess for the repository.
+    (git_dir / "config").write_text(
+        f"[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tabbrev = {SHORT_LEN}\n")
+    if info is not None:
+        (git_dir / "buildctl-source.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+def _fix_mtimes(root: Path, epoch: int) -> None:
+    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+        for name in (*filenames, *dirnames):
+            os.utime(os.path.join(dirpath, name), (epoch, epoch), follow_symlinks=False)
+    os.utime(root, (epoch, epoch))
+
+
+def _last_lines(text: str, n: int = 4) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip() and not line.startswith("hint:")]
+    return " / ".join(lines[-n:]) if lines else "(git printed nothing)"
