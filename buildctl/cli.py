@@ -23,6 +23,8 @@ from buildctl.ui import UI
 COMMAND_MODULES = (
     "buildctl.cmd_pins",
     "buildctl.cmd_lock",
+    "buildctl.cmd_lint_args",
+    "buildctl.cmd_build",
     "buildctl.cmd_ship",
     "buildctl.cmd_stubs",
 )

@@ -12,9 +12,7 @@ if TYPE_CHECKING:
 
 # command -> (help, issue that builds it)
 PENDING: dict[str, tuple[str, str]] = {
-    "plan": ("show the build graph, node keys and what is stale", "issue 3"),
     "build": ("build the missing nodes of a stack", "issue 3"),
-    "lint-args": ("check the entrypoint's arguments against the pinned Megatron-LM", "issue 4"),
     "smoke": ("run the smoke suite in an image", "issue 7"),
     "push": ("push a stack's images and confirm their digests", "issue 5"),
     "nightly": ("re-lock, build, smoke and push", "issue 5"),
