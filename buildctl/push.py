@@ -32,10 +32,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from buildctl import refs
 from buildctl.credentials import Redactor
 from buildctl.errors import BuildctlError, PushError, UnreachableError
 from buildctl.imageview import ImageView, ProgressView
+from buildctl.lock import ImageRef
 from buildctl.lockfile import write_atomic
 
 REPORT_SCHEMA = 1
@@ -248,7 +248,7 @@ class Publisher:
     def _error(self, ref: str, exc: BuildctlError, *, attempts: int) -> PushFailed:
         text = f"{exc.what}: {exc.why}" if exc.why else exc.what
         kind = classify(text)
-        host = refs.parse(ref).registry
+        host = ImageRef.parse(ref).host
         fix = {
             "auth": f"the registry {host} refused the credentials: log in with `docker login {host}`, "
                     "or set BUILDCTL_REGISTRY_AUTH=USER:PASSWORD",
@@ -261,11 +261,11 @@ class Publisher:
                           kind=kind, attempts=attempts)
 
     def push_one(self, item: PushItem) -> Pushed:
-        target = refs.parse(item.target)
+        target = ImageRef.parse(item.target)
         remote = self._registry_has(item.target)
         if remote is not None:
             local = self.engine.inspect_image(item.source)
-            if f"{target.name}@{remote}" in local.repo_digests:
+            if f"{target.name()}@{remote}" in local.repo_digests:
                 self.say(f"present   {item.target} {remote} (nothing to upload)")
                 return Pushed(target=item.target, digest=remote, node=item.node, key=item.key, outcome="present")
             self.say(f"kept      {item.target} {remote}: the registry holds another image under this "
@@ -326,7 +326,7 @@ class Publisher:
         confirmed = {p.target: p for p in report.pushed}
         for item in items:
             for tag in item.moving:
-                moving = str(refs.parse(item.target).with_tag(tag))
+                moving = f"{ImageRef.parse(item.target).name()}:{tag}"
                 reason = _refusal(item, report, confirmed, smoke.get(item.source, "unknown"))
                 if reason:
                     report = replace(report, not_promoted=(*report.not_promoted,

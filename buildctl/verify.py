@@ -22,11 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from buildctl import pins, refs
+from buildctl import pins
 from buildctl.errors import ManifestErrors, UnreachableError, UsageError
 from buildctl.imageview import ImageView, RunOutcome
+from buildctl.lock import ImageRef
 from buildctl.lockfile import VariantLock, write_atomic
 from buildctl.model import BaseContract, Manifest, Variant
+from buildctl.target import mirror_ref
 
 CheckStatus = Literal["ok", "fail", "skip", "info"]
 ChangeKind = Literal["env", "label", "probe", "platform"]
@@ -325,7 +327,7 @@ class RecordStore:
         found: list[BaseRecord] = []
         for p in sorted(self.root.glob("*.json")) if self.root.is_dir() else ():
             r = self.get("sha256:" + p.stem)
-            if r is not None and r.digest != other_than and refs.parse(r.ref).name == name:
+            if r is not None and r.digest != other_than and ImageRef.parse(r.ref).name() == name:
                 found.append(r)
         return max(found, key=lambda r: r.recorded_at, default=None)
 
@@ -376,25 +378,25 @@ def _now() -> str:
 def verify(*, alias: str, stack: str, variant: Variant, contract: BaseContract, lock: VariantLock | None,
            engine: VerifyEngine, mirrors: Mapping[str, str], store: RecordStore,
            clock: Callable[[], str] = _now) -> VerifyResult:
-    ref = refs.parse(variant.image)
-    target = refs.mirrored(ref, mirrors)
+    checked = mirror_ref(variant.image, dict(mirrors))
+    target = ImageRef.parse(checked)
     locked = lock.base.digest if lock is not None else None
     try:
-        remote = engine.registry_digest(str(target))
+        remote = engine.registry_digest(checked)
     except UnreachableError as exc:
         raise UnreachableError(
             f"cannot verify {alias} ({stack}/{variant.name}): {exc.what}", why=exc.why,
-            fix=exc.fix or (f"point buildctl at a mirror: BUILDCTL_REGISTRY_MIRRORS='{ref.registry}=HOST:PORT' "
+            fix=exc.fix or (f"point buildctl at a mirror: BUILDCTL_REGISTRY_MIRRORS='{target.host}=HOST:PORT' "
                             "(or registry_mirrors in config.toml)"),
         ) from exc
     result = VerifyResult(alias=alias, stack=stack, variant=variant.name, ref=variant.image,
-                          checked_ref=str(target), locked_digest=locked, digest=remote,
-                          checks=(check_digest(locked, remote, str(target)),))
+                          checked_ref=checked, locked_digest=locked, digest=remote,
+                          checks=(check_digest(locked, remote, checked),))
     if remote is None:
         return result
     checks = list(result.checks)
 
-    pinned = str(target.with_digest(remote))
+    pinned = f"{target.name()}@{remote}"
     if not engine.image_exists(pinned):
         engine.pull(pinned, platform=variant.platform)
     info = engine.inspect_image(pinned)
@@ -410,9 +412,9 @@ def verify(*, alias: str, stack: str, variant: Variant, contract: BaseContract, 
                                        timeout=PROBE_TIMEOUT_S))
         checks += check_probe(contract, probe)
 
-    record = BaseRecord(ref=str(target), digest=remote, platform=info.platform, env=dict(info.env),
+    record = BaseRecord(ref=checked, digest=remote, platform=info.platform, env=dict(info.env),
                         labels=dict(info.labels), probe=probe, recorded_at=clock())
-    baseline, note, changes = _against_previous(store, record, locked, target.name)
+    baseline, note, changes = _against_previous(store, record, locked, target.name())
     store.put(record)
     return replace(result, checks=tuple(checks), baseline=baseline, baseline_note=note, changes=changes)
 
