@@ -4,10 +4,14 @@ verify.py, push.py and bom.py (which hold the logic and are tested on their own)
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from buildctl import bom, lockfile, pins, verify
-from buildctl.errors import ManifestErrors, VerifyFailed
+from buildctl import bom, credentials, graph, lockfile, pins, push, target, verify
+from buildctl.cmd_build import make_engine
+from buildctl.errors import ManifestErrors, PushError, UsageError, VerifyFailed
 from buildctl.model import Manifest
 
 if TYPE_CHECKING:
@@ -15,10 +19,13 @@ if TYPE_CHECKING:
     from buildctl.engine import Engine
 
 
-def _engine(ctx: Context) -> Engine:
-    from buildctl.engine import Engine  # docker-py is loaded only by commands that need an engine
-
-    return Engine(network_timeout=ctx.config.network_timeout)
+@contextmanager
+def _engine(ctx: Context) -> Iterator[Engine]:
+    engine = make_engine(ctx, None)
+    try:
+        yield engine
+    finally:
+        engine.close()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,6 +49,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--json", action="store_true", help="machine-readable result")
     d.set_defaults(func=cmd_diff)
 
+    p = sub.add_parser("push", help="push a stack's images by content tag, confirm each digest; --promote moves latest",
+                       description="Push the built node images of a variant under their content tags and the final "
+                                   "image under <registry>/<repository>:<variant>-<key>, reading every manifest back "
+                                   "to confirm its digest. Credentials: docker's config (docker login), or "
+                                   f"{credentials.AUTH_ENV}=USER:PASSWORD. What was confirmed is recorded under "
+                                   "<cache>/reports/push/.")
+    p.add_argument("stack", metavar="STACK")
+    p.add_argument("--variant", help="variant (default: the stack's first)")
+    p.add_argument("--registry", help="registry to push to (default: config `registry`, then the manifest's push.registry)")
+    p.add_argument("--promote", action="store_true",
+                   help="then move `latest` to the final image, only if its smoke suite passed")
+    p.add_argument("--json", action="store_true", help="machine-readable result")
+    p.set_defaults(func=cmd_push)
+
 
 def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
     path, manifest = verify.find_base(ctx.pins_dir, args.base, args.stack, ctx.config.default_stack)
@@ -49,11 +70,12 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
     lock = lockfile.read(lockfile.lock_path(path))
     vlock = lock.variants.get(variant.name) if lock is not None else None
     ctx.ui.info(f"verifying {args.base}: {manifest.stack}/{variant.name} {variant.image}")
-    result = verify.verify(
-        alias=args.base, stack=manifest.stack, variant=variant, contract=manifest.contract_for(variant),
-        lock=vlock, engine=_engine(ctx), mirrors=ctx.config.registry_mirrors,
-        store=verify.RecordStore(ctx.config.cache.reports),
-    )
+    with _engine(ctx) as engine:
+        result = verify.verify(
+            alias=args.base, stack=manifest.stack, variant=variant, contract=manifest.contract_for(variant),
+            lock=vlock, engine=engine, mirrors=ctx.config.registry_mirrors,
+            store=verify.RecordStore(ctx.config.cache.reports),
+        )
     if args.json:
         ctx.ui.json(result.to_json())
     else:
@@ -71,7 +93,8 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_bom(args: argparse.Namespace, ctx: Context) -> int:
-    result = bom.collect(_engine(ctx), args.image)
+    with _engine(ctx) as engine:
+        result = bom.collect(engine, args.image)
     if args.json:
         ctx.ui.json(result.to_json())
     else:
@@ -93,8 +116,8 @@ def _manifest_for(ctx: Context, stacks: list[str | None]) -> Manifest | None:
 
 
 def cmd_diff(args: argparse.Namespace, ctx: Context) -> int:
-    engine = _engine(ctx)
-    a, b = bom.collect(engine, args.a), bom.collect(engine, args.b)
+    with _engine(ctx) as engine:
+        a, b = bom.collect(engine, args.a), bom.collect(engine, args.b)
     if args.stack:
         manifest: Manifest | None = pins.load(pins.find(ctx.pins_dir, args.stack))
     else:
@@ -104,4 +127,46 @@ def cmd_diff(args: argparse.Namespace, ctx: Context) -> int:
         ctx.ui.json(result.to_json())
     else:
         ctx.ui.print(bom.render_diff(result).rstrip("\n"))
+    return 0
+
+
+def cmd_push(args: argparse.Namespace, ctx: Context) -> int:
+    t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry)
+    if t.registry is None:
+        raise UsageError(f"no registry to push {t.manifest.stack} to",
+                         fix="pass --registry HOST:PORT, set `registry` in the configuration, or add push.registry "
+                             "to the manifest")
+    registry = t.registry
+    # Where a build may have tagged its nodes: under the registry it shared them through, or locally only.
+    homes = list(dict.fromkeys([registry, ctx.config.registry, t.manifest.push.registry if t.manifest.push else None,
+                                None]))
+    redact = credentials.redactor_for(os.environ, registry)
+    log = ctx.config.cache.logs / "push" / t.manifest.stack / f"{t.variant.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with credentials.docker_credentials(os.environ, registry), _engine(ctx) as engine, \
+            log.open("a", encoding="utf-8") as logf:
+
+        def write_log(line: str) -> None:
+            logf.write(line + "\n")
+
+        def locate(node: str, key: str) -> str | None:
+            return next((ref for home in homes
+                         if engine.image_exists(ref := graph.image_ref(home, t.repository, node, key))), None)
+
+        items = push.stack_items(t.graph, registry=registry, repository=t.repository, locate=locate,
+                                 moving=("latest",) if args.promote else (),
+                                 default_variant=t.variant.name == t.manifest.default_variant.name)
+        report = push.run(engine, items, stack=t.manifest.stack, variant=t.variant.name, registry=registry,
+                          promote=args.promote, reports=ctx.config.cache.reports, redact=redact,
+                          say=ctx.ui.info, log=write_log)
+    if args.json:
+        ctx.ui.json(report.to_json())
+    else:
+        ctx.ui.print(push.render(report).rstrip("\n"))
+    if report.failed:
+        first = report.failed[0]
+        raise PushError(f"push of {t.manifest.stack}/{t.variant.name} to {registry} did not complete "
+                        f"({len(report.pushed)} confirmed, {len(report.not_attempted)} not attempted)",
+                        why=first.error, fix=f"{first.fix} (what was confirmed is recorded in "
+                        f"{ctx.config.cache.reports / 'push'} and is not pushed again)")
     return 0

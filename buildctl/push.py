@@ -34,6 +34,7 @@ from typing import Any, Literal, Protocol
 
 from buildctl.credentials import Redactor
 from buildctl.errors import BuildctlError, PushError, UnreachableError
+from buildctl.graph import Graph, image_ref
 from buildctl.imageview import ImageView, ProgressView
 from buildctl.lock import ImageRef
 from buildctl.lockfile import write_atomic
@@ -82,11 +83,11 @@ class RetryPolicy:
 
 @dataclass(frozen=True, kw_only=True)
 class PushItem:
-    source: str  # the local image: tag or id
+    source: str | None  # the local image (tag or id); None: not built here (fine if the registry has it)
     target: str  # registry/repository:immutable-tag
     node: str  # graph node name; the final image's node for the image itself
     key: str = ""  # the node's content key ("" for tags that are not content keys)
-    moving: tuple[str, ...] = ()  # moving tags (latest, nightly) this image may get if its smoke passed
+    moving: tuple[str, ...] = ()  # moving refs (…:latest, …:nightly) it gets if its smoke passed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,11 +115,12 @@ class Failed:
     target: str
     node: str
     kind: ErrorKind
-    error: str  # redacted
+    error: str  # what failed and why (redacted)
+    fix: str
     attempts: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "node": self.node, "kind": self.kind, "error": self.error,
+        return {"target": self.target, "node": self.node, "kind": self.kind, "error": self.error, "fix": self.fix,
                 "attempts": self.attempts}
 
 
@@ -263,6 +265,15 @@ class Publisher:
     def push_one(self, item: PushItem) -> Pushed:
         target = ImageRef.parse(item.target)
         remote = self._registry_has(item.target)
+        if remote is not None and item.source is None:
+            # built elsewhere under the same content key: the registry's copy is this node
+            self.say(f"present   {item.target} {remote} (built elsewhere; not in this engine)")
+            return Pushed(target=item.target, digest=remote, node=item.node, key=item.key, outcome="present")
+        if item.source is None:
+            raise PushFailed(f"node {item.node} is neither in this engine nor in the registry ({item.target})",
+                             why="it has not been built, or was built under another key",
+                             fix="build it first (`buildctl build STACK --variant V`), then push", kind="permanent",
+                             attempts=0)
         if remote is not None:
             local = self.engine.inspect_image(item.source)
             if f"{target.name()}@{remote}" in local.repo_digests:
@@ -309,7 +320,8 @@ class Publisher:
                 done = self.push_one(item)
             except (PushError, UnreachableError) as exc:
                 err = exc if isinstance(exc, PushFailed) else self._error(item.target, exc, attempts=0)
-                failed = Failed(target=item.target, node=item.node, kind=err.kind, error=str(err),
+                failed = Failed(target=item.target, node=item.node, kind=err.kind, fix=self.redact(err.fix),
+                                error=self.redact(f"{err.what}: {err.why}" if err.why else err.what),
                                 attempts=err.attempts)
                 report = replace(report, failed=(*report.failed, failed),
                                  not_attempted=tuple(x.target for x in items[i + 1:]))
@@ -325,15 +337,15 @@ class Publisher:
         """Move each item's moving tags, if all pushes were confirmed and its smoke passed."""
         confirmed = {p.target: p for p in report.pushed}
         for item in items:
-            for tag in item.moving:
-                moving = f"{ImageRef.parse(item.target).name()}:{tag}"
-                reason = _refusal(item, report, confirmed, smoke.get(item.source, "unknown"))
+            for moving in item.moving:
+                reason = _refusal(item, report, confirmed, smoke.get(item.source or "", "unknown"))
                 if reason:
                     report = replace(report, not_promoted=(*report.not_promoted,
                                      Promotion(target=moving, source=item.target, digest=None, reason=reason)))
                     self.say(f"not moved {moving}: {reason}")
                     continue
                 want = confirmed[item.target].digest
+                assert item.source is not None  # _refusal: a promoted image was built here
                 self.engine.tag(item.source, moving)
                 digest, _layers, _attempts = self._push_with_retries(moving)
                 if digest != want:
@@ -356,9 +368,38 @@ def _refusal(item: PushItem, report: PushReport, confirmed: Mapping[str, Pushed]
         return f"{item.target} was not confirmed"
     if done.outcome == "kept":
         return f"the registry holds another image under {item.target}; this build's smoke result does not cover it"
+    if item.source is None:
+        return "it was not built in this engine, so no smoke result here covers it"
     if smoke != "passed":
         return f"its smoke suite did not pass (label {SMOKE_LABEL}={smoke})"
     return ""
+
+
+def moving_refs(public: str, variant: str, tags: Sequence[str], *, default_variant: bool) -> tuple[str, ...]:
+    """``public:<variant>-<tag>`` for each moving tag, and plain ``public:<tag>`` for the default variant."""
+    out = [f"{public}:{variant}-{t}" for t in tags]
+    if default_variant:
+        out += [f"{public}:{t}" for t in tags]
+    return tuple(out)
+
+
+def stack_items(graph: Graph, *, registry: str, repository: str, locate: Callable[[str, str], str | None],
+                moving: Sequence[str] = (), default_variant: bool = False) -> list[PushItem]:
+    """What `buildctl push` publishes for one variant (pure): every built node under its content tag
+    (graph.image_ref, the names any builder derives), then the final image under its public name
+    ``<registry>/<repository>:<variant>-<key>``, which is the one moving tags point at.
+
+    ``locate(node, key)`` names the local image of a node, or None when this engine does not have it.
+    """
+    items = [PushItem(source=locate(n.name, n.key), target=image_ref(registry, repository, n.name, n.key),
+                      node=n.name, key=n.key)
+             for n in graph.nodes if n.kind != "base"]
+    final = graph.final
+    public = f"{registry}/{repository.strip('/')}"
+    items.append(PushItem(source=locate(final.name, final.key), target=f"{public}:{graph.variant}-{final.key[:16]}",
+                          node=final.name, key=final.key,
+                          moving=moving_refs(public, graph.variant, moving, default_variant=default_variant)))
+    return items
 
 
 def smoke_state(labels: Mapping[str, str]) -> SmokeState:
@@ -377,7 +418,7 @@ def run(engine: PushEngine, items: Sequence[PushItem], *, stack: str, variant: s
     report = PushReport(stack=stack, variant=variant, registry=registry, started=started)
     report = publisher.push_items(items, report, sink)
     if promote:
-        smoke = {i.source: smoke_state(engine.inspect_image(i.source).labels) for i in items if i.moving}
+        smoke = {i.source: smoke_state(engine.inspect_image(i.source).labels) for i in items if i.moving and i.source}
         report = publisher.promote(items, report, smoke, sink)
     report = replace(report, finished=clock())
     sink.write(report)
@@ -393,7 +434,7 @@ def render(report: PushReport) -> str:
                 "kept": "kept: the registry holds another image under this immutable tag"}[p.outcome]
         lines.append(f"  {p.node:<12} {p.target}  {p.digest}  {what}")
     for f in report.failed:
-        lines.append(f"  {f.node:<12} {f.target}  FAILED ({f.kind}, {f.attempts} attempt(s))")
+        lines.append(f"  {f.node:<12} {f.target}  FAILED ({f.kind}, {f.attempts} attempt(s)): {f.error}")
     lines += [f"  {'':<12} {t}  not attempted" for t in report.not_attempted]
     lines += [f"  moved        {p.target} -> {p.digest}" for p in report.promoted]
     lines += [f"  not moved    {p.target}: {p.reason}" for p in report.not_promoted]

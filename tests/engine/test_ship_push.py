@@ -159,7 +159,7 @@ def test_a_connection_cut_every_time_fails_clearly_and_nothing_is_recorded(
     assert not report.ok and report.pushed == () and relay.cuts == FAST.attempts
     [f] = report.failed
     assert (f.kind, f.attempts) == ("transient", FAST.attempts)
-    assert "after 3 attempts" in f.error and "EOF" in f.error and "run the push again" in f.error
+    assert "after 3 attempts" in f.error and "EOF" in f.error and "run the push again" in f.fix
     assert "FAILED" in push.render(report) and "FAILED" in capsys.readouterr().out
     repo, tag = it.target.split("/", 1)[1].rsplit(":", 1)
     assert manifest_digest(registry, repo, tag) is None  # and the registry indeed has no such tag
@@ -232,7 +232,8 @@ def test_wrong_credentials_fail_clearly_and_no_secret_is_shown(
         eng.close()
     [f] = report.failed
     assert f.kind == "auth" and f.attempts == 0
-    assert "refused the credentials" in f.error and f"docker login {auth_registry.addr}" in f.error
+    assert "refused the credentials" in f.fix and f"docker login {auth_registry.addr}" in f.fix
+    assert "unauthorized" in f.error
     text = _everything_written(tmp_path, capfd.readouterr(), push.render(report), repr(report))
     assert wrong not in text and PASSWORD not in text
     assert manifest_digest(auth_registry.addr, it.target.split("/", 1)[1].rsplit(":", 1)[0], "k1",

@@ -10,6 +10,7 @@ import pytest
 from buildctl import push
 from buildctl.credentials import Redactor
 from buildctl.errors import EngineError, UnreachableError
+from buildctl.graph import BaseNodeSpec, Graph, Node, NodeKind
 from tests.unit.fakes_ship import Event, FakeEngine, Image, stream_error
 
 REG = "127.0.0.1:5999"
@@ -21,11 +22,11 @@ PUSHED = [Event(status="Preparing", layer="l1"), Event(status="Pushed", layer="l
 
 def item(node: str = "assemble", key: str = "k1", moving: tuple[str, ...] = ()) -> push.PushItem:
     return push.PushItem(source=f"local/{node}:{key}", target=f"{REG}/demo/{node}:{key}", node=node, key=key,
-                         moving=moving)
+                         moving=tuple(f"{REG}/demo/{node}:{t}" for t in moving))
 
 
 def engine_with(*items: push.PushItem, smoke: str = "passed") -> FakeEngine:
-    return FakeEngine(images={i.source: Image(labels={push.SMOKE_LABEL: smoke}) for i in items})
+    return FakeEngine(images={i.source: Image(labels={push.SMOKE_LABEL: smoke}) for i in items if i.source})
 
 
 def run(engine: FakeEngine, items: list[push.PushItem], tmp_path: Path, *, promote: bool = False,
@@ -61,6 +62,7 @@ def test_a_push_is_recorded_with_its_confirmed_digest_and_layer_counts(tmp_path:
 
 def test_an_image_the_registry_already_has_is_not_pushed_at_all(tmp_path: Path) -> None:
     it = item()
+    assert it.source is not None
     eng = FakeEngine(images={it.source: Image(repo_digests=(f"{REG}/demo/assemble@{D1}",))},
                      registry={it.target: D1})
     report, _, said = run(eng, [it], tmp_path)
@@ -101,7 +103,7 @@ def test_retries_are_bounded_and_a_failed_push_is_never_recorded(tmp_path: Path)
     assert [p.target for p in report.pushed] == [first.target]
     [f] = report.failed
     assert (f.target, f.kind, f.attempts) == (second.target, "transient", 3)
-    assert "after 3 attempts" in f.error
+    assert "after 3 attempts" in f.error and "run the push again" in f.fix
     data = recorded(tmp_path)
     assert data["digests"] == {first.target: D2} and data["ok"] is False
 
@@ -118,7 +120,7 @@ def test_refused_credentials_are_not_retried_and_say_how_to_log_in(tmp_path: Pat
     report, sleeps, _ = run(eng, [it], tmp_path)
     assert sleeps == [] and len([c for c in eng.calls if c[0] == "push"]) == 1
     [f] = report.failed
-    assert f.kind == "auth" and "docker login 127.0.0.1:5999" in f.error and "BUILDCTL_REGISTRY_AUTH" in f.error
+    assert f.kind == "auth" and "docker login 127.0.0.1:5999" in f.fix and "BUILDCTL_REGISTRY_AUTH" in f.fix
 
 
 def test_an_unreachable_registry_fails_before_any_push(tmp_path: Path) -> None:
@@ -149,6 +151,7 @@ def test_secrets_are_redacted_in_what_is_said_and_recorded(tmp_path: Path) -> No
 
 def test_promotion_moves_tags_only_for_images_whose_smoke_passed(tmp_path: Path) -> None:
     good, skipped = item("entrypoint", "k1", ("latest", "nightly")), item("other", "k2", ("latest",))
+    assert good.source is not None and skipped.source is not None
     eng = FakeEngine(images={good.source: Image(labels={push.SMOKE_LABEL: "passed"}),
                              skipped.source: Image(labels={push.SMOKE_LABEL: "skipped"})})
     eng.push_script = [(D1, PUSHED), (D2, PUSHED), (D1, []), (D1, [])]
@@ -175,6 +178,7 @@ def test_nothing_is_promoted_when_any_push_failed(tmp_path: Path) -> None:
 
 def test_without_a_smoke_label_an_image_is_not_promoted(tmp_path: Path) -> None:
     it = item(moving=("latest",))
+    assert it.source is not None
     eng = FakeEngine(images={it.source: Image()})
     eng.push_script = [(D1, PUSHED)]
     report, _, _ = run(eng, [it], tmp_path, promote=True)
@@ -195,13 +199,13 @@ def test_render_names_every_outcome() -> None:
         pushed=(push.Pushed(target="r/a:k", digest=D1, node="python", key="k", outcome="pushed", uploaded=2,
                             existing=1, attempts=2),
                 push.Pushed(target="r/b:k", digest=D2, node="assemble", key="k", outcome="present")),
-        failed=(push.Failed(target="r/c:k", node="entrypoint", kind="transient", error="x", attempts=4),),
+        failed=(push.Failed(target="r/c:k", node="entrypoint", kind="transient", error="x", fix="f", attempts=4),),
         not_promoted=(push.Promotion(target="r/c:latest", source="r/c:k", digest=None, reason="why"),))
     assert push.render(report) == (
         "push demo/v to 127.0.0.1:5999\n"
         f"  python       r/a:k  {D1}  pushed (2 layer(s) uploaded, 1 already there, 2 attempts)\n"
         f"  assemble     r/b:k  {D2}  already in the registry (nothing sent)\n"
-        "  entrypoint   r/c:k  FAILED (transient, 4 attempt(s))\n"
+        "  entrypoint   r/c:k  FAILED (transient, 4 attempt(s)): x\n"
         "  not moved    r/c:latest: why\n"
         "result: FAILED\n")
 
@@ -215,3 +219,48 @@ def test_render_names_every_outcome() -> None:
 ])
 def test_classify(text: str, kind: str) -> None:
     assert push.classify(text) == kind
+
+
+def test_a_node_in_neither_engine_nor_registry_fails_before_anything_is_pushed(tmp_path: Path) -> None:
+    missing = push.PushItem(source=None, target=f"{REG}/demo/wheel-x:k9", node="wheel:x", key="k9")
+    later = item()
+    eng = engine_with(later)
+    report, _, _ = run(eng, [missing, later], tmp_path)
+    assert report.failed[0].kind == "permanent" and "neither in this engine nor in the registry" in report.failed[0].error
+    assert report.not_attempted == (later.target,) and not [c for c in eng.calls if c[0] == "push"]
+
+
+def test_a_node_built_elsewhere_is_present_but_never_promoted(tmp_path: Path) -> None:
+    elsewhere = push.PushItem(source=None, target=f"{REG}/demo/final:k1", node="entrypoint", key="k1",
+                              moving=(f"{REG}/demo:latest",))
+    eng = FakeEngine(registry={elsewhere.target: D1})
+    report, _, _ = run(eng, [elsewhere], tmp_path, promote=True)
+    assert report.ok and report.pushed[0].outcome == "present" and report.promoted == ()
+    assert "not built in this engine" in report.not_promoted[0].reason
+
+
+def _graph() -> Graph:
+    spec = BaseNodeSpec(image="b:1", digest=None, platform="linux/amd64")
+
+    def node(name: str, kind: NodeKind, *parents: str) -> Node:
+        return Node(name=name, kind=kind, parents=parents, spec=spec, template="t", unlocked=(), key=f"{name[:3]}" * 8)
+
+    return Graph(stack="demo", variant="bookworm", platform="linux/amd64", lock_digest="l" * 64, gate="entrypoint",
+                 nodes=(node("base", "base"), node("python", "python", "base"), node("wheel:x", "wheel", "base"),
+                        node("assemble", "assemble", "python", "wheel:x"), node("entrypoint", "entrypoint", "assemble")))
+
+
+def test_stack_items_name_nodes_by_content_key_and_the_final_image_publicly() -> None:
+    local = {"python", "assemble", "entrypoint"}
+    items = push.stack_items(_graph(), registry=REG, repository="buildctl/demo",
+                             locate=lambda n, k: f"local/{n}:{k}" if n in local else None,
+                             moving=("latest",), default_variant=True)
+    assert [(i.node, i.source, i.target, i.moving) for i in items] == [
+        ("python", "local/python:" + "pyt" * 8, f"{REG}/buildctl/demo/python:" + "pyt" * 8, ()),
+        ("wheel:x", None, f"{REG}/buildctl/demo/wheel-x:" + "whe" * 8, ()),
+        ("assemble", "local/assemble:" + "ass" * 8, f"{REG}/buildctl/demo/assemble:" + "ass" * 8, ()),
+        ("entrypoint", "local/entrypoint:" + "ent" * 8, f"{REG}/buildctl/demo/entrypoint:" + "ent" * 8, ()),
+        ("entrypoint", "local/entrypoint:" + "ent" * 8, f"{REG}/buildctl/demo:bookworm-" + ("ent" * 8)[:16],
+         (f"{REG}/buildctl/demo:bookworm-latest", f"{REG}/buildctl/demo:latest")),
+    ]
+    assert push.moving_refs("r/p", "v2", ("nightly",), default_variant=False) == ("r/p:v2-nightly",)
