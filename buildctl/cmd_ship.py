@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from buildctl import bom, credentials, graph, lockfile, pins, push, target, verify
 from buildctl.cmd_build import make_engine
-from buildctl.errors import ManifestErrors, PushError, UsageError, VerifyFailed
+from buildctl.errors import ManifestErrors, PushError, SmokeFailed, UsageError, VerifyFailed
 from buildctl.model import Manifest
 
 if TYPE_CHECKING:
@@ -169,4 +169,10 @@ def cmd_push(args: argparse.Namespace, ctx: Context) -> int:
                         f"({len(report.pushed)} confirmed, {len(report.not_attempted)} not attempted)",
                         why=first.error, fix=f"{first.fix} (what was confirmed is recorded in "
                         f"{ctx.config.cache.reports / 'push'} and is not pushed again)")
+    if report.not_promoted:
+        raise SmokeFailed(f"{len(report.not_promoted)} moving tag(s) not moved: "
+                          + ", ".join(p.target for p in report.not_promoted),
+                          why="; ".join(sorted({p.reason for p in report.not_promoted})),
+                          fix="the immutable tags are pushed and confirmed; run the smoke suite (`buildctl smoke`) "
+                              "and promote once it passed")
     return 0

@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import credentials, push
+from buildctl import credentials, graph, push, target
+from buildctl.cli import main
+from buildctl.config import load_config
 from buildctl.credentials import Redactor
 from buildctl.engine import Engine
+from buildctl.target import Target
 from tests.engine.conftest import ImageCleanup
 from tests.engine.shiptools import CutRule, RegistryProcess, Relay, htpasswd, manifest_digest
 from tests.helpers import unique
@@ -42,9 +45,8 @@ def item(source: str, registry: str, cleanup: ImageCleanup, *, repo: str | None 
          moving: tuple[str, ...] = ()) -> push.PushItem:
     repo = repo or unique("shiptest-")
     target = cleanup(f"{registry}/{repo}/final:{key}")
-    for tag in moving:
-        cleanup(f"{registry}/{repo}/final:{tag}")
-    return push.PushItem(source=source, target=target, node="final", key=key, moving=moving)
+    refs = tuple(cleanup(f"{registry}/{repo}/final:{tag}") for tag in moving)
+    return push.PushItem(source=source, target=target, node="final", key=key, moving=refs)
 
 
 def run(engine: Engine, items: list[push.PushItem], reports: Path, *, promote: bool = False,
@@ -266,3 +268,110 @@ def test_credentials_from_the_environment_push_and_are_never_shown(
     text = _everything_written(tmp_path, capfd.readouterr(), push.render(bad), push.render(good))
     assert PASSWORD not in text and PASSWORD[::-1] not in text
     assert os.environ["DOCKER_CONFIG"] == str(tmp_path / "empty-docker-config")  # restored
+
+
+# -- `buildctl push STACK` on the demo stack, with its nodes standing in for a build
+
+
+def demo_project(tmp_path: Path, project_root: Path, base_ref: str) -> Path:
+    """A copy of the demo stack whose base points at ``base_ref`` (its images/ templates shared)."""
+    root = tmp_path / "project"
+    (root / "pins").mkdir(parents=True)
+    text = (project_root / "pins" / "demo.yaml").read_text()
+    assert "127.0.0.1:5000/buildctl/demo-base:bookworm" in text
+    (root / "pins" / "demo.yaml").write_text(text.replace("127.0.0.1:5000/buildctl/demo-base:bookworm", base_ref))
+    (root / "images").symlink_to(project_root / "images")
+    return root
+
+
+def built_nodes(engine: Engine, cleanup: ImageCleanup, tmp_path: Path, root: Path, smoke: str) -> Target:
+    """Tag a small image as each node of the demo graph, as a build would (the final one with ``smoke``)."""
+    t = target.load(root, load_config({"HOME": str(tmp_path), "BUILDCTL_CACHE": str(tmp_path / "cache")}),
+                    "demo", None, local_only=True)
+    for n in t.graph.nodes:
+        if n.kind == "base":
+            continue
+        labels = {push.SMOKE_LABEL: smoke} if n.name == t.graph.final.name else {}
+        image = small_image(engine, cleanup, tmp_path, size=50_000, labels=labels)
+        engine.tag(image, cleanup(graph.image_ref(None, t.repository, n.name, n.key)))
+    return t
+
+
+def push_cli(root: Path, tmp_path: Path, *args: str, monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setenv("BUILDCTL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("BUILDCTL_CONFIG", str(tmp_path / "none.toml"))
+    return main(["--project", str(root), "push", "demo", *args])
+
+
+def forget(cleanup: ImageCleanup, t: Target, registry: str) -> None:
+    """The local tags `push` makes (registry names) are removed with the test's other images."""
+    for item in push.stack_items(t.graph, registry=registry, repository=t.repository, locate=lambda n, k: None,
+                                 moving=("latest",), default_variant=True):
+        cleanup(item.target)
+        for moving in item.moving:
+            cleanup(moving)
+
+
+def test_push_command_publishes_every_node_and_moves_latest_after_a_passed_smoke(
+        engine: Engine, registry: str, project_root: Path, image_cleanup: ImageCleanup, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    root = demo_project(tmp_path, project_root, f"{registry}/{unique('shipbase-')}/demo-base:bookworm")
+    repository = unique("shipdemo-")
+    root.joinpath("pins/demo.yaml").write_text(root.joinpath("pins/demo.yaml").read_text().replace(
+        "repository: buildctl/demo", f"repository: {repository}"))
+    t = built_nodes(engine, image_cleanup, tmp_path, root, smoke="passed")
+    forget(image_cleanup, t, registry)
+
+    assert push_cli(root, tmp_path, "--registry", registry, "--promote", "--json", monkeypatch=monkeypatch) == 0
+    report = json.loads(capsys.readouterr().out)
+    final = t.graph.final
+    public = f"{repository}:{t.variant.name}-{final.key[:16]}"
+    nodes = [n for n in t.graph.nodes if n.kind != "base"]
+    assert [p["node"] for p in report["pushed"]] == [n.name for n in nodes] + [final.name]
+    for n in nodes:  # every node under its content tag, confirmed against the registry's own answer
+        path, tag = graph.image_ref(None, repository, n.name, n.key).rsplit(":", 1)
+        assert report["digests"][f"{registry}/{path}:{tag}"] == manifest_digest(registry, path, tag)
+    immutable = manifest_digest(registry, *public.split(":"))
+    assert immutable is not None
+    assert manifest_digest(registry, repository, "latest") == immutable
+    assert manifest_digest(registry, repository, f"{t.variant.name}-latest") == immutable
+    assert report["not_promoted"] == []
+
+    # Again, unchanged: nothing is sent.
+    assert push_cli(root, tmp_path, "--registry", registry, "--json", monkeypatch=monkeypatch) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert {p["outcome"] for p in again["pushed"]} == {"present"}
+
+
+def test_push_command_does_not_move_latest_past_a_skipped_smoke(
+        engine: Engine, registry: str, project_root: Path, image_cleanup: ImageCleanup, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    root = demo_project(tmp_path, project_root, f"{registry}/{unique('shipbase-')}/demo-base:bookworm")
+    repository = unique("shipdemo-")
+    root.joinpath("pins/demo.yaml").write_text(root.joinpath("pins/demo.yaml").read_text().replace(
+        "repository: buildctl/demo", f"repository: {repository}"))
+    t = built_nodes(engine, image_cleanup, tmp_path, root, smoke="skipped")
+    forget(image_cleanup, t, registry)
+    assert push_cli(root, tmp_path, "--registry", registry, "--promote", monkeypatch=monkeypatch) == 10
+    out = capsys.readouterr()
+    assert f"not moved    {registry}/{repository}:latest: its smoke suite did not pass" in out.out
+    assert "label io.buildctl.smoke=skipped" in out.err
+    assert manifest_digest(registry, repository, "latest") is None
+    assert manifest_digest(registry, repository, f"{t.variant.name}-{t.graph.final.key[:16]}") is not None
+
+
+def test_push_command_with_wrong_credentials_fails_clearly_and_shows_no_secret(
+        engine: Engine, auth_registry: RegistryProcess, project_root: Path, image_cleanup: ImageCleanup,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    root = demo_project(tmp_path, project_root, f"{auth_registry.addr}/buildctl/demo-base:bookworm")
+    t = built_nodes(engine, image_cleanup, tmp_path, root, smoke="passed")
+    forget(image_cleanup, t, auth_registry.addr)
+    wrong = PASSWORD[::-1]
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+    monkeypatch.setenv(credentials.AUTH_ENV, f"{USER}:{wrong}")
+    assert push_cli(root, tmp_path, "--registry", auth_registry.addr, "--promote", monkeypatch=monkeypatch) == 11
+    captured = capfd.readouterr()
+    assert "refused the credentials" in captured.err and f"docker login {auth_registry.addr}" in captured.err
+    text = _everything_written(tmp_path, captured)
+    assert wrong not in text and PASSWORD not in text
+    assert list((tmp_path / "cache" / "logs" / "push").rglob("*.log"))  # the log was written, and checked

@@ -76,9 +76,11 @@ def derived(engine: Engine, cleanup: ImageCleanup, tmp_path: Path, dockerfile: s
 def test_verify_passes_on_the_demo_base_then_fails_when_its_tag_moved(
         engine: Engine, registry: str, demo_base: str, image_cleanup: ImageCleanup, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    image = image_cleanup(f"{registry}/{unique('shipverify-')}/demo-base:bookworm")
+    name = f"{registry}/{unique('shipverify-')}/demo-base"
+    image = image_cleanup(f"{name}:bookworm")
     engine.tag(demo_base, image)
     old = engine.push(image)
+    image_cleanup(f"{name}@{old}")  # the push left this reference on the shared demo base image
     root, cache = project(tmp_path, image), tmp_path / "cache"
     write_lock(root, image, old)
 
@@ -93,6 +95,7 @@ def test_verify_passes_on_the_demo_base_then_fails_when_its_tag_moved(
     moved_image = derived(engine, image_cleanup, tmp_path, "ENV DEMO_BASE_VERSION=bookworm-2\n", demo_base)
     engine.tag(moved_image, image)
     new = engine.push(image)
+    image_cleanup(f"{name}@{new}")
     assert new != old
 
     rc, out, err = cli(root, cache, "verify", "demo-base", "--stack", "demo", "--json",
