@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import re
+import socket
 import tarfile
 import tempfile
 import threading
@@ -200,6 +201,7 @@ class Engine:
                 {"base_url": self._base_url} if self._base_url else dict(kwargs_from_env())
             )
             if self._version is None:
+                self._check_socket()
                 # A short bound for the version probe: an engine that does not answer it is not usable.
                 probe = docker.APIClient(version="auto", timeout=min(t, self.network_timeout), **kwargs)
                 self._version = str(probe.api_version)
@@ -207,6 +209,23 @@ class Engine:
             client = docker.APIClient(version=self._version, timeout=t, **kwargs)
             self._clients[t] = client
             return client
+
+    def _check_socket(self) -> None:
+        """Connect to a unix socket ourselves first: docker-py's unix transport does not close its
+        socket when the connect fails (a ResourceWarning per attempt while an engine is starting)."""
+        if not self.address.startswith("unix://"):
+            return
+        path = self.address[len("unix://"):]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(self.network_timeout)
+            try:
+                s.connect(path)
+            except OSError as exc:
+                raise EngineError(
+                    f"no Docker engine answers at {self.address} ({self.name})",
+                    why=f"connecting to {path}: {exc.strerror or exc}",
+                    fix=_START_ENGINE_FIX,
+                ) from exc
 
     def close(self) -> None:
         with self._lock:
@@ -500,15 +519,20 @@ class Engine:
         with self._errors(f"push of {ref}"):
             try:
                 stream = self._api(self.stream_timeout).push(repo, tag=tag, stream=True, decode=True)
+                error = ""
+                # Read to the end even after an error: the engine closes the stream itself, and an
+                # abandoned stream would keep its connection open.
                 for chunk in stream:
                     if "error" in chunk:
-                        text = str(chunk["error"])
-                        raise PushError(f"push of {ref} failed", why=text, fix=_registry_fix(host, text))
+                        error = error or str(chunk["error"])
+                        continue
                     aux = chunk.get("aux")
                     if isinstance(aux, dict) and aux.get("Digest"):
                         digest = str(aux["Digest"])
                     if "status" in chunk and on_progress is not None:
                         on_progress(_progress(chunk))
+                if error:
+                    raise PushError(f"push of {ref} failed", why=error, fix=_registry_fix(host, error))
             except docker.errors.NotFound as exc:
                 raise PushError(
                     f"push of {ref} failed: no such image in engine {self.name!r}",
@@ -575,11 +599,13 @@ class Engine:
                 stream = self._api(self.stream_timeout).pull(
                     repo, tag=tag, stream=True, decode=True, platform=platform
                 )
-                for chunk in stream:
+                error = ""
+                for chunk in stream:  # to the end, as in push
                     if "error" in chunk:
-                        text = str(chunk["error"])
-                        cls = UnreachableError if any(m in text.lower() for m in _UNREACHABLE_MARKERS) else EngineError
-                        raise cls(f"pull of {ref} failed", why=text, fix=_registry_fix(host, text))
+                        error = error or str(chunk["error"])
+                if error:
+                    cls = UnreachableError if any(m in error.lower() for m in _UNREACHABLE_MARKERS) else EngineError
+                    raise cls(f"pull of {ref} failed", why=error, fix=_registry_fix(host, error))
             except docker.errors.NotFound as exc:
                 raise EngineError(
                     f"pull of {ref} failed: the registry {host} has no such tag",
@@ -620,15 +646,18 @@ class Engine:
     def load(self, tar: Path) -> list[str]:
         """`docker load`; return what the engine loaded (tags, or image ids for untagged images)."""
         loaded: list[str] = []
+        error = ""
         with self._errors(f"load of {tar}"), tar.open("rb") as f:
             for chunk in self._api(self.stream_timeout).load_image(f):
                 if "error" in chunk:
-                    raise EngineError(f"load of {tar} failed", why=str(chunk["error"]))
+                    error = error or str(chunk["error"])
                 text = str(chunk.get("stream", ""))
                 for line in text.splitlines():
                     m = re.match(r"Loaded image(?: ID)?: (\S+)", line.strip())
                     if m:
                         loaded.append(m.group(1))
+        if error:
+            raise EngineError(f"load of {tar} failed", why=error, fix="check that the file is a `docker save` archive")
         return loaded
 
 
