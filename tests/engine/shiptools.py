@@ -219,6 +219,20 @@ def _close(*socks: socket.socket) -> None:
         s.close()
 
 
+DEMO_BASE_REF = "127.0.0.1:5000/buildctl/demo-base:bookworm"  # what pins/demo.yaml names
+
+
+def demo_project(tmp_path: Path, project_root: Path, base_ref: str) -> Path:
+    """A project holding a copy of pins/demo.yaml whose base points at ``base_ref`` (images/ shared)."""
+    root = tmp_path / "project"
+    (root / "pins").mkdir(parents=True)
+    text = (project_root / "pins" / "demo.yaml").read_text()
+    assert DEMO_BASE_REF in text
+    (root / "pins" / "demo.yaml").write_text(text.replace(DEMO_BASE_REF, base_ref))
+    (root / "images").symlink_to(project_root / "images")
+    return root
+
+
 def htpasswd(folder: Path, user: str, password: str) -> Path:
     """A bcrypt htpasswd file written by apache2-utils' htpasswd (-B), as the registry requires."""
     path = folder / "htpasswd"

@@ -20,7 +20,7 @@ from buildctl.credentials import Redactor
 from buildctl.engine import Engine
 from buildctl.target import Target
 from tests.engine.conftest import ImageCleanup
-from tests.engine.shiptools import CutRule, RegistryProcess, Relay, htpasswd, manifest_digest
+from tests.engine.shiptools import CutRule, RegistryProcess, Relay, demo_project, htpasswd, manifest_digest
 from tests.helpers import unique
 
 FAST = push.RetryPolicy(attempts=3, first_delay=0.2, factor=2.0, max_delay=1.0)
@@ -258,17 +258,6 @@ def test_credentials_from_the_environment_push_and_are_never_shown(
 
 
 # -- `buildctl push STACK` on the demo stack, with its nodes standing in for a build
-
-
-def demo_project(tmp_path: Path, project_root: Path, base_ref: str) -> Path:
-    """A copy of the demo stack whose base points at ``base_ref`` (its images/ templates shared)."""
-    root = tmp_path / "project"
-    (root / "pins").mkdir(parents=True)
-    text = (project_root / "pins" / "demo.yaml").read_text()
-    assert "127.0.0.1:5000/buildctl/demo-base:bookworm" in text
-    (root / "pins" / "demo.yaml").write_text(text.replace("127.0.0.1:5000/buildctl/demo-base:bookworm", base_ref))
-    (root / "images").symlink_to(project_root / "images")
-    return root
 
 
 def built_nodes(engine: Engine, cleanup: ImageCleanup, tmp_path: Path, root: Path, smoke: str) -> Target:

@@ -1,7 +1,7 @@
 """`buildctl verify`, `bom` and `diff` through the CLI, against the real engine and the test registry.
 
-Each test gets a project of its own (a copy of the demo stack's manifest shape whose variant image
-points at the test registry, in a repository no other test uses) and a cache folder of its own.
+Each test gets a project of its own (a copy of pins/demo.yaml whose variant image points at the test
+registry, in a repository no other test uses) and a cache folder of its own.
 """
 
 from __future__ import annotations
@@ -16,42 +16,15 @@ from buildctl.cli import main
 from buildctl.engine import Engine
 from buildctl.lockfile import Lock, LockedBase, VariantLock
 from tests.engine.conftest import ImageCleanup
+from tests.engine.shiptools import demo_project
 from tests.helpers import unique
-
-MANIFEST = """\
-stack: demo
-description: demo stack (test copy; the base points at the test registry)
-base:
-  alias: demo-base
-  contract:
-    env: {{PYTHON_VERSION: "3.11", PIP_CONSTRAINT: /etc/pip/constraint.txt}}
-    env_prefix: {{DEMO_BASE_VERSION: "bookworm-"}}
-    env_present: [PATH]
-    python: "3.11"
-variants:
-  bookworm:
-    image: {image}
-    platform: linux/amd64
-    cuda: "0"
-    python: "3.11"
-pip:
-  requirements:
-    - shipdemo-extra==1.0
-"""
-
-
-def project(tmp_path: Path, image: str) -> Path:
-    root = tmp_path / "project"
-    (root / "pins").mkdir(parents=True)
-    (root / "pins" / "demo.yaml").write_text(MANIFEST.format(image=image))
-    return root
 
 
 def write_lock(root: Path, image: str, digest: str) -> None:
     manifest = root / "pins" / "demo.yaml"
     vl = VariantLock(base=LockedBase(ref=image, digest=digest, platform="linux/amd64"))
     lockfile.write(lockfile.lock_path(manifest),
-                   Lock(stack="demo", manifest_sha256="0" * 64, variants={"bookworm": vl}))
+                   Lock(stack="demo", manifest_sha256="0" * 64, variants={"default": vl}))
 
 
 def cli(root: Path, cache: Path, *args: str, monkeypatch: pytest.MonkeyPatch,
@@ -74,20 +47,21 @@ def derived(engine: Engine, cleanup: ImageCleanup, tmp_path: Path, dockerfile: s
 
 
 def test_verify_passes_on_the_demo_base_then_fails_when_its_tag_moved(
-        engine: Engine, registry: str, demo_base: str, image_cleanup: ImageCleanup, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        engine: Engine, registry: str, demo_base: str, project_root: Path, image_cleanup: ImageCleanup,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     name = f"{registry}/{unique('shipverify-')}/demo-base"
     image = image_cleanup(f"{name}:bookworm")
     engine.tag(demo_base, image)
     old = engine.push(image)
     image_cleanup(f"{name}@{old}")  # the push left this reference on the shared demo base image
-    root, cache = project(tmp_path, image), tmp_path / "cache"
+    root, cache = demo_project(tmp_path, project_root, image), tmp_path / "cache"
     write_lock(root, image, old)
 
     rc, out, err = cli(root, cache, "verify", "demo-base", monkeypatch=monkeypatch, capsys=capsys)
     assert rc == 0, out + err
     assert f"ok    digest                 {old}: as locked" in out and out.rstrip().endswith("result: ok")
     assert "ok    python                 3.11." in out
+    assert "ok    env DEMO_BASE_VERSION  bookworm-1" in out
     assert "info  torch                  (none): not required by the contract" in out  # reported, not crashed
     assert (cache / "reports" / "bases" / f"{old.removeprefix('sha256:')}.json").is_file()
 
@@ -106,6 +80,8 @@ def test_verify_passes_on_the_demo_base_then_fails_when_its_tag_moved(
     assert (digest["status"], digest["expected"], digest["actual"]) == ("fail", old, new)
     assert old in err and new in err  # the error names both digests
     assert {"kind": "env", "key": "DEMO_BASE_VERSION", "old": "bookworm-1", "new": "bookworm-2"} in result["changes"]
+    # the manifest's contract pins DEMO_BASE_VERSION exactly, so the new base also breaks the contract
+    assert sorted(c["name"] for c in result["checks"] if c["status"] == "fail") == ["digest", "env DEMO_BASE_VERSION"]
 
     rc, out, _ = cli(root, cache, "verify", "demo-base", monkeypatch=monkeypatch, capsys=capsys)
     assert rc == 12 and f"expected {old}, got {new}" in out
@@ -113,24 +89,26 @@ def test_verify_passes_on_the_demo_base_then_fails_when_its_tag_moved(
 
 
 def test_verify_of_an_unreachable_registry_fails_fast_and_clearly(
-        engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        engine: Engine, project_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     import socket
     import time
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    root = project(tmp_path, f"127.0.0.1:{port}/buildctl/demo-base:bookworm")
+    root = demo_project(tmp_path, project_root, f"127.0.0.1:{port}/buildctl/demo-base:bookworm")
     start = time.monotonic()
     rc, _out, err = cli(root, tmp_path / "cache", "verify", "demo-base", monkeypatch=monkeypatch, capsys=capsys)
     assert rc == 6 and time.monotonic() - start < 30
-    assert f"cannot verify demo-base (demo/bookworm): registry 127.0.0.1:{port} cannot be reached" in err
+    assert f"cannot verify demo-base (demo/default): registry 127.0.0.1:{port} cannot be reached" in err
     assert "connection refused" in err
 
 
 def test_bom_of_the_demo_base_lists_python_pyyaml_and_debian_packages(
-        demo_base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    root = project(tmp_path, "127.0.0.1:1/x:y")
+        demo_base: str, project_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root = demo_project(tmp_path, project_root, "127.0.0.1:1/x:y")
     rc, out, err = cli(root, tmp_path / "cache", "bom", demo_base, "--json", monkeypatch=monkeypatch, capsys=capsys)
     assert rc == 0, err
     data = json.loads(out)
@@ -144,21 +122,24 @@ def test_bom_of_the_demo_base_lists_python_pyyaml_and_debian_packages(
 
 
 def test_diff_shows_an_added_package_mapped_to_its_manifest_line(
-        engine: Engine, demo_base: str, image_cleanup: ImageCleanup, tmp_path: Path,
+        engine: Engine, demo_base: str, project_root: Path, image_cleanup: ImageCleanup, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    # A distribution importlib.metadata finds (metadata only: nothing to download), an env change and
-    # a component SHA label: what a rebuild with one more pip pin and a new component commit looks like.
-    site = "/usr/local/lib/python3.11/dist-packages/shipdemo_extra-1.0.dist-info"
+    # What the python layer of the demo stack adds (six, pinned in pins/demo.yaml), as metadata only so
+    # that nothing is downloaded, plus an env change and a component SHA label.
+    site = "/usr/local/lib/python3.11/dist-packages/six-1.16.0.dist-info"
     after = derived(engine, image_cleanup, tmp_path,
-                    f"RUN mkdir -p {site} && printf 'Metadata-Version: 2.1\\nName: shipdemo-extra\\nVersion: 1.0\\n' "
+                    f"RUN mkdir -p {site} && printf 'Metadata-Version: 2.1\\nName: six\\nVersion: 1.16.0\\n' "
                     f"> {site}/METADATA\nENV DEMO_BASE_VERSION=bookworm-2\n", demo_base,
-                    labels={"io.buildctl.stack": "demo", "io.buildctl.component.demo-ext": "b" * 40})
-    root = project(tmp_path, "127.0.0.1:1/x:y")
+                    labels={"io.buildctl.stack": "demo", "io.buildctl.component.fastmath": "b" * 40})
+    root = demo_project(tmp_path, project_root, "127.0.0.1:1/x:y")
+    lines = (root / "pins" / "demo.yaml").read_text().splitlines()
+    six_line = next(i for i, line in enumerate(lines, 1) if line.strip() == "- six==1.16.0")
+    fastmath_line = next(i for i, line in enumerate(lines, 1) if line.strip() == "fastmath:")
     rc, out, err = cli(root, tmp_path / "cache", "diff", demo_base, after, monkeypatch=monkeypatch, capsys=capsys)
     assert rc == 0, err
-    assert "  pip       + shipdemo-extra 1.0  [pins/demo.yaml:18: pip.requirements[0]]\n" in out
+    assert f"  pip       + six 1.16.0  [pins/demo.yaml:{six_line}: pip.requirements[0]]\n" in out
     assert "  env       ~ DEMO_BASE_VERSION bookworm-1 -> bookworm-2\n" in out
-    assert f"  component + demo-ext {'b' * 40}\n" in out
+    assert f"  component + fastmath {'b' * 40}  [pins/demo.yaml:{fastmath_line + 1}: components.fastmath]\n" in out
 
     rc, out, _ = cli(root, tmp_path / "cache", "diff", demo_base, after, "--json", monkeypatch=monkeypatch,
                      capsys=capsys)
