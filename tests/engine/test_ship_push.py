@@ -288,15 +288,22 @@ def forget(cleanup: ImageCleanup, t: Target, registry: str) -> None:
             cleanup(moving)
 
 
+def demo_built(engine: Engine, cleanup: ImageCleanup, tmp_path: Path, project_root: Path, registry: str, *,
+               smoke: str) -> tuple[Path, Target, str]:
+    """The demo stack, pushed to a repository of its own, with every node standing in as built."""
+    root = demo_project(tmp_path, project_root, f"{registry}/{unique('shipbase-')}/demo-base:bookworm")
+    repository = unique("shipdemo-")
+    manifest = root / "pins" / "demo.yaml"
+    manifest.write_text(manifest.read_text().replace("repository: buildctl/demo", f"repository: {repository}"))
+    t = built_nodes(engine, cleanup, tmp_path, root, smoke=smoke)
+    forget(cleanup, t, registry)
+    return root, t, repository
+
+
 def test_push_command_publishes_every_node_and_moves_latest_after_a_passed_smoke(
         engine: Engine, registry: str, project_root: Path, image_cleanup: ImageCleanup, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    root = demo_project(tmp_path, project_root, f"{registry}/{unique('shipbase-')}/demo-base:bookworm")
-    repository = unique("shipdemo-")
-    root.joinpath("pins/demo.yaml").write_text(root.joinpath("pins/demo.yaml").read_text().replace(
-        "repository: buildctl/demo", f"repository: {repository}"))
-    t = built_nodes(engine, image_cleanup, tmp_path, root, smoke="passed")
-    forget(image_cleanup, t, registry)
+    root, t, repository = demo_built(engine, image_cleanup, tmp_path, project_root, registry, smoke="passed")
 
     assert push_cli(root, tmp_path, "--registry", registry, "--promote", "--json", monkeypatch=monkeypatch) == 0
     report = json.loads(capsys.readouterr().out)
@@ -322,12 +329,7 @@ def test_push_command_publishes_every_node_and_moves_latest_after_a_passed_smoke
 def test_push_command_does_not_move_latest_past_a_skipped_smoke(
         engine: Engine, registry: str, project_root: Path, image_cleanup: ImageCleanup, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    root = demo_project(tmp_path, project_root, f"{registry}/{unique('shipbase-')}/demo-base:bookworm")
-    repository = unique("shipdemo-")
-    root.joinpath("pins/demo.yaml").write_text(root.joinpath("pins/demo.yaml").read_text().replace(
-        "repository: buildctl/demo", f"repository: {repository}"))
-    t = built_nodes(engine, image_cleanup, tmp_path, root, smoke="skipped")
-    forget(image_cleanup, t, registry)
+    root, t, repository = demo_built(engine, image_cleanup, tmp_path, project_root, registry, smoke="skipped")
     assert push_cli(root, tmp_path, "--registry", registry, "--promote", monkeypatch=monkeypatch) == 10
     out = capsys.readouterr()
     assert f"not moved    {registry}/{repository}:latest: its smoke suite did not pass" in out.out
