@@ -389,9 +389,14 @@ def verify(*, alias: str, stack: str, variant: Variant, contract: BaseContract, 
             fix=exc.fix or (f"point buildctl at a mirror: BUILDCTL_REGISTRY_MIRRORS='{target.host}=HOST:PORT' "
                             "(or registry_mirrors in config.toml)"),
         ) from exc
+    first = check_digest(locked, remote, checked)
+    if lock is not None and lock.base.ref != variant.image:
+        # the manifest names another base than the one locked: the locked digest says nothing about it
+        locked = None
+        first = Check(name="digest", status="fail", expected=f"a lock of {variant.image}",
+                      actual=f"the lock is of {lock.base.ref}", note="re-lock the stack (`buildctl lock STACK`)")
     result = VerifyResult(alias=alias, stack=stack, variant=variant.name, ref=variant.image,
-                          checked_ref=checked, locked_digest=locked, digest=remote,
-                          checks=(check_digest(locked, remote, checked),))
+                          checked_ref=checked, locked_digest=locked, digest=remote, checks=(first,))
     if remote is None:
         return result
     checks = list(result.checks)

@@ -208,3 +208,11 @@ def test_find_base_prefers_the_default_stack_then_the_only_match(tmp_path: Path)
         verify.find_base(d, "nvcr", None, "big")
     with pytest.raises(UsageError, match="the base of stack demo is 'demo-base'"):
         verify.find_base(d, "nvcr-base", "demo", "big")
+
+
+def test_a_lock_of_another_base_is_a_failure_not_a_comparison(tmp_path: Path) -> None:
+    other = VariantLock(base=LockedBase(ref="127.0.0.1:5999/buildctl/other:1", digest=OLD, platform="linux/amd64"))
+    result = verify.verify(alias="demo-base", stack="demo", variant=VARIANT, contract=CONTRACT, lock=other,
+                           engine=fake(), mirrors={}, store=verify.RecordStore(tmp_path))
+    assert [c.name for c in result.failures] == ["digest"] and result.locked_digest is None
+    assert "the lock is of 127.0.0.1:5999/buildctl/other:1" in verify.render(result)
