@@ -13,7 +13,7 @@ endif
 PYTEST_ARGS ?=
 BASE ?= nvcr-base
 
-.PHONY: help install test unit lint demo image lock smoke verify push nightly bench
+.PHONY: help install test unit lint demo demo-up demo-down image lock smoke verify push nightly bench
 
 help:
 	@echo "make demo              set up engine + registry + demo base, run the nightly job on the demo stack"
@@ -22,6 +22,7 @@ help:
 	@echo "make lint              ruff + mypy --strict"
 	@echo "make image CUDA=13     build deepseek-v3-gb200 (CUDA=12 for cuda12; STACK=, VARIANT= override)"
 	@echo "make lock|smoke|verify|push|nightly|bench"
+	@echo "make demo-up|demo-down engine + demo base + demo registry 127.0.0.1:5000 (what make demo uses)"
 
 install:
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[dev]'
@@ -35,6 +36,12 @@ unit: install
 lint: install
 	$(PYTHON) -m ruff check buildctl tests smoke bench
 	$(PYTHON) -m mypy
+
+demo-up:
+	bash scripts/testenv.sh up-demo
+
+demo-down:
+	bash scripts/testenv.sh down-demo
 
 demo:
 	@echo "make demo: not built yet (issue 3/5: build and nightly on the demo stack)"; exit 64

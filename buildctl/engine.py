@@ -42,7 +42,7 @@ import requests.exceptions
 from docker.auth import resolve_repository_name
 from docker.utils import kwargs_from_env, parse_repository_tag
 
-from buildctl.errors import BuildFailed, EngineError, PushError, UnreachableError
+from buildctl.errors import BuildctlError, BuildFailed, EngineError, PushError, UnreachableError
 
 # Labels on every container run() creates, so that a leftover one (a killed test run) can be found.
 RUN_LABEL = "org.buildctl.run"
@@ -238,7 +238,7 @@ class Engine:
         """Turn whatever docker-py or requests raise into our errors, naming this engine."""
         try:
             yield
-        except (EngineError, BuildFailed, PushError, UnreachableError):
+        except BuildctlError:
             raise
         except requests.exceptions.Timeout as exc:
             raise EngineError(
@@ -351,7 +351,8 @@ class Engine:
                         continue
                     if "stream" in chunk:
                         emit(str(chunk["stream"]))
-                    elif "status" in chunk:
+                    elif "status" in chunk and not (chunk.get("progressDetail") or {}).get("current"):
+                        # A base pulled during the build: its state changes, not every progress tick.
                         emit(str(Progress(status=str(chunk["status"]), layer=str(chunk.get("id", "")))) + "\n")
                     aux = chunk.get("aux")
                     if isinstance(aux, dict) and "ID" in aux:
@@ -359,8 +360,10 @@ class Engine:
             if partial:
                 emit("\n")
         except EngineError as exc:
-            # The engine refused before or during the build (bad context, missing Dockerfile, engine
-            # gone): a build failure of this node, reported with its log like any other.
+            # The engine refused the build (missing Dockerfile, bad context): a failure of this node,
+            # reported with its log like any other. An engine that is gone stays an EngineError.
+            if not isinstance(exc.__cause__, docker.errors.APIError):
+                raise
             error = f"{exc.what}: {exc.why}"
             emit(error + "\n")
         finally:

@@ -50,16 +50,17 @@ ensure_packages() {
     command -v "${pc#*:}" >/dev/null 2>&1 || [[ -x /usr/sbin/${pc#*:} ]] || missing+=("${pc%%:*}")
   done
   [[ ${#missing[@]} -eq 0 ]] && return 0
+  # With recommends, as measured in ENGINE.md (cgroupfs-mount, pigz, xz-utils come with docker.io).
   say "installing ${missing[*]} (apt; cached .debs in /var/cache/apt/archives are reused)"
   local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0)
   # Package lists are needed only when there are none, or when they are too old to install from.
   if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
     as_root "${apt[@]}" update >/dev/null
   fi
-  if ! as_root "${apt[@]}" install --no-install-recommends "${missing[@]}" >/tmp/buildctl-apt.log 2>&1; then
+  if ! as_root "${apt[@]}" install "${missing[@]}" >/tmp/buildctl-apt.log 2>&1; then
     say "apt-get install failed with the current package lists; updating them and retrying"
     as_root "${apt[@]}" update >/dev/null
-    as_root "${apt[@]}" install --no-install-recommends "${missing[@]}" >/tmp/buildctl-apt.log 2>&1 \
+    as_root "${apt[@]}" install "${missing[@]}" >/tmp/buildctl-apt.log 2>&1 \
       || { tail -20 /tmp/buildctl-apt.log >&2; die "apt-get install ${missing[*]} failed (log: /tmp/buildctl-apt.log)"; }
   fi
 }

@@ -57,10 +57,13 @@ def containers(label: str, engine: Engine | None = None) -> list[str]:
 def engine() -> Iterator[Engine]:
     # Named per session: containers that run() creates carry the name in a label, so a leak is ours.
     eng = Engine(name=f"test-{os.getpid()}")
+    problem: EngineError | None = None
     try:
         eng.ping()
     except EngineError as exc:
-        unavailable(f"no Docker engine answers: {exc.what}", exc.fix)
+        problem = exc
+    if problem is not None:  # outside the except block: the message alone, no chained traceback
+        unavailable(f"{problem.what}\n  why: {problem.why}", problem.fix)
     yield eng
     leaked = containers(f"{RUN_LABEL}={eng.name}", eng)
     eng.close()
@@ -84,13 +87,15 @@ def registry() -> str:
     addr = os.environ.get("BUILDCTL_TEST_REGISTRY", "")
     if not addr:
         unavailable("BUILDCTL_TEST_REGISTRY is not set (no test registry)")
+    problem = ""
     try:
         with urllib.request.urlopen(f"http://{addr}/v2/", timeout=5) as r:
-            ok = r.status == 200
+            if r.status != 200:
+                problem = f"answered /v2/ with {r.status}"
     except OSError as exc:
-        unavailable(f"the test registry {addr} does not answer: {exc}")
-    if not ok:
-        unavailable(f"the test registry {addr} answered /v2/ with an error")
+        problem = f"does not answer: {exc}"
+    if problem:
+        unavailable(f"the test registry {addr} {problem}", "run the tests through `make test`, which starts it")
     return addr
 
 
@@ -146,6 +151,14 @@ def _used_networks() -> list[ipaddress.IPv4Network]:
                 with contextlib.suppress(ValueError):
                     used.append(ipaddress.ip_network(word, strict=False))
     return [n for n in used if isinstance(n, ipaddress.IPv4Network)]
+
+
+def _answers(eng: Engine) -> bool:
+    try:
+        eng.ping()
+    except EngineError:
+        return False
+    return True
 
 
 def _ip(*args: str) -> None:
@@ -210,16 +223,12 @@ def second_engine() -> Iterator[Engine]:
             )
         eng = Engine(f"unix://{sock}", name="second")
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                eng.ping()
-                break
-            except EngineError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    eng.close()
-                    tail = log.read_text(errors="replace").splitlines()[-15:]
-                    unavailable("the second dockerd did not come up:\n    " + "\n    ".join(tail))
-                time.sleep(0.3)
+        while not _answers(eng):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                eng.close()
+                tail = log.read_text(errors="replace").splitlines()[-15:]
+                unavailable("the second dockerd did not come up:\n    " + "\n    ".join(tail))
+            time.sleep(0.3)
         yield eng
         eng.close()
     finally:

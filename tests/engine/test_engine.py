@@ -195,6 +195,17 @@ def test_run_timeout_kills_and_reports(engine: Engine, demo_base: str) -> None:
     assert containers(f"{RUN_LABEL}={engine.name}") == []
 
 
+def test_run_with_gpus(engine: Engine, demo_base: str) -> None:
+    if Path("/dev/nvidiactl").exists():  # a GPU host: the device request must be honoured
+        result = engine.run(demo_base, ["sh", "-c", "ls /dev/nvidiactl"], gpus=True, timeout=120)
+        assert result.ok, result.stderr
+    else:  # our CPU machines: a clear error, and no container left behind
+        with pytest.raises(EngineError, match="NVIDIA Container Toolkit") as err:
+            engine.run(demo_base, ["true"], gpus=True, timeout=60)
+        assert "gpu" in str(err.value).lower()
+    assert containers(f"{RUN_LABEL}={engine.name}") == []
+
+
 def test_run_missing_image(engine: Engine) -> None:
     with pytest.raises(EngineError, match="no such image"):
         engine.run(f"buildctl-test/absent:{unique()}", ["true"], timeout=10)
