@@ -26,13 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from buildctl.entrypoint import effective_args, gpu_count, select_profile
+from buildctl.entrypoint import PATH_REF, effective_args, gpu_count, select_profile
 from buildctl.errors import ArgsLintFailed, Location
 from buildctl.megatron_flags import FlagSpec, FlagTable, NotMegatronSource, replacement_in, scan
 from buildctl.model import NOWHERE, Arg, Manifest, Variant
 
 Severity = Literal["error", "warning"]
-_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NO_EFFECT = re.compile(r"\bignored\b|\bno-op\b|\bno effect\b", re.IGNORECASE)
 
 
@@ -167,16 +166,6 @@ class _Use:
         return self.spec.dest if self.spec else self.option.lstrip("-").replace("-", "_")
 
 
-_SCANS: dict[tuple[str, str | None], FlagTable] = {}
-
-
-def _table(root: Path, entry_script: str | None) -> FlagTable:
-    key = (str(root.resolve()), entry_script)
-    if key not in _SCANS:
-        _SCANS[key] = scan(root, entry_script=entry_script)
-    return _SCANS[key]
-
-
 def _entry_script(manifest: Manifest) -> str | None:
     """The Megatron-relative path of the script the command runs (pretrain_gpt.py), when it is one."""
     e = manifest.entrypoint
@@ -210,7 +199,7 @@ def lint(manifest: Manifest, variant: Variant, megatron_root: Path | None, profi
     reason = missing_reason
     if megatron_root is not None:
         try:
-            table = _table(megatron_root, _entry_script(manifest))
+            table = scan(megatron_root, entry_script=_entry_script(manifest))
             reason = f"source at {megatron_root}"
         except NotMegatronSource as exc:
             reason = f"{exc}: not a Megatron-LM tree"
@@ -242,7 +231,7 @@ def _use(a: Arg, table: FlagTable | None, defaults: Mapping[str, str]) -> _Use:
     option, eq, inline = a.flag.partition("=")
     values = ((inline,) if eq else ()) + a.values
     # Site paths take their defaults here: the check is about the value's form, not the site.
-    values = tuple(_REF.sub(lambda m: defaults.get(m.group(1), m.group(0)), v) for v in values)
+    values = tuple(PATH_REF.sub(lambda m: defaults.get(m.group(1), m.group(0)), v) for v in values)
     spec = table.get(option) if table else None
     if spec is None and table is not None and table.allow_abbrev:
         matches = {s.dest: s for o, s in table.flags.items() if o.startswith(option)}
@@ -283,6 +272,8 @@ def _check_flag(u: _Use, table: FlagTable, version: str) -> list[Finding]:
         else:
             fix = "see Megatron's note above"
         add("warning", "deprecated", f"deprecated in Megatron-LM {version}: {note!r}", fix)
+    if spec.action == "other":
+        return out  # a custom action: what it does with values is its own business
     n = len(u.values)
     if not spec.takes_value:
         if n:

@@ -21,7 +21,7 @@ import json
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from buildctl.errors import ManifestError, UsageError
@@ -32,7 +32,7 @@ CONTEXT_NAME = "buildctl-launch"
 SCRIPT_MODE = 0o755
 
 # ${NAME}: the only form of variable reference an argument may hold (plain $NAME stays literal text).
-_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+PATH_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Folders on the PATH of every base we use: a launcher installed there is called by its bare name,
 # which keeps the command in the guide's form (`bindpcie python pretrain_gpt.py ...`).
 _PATH_DIRS = frozenset({"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"})
@@ -135,7 +135,7 @@ def launch_argv(manifest: Manifest, profile: str | None = None, env: Mapping[str
     values.update({k: v for k, v in (env or {}).items() if k in values and v})
 
     def expand(text: str) -> str:
-        return _REF.sub(lambda m: values[m.group(1)], text)
+        return PATH_REF.sub(lambda m: values[m.group(1)], text)
 
     words = [*launcher_words(manifest), *command_words(manifest)]
     for a in effective_args(e, prof):
@@ -157,7 +157,7 @@ def _word(text: str, paths: Mapping[str, object], where: Arg | None, e: Entrypoi
     """One shell word for ``text``: literal pieces quoted, ``${NAME}`` of a site path expanded."""
     pieces: list[str] = []
     pos = 0
-    for m in _REF.finditer(text):
+    for m in PATH_REF.finditer(text):
         name = m.group(1)
         if name not in paths:
             at = where.at if where is not None else e.at
@@ -340,7 +340,3 @@ def render_entrypoint_fragment(manifest: Manifest, variant: Variant, profile: st
         labels=labels,
     )
 
-
-def quote_argv(argv: Sequence[str]) -> str:
-    """One shell line for argv, as the script's --print-command prints it."""
-    return shlex.join(argv)

@@ -23,6 +23,7 @@ What the scan cannot resolve it says in ``FlagTable.notes`` instead of guessing 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -172,7 +173,7 @@ class _Source:
         parts = parts[: len(parts) - (level - 1)] if level > 1 else parts
         return ".".join([*parts, target] if target else parts)
 
-    def imports(self, mod: _Module, body: Iterable[ast.stmt]) -> dict[str, tuple[str, str | None]]:
+    def imports(self, mod: _Module, body: Iterable[ast.AST]) -> dict[str, tuple[str, str | None]]:
         """Local name -> (module, attribute) for the import statements directly in ``body``
         (and in try/if blocks of it, where optional imports live)."""
         out: dict[str, tuple[str, str | None]] = {}
@@ -223,7 +224,7 @@ class _Source:
         return self.resolve_class(target, ast.Name(id=name), {}, depth)
 
 
-def _flat(body: Iterable[ast.stmt]) -> Iterator[ast.stmt]:
+def _flat(body: Iterable[ast.AST]) -> Iterator[ast.AST]:
     """Statements of a body, descending into if/try blocks (not into functions or classes)."""
     for node in body:
         yield node
@@ -443,7 +444,7 @@ class _Scan:
                 continue
             self.generated = True
             where = f"{mod.rel}:{call.lineno}"
-            scope = self.src.imports(mod, ast.walk(fn)) if fn is not None else {}  # type: ignore[arg-type]
+            scope = self.src.imports(mod, ast.walk(fn)) if fn is not None else {}
             ref = self.src.resolve_class(mod, call.args[0], scope)
             if ref is None:
                 self.note(f"{where}: ArgumentGroupFactory({ast.unparse(call.args[0])}): the dataclass was not "
@@ -685,7 +686,7 @@ def _scope_of(mod: _Module, src: _Source, node: ast.AST) -> dict[str, tuple[str,
     """Imports of the function that holds ``node`` (Megatron imports config classes inside functions)."""
     for fn in ast.walk(mod.tree):
         if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and any(n is node for n in ast.walk(fn)):
-            return src.imports(mod, ast.walk(fn))  # type: ignore[arg-type]
+            return src.imports(mod, ast.walk(fn))
     return {}
 
 
@@ -789,14 +790,14 @@ def scan(root: Path, *, entry_script: str | None = None) -> FlagTable:
         if spec is None:
             continue
         if spec.deprecated is None:
-            updated = FlagSpec(**{**spec.__dict__, "deprecated": message})
+            updated = dataclasses.replace(spec, deprecated=message)
         elif replacement_in(spec.deprecated) is None and replacement_in(message) is not None:
-            updated = FlagSpec(**{**spec.__dict__, "deprecated": f"{spec.deprecated} {message}"})
+            updated = dataclasses.replace(spec, deprecated=f"{spec.deprecated} {message}")
         else:
             continue
-            for o in spec.options:
-                if flags.get(o) is spec:
-                    flags[o] = updated
+        for o in spec.options:
+            if flags.get(o) is spec:
+                flags[o] = updated
     # argparse's own (add_help=True, which Megatron keeps)
     for opt in ("-h", "--help"):
         flags.setdefault(opt, FlagSpec(options=("-h", "--help"), dest="help", action="other", nargs=0,

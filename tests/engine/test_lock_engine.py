@@ -3,33 +3,19 @@ reported by --check), pip and apt resolved inside the demo base, against an inde
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
 import subprocess
 import uuid
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from buildctl import cli
 from buildctl.engine import Engine
-
-
-def _support() -> ModuleType:
-    # pytest runs with --import-mode=importlib: load the shared test helper by path.
-    path = Path(__file__).resolve().parents[1] / "integration" / "pyindex.py"
-    spec = importlib.util.spec_from_file_location("lock_pyindex", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pyindex = _support()
+from tests.integration import pyindex
 
 
 def lock_cmd(project: Path, *args: str) -> int:
@@ -192,7 +178,11 @@ components:
 def test_the_base_pip_constraint_counts_unless_unset(
         engine: Engine, registry: str, demo_base: str, image_cleanup: Any, project: Path,
         index: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    ref, _ = push_base(engine, registry, demo_base, image_cleanup)
+    ref, digest = push_base(engine, registry, demo_base, image_cleanup)
+    # Drop the local tag, so that the lock has to pull the base, by digest, to look inside it.
+    pinned = image_cleanup(f"{ref.rsplit(':', 1)[0]}@{digest}")
+    engine.remove_image(ref)
+    assert not engine.image_exists(pinned)
     with pyindex.serve(index["root"]) as url:
         monkeypatch.setenv("BUILDCTL_PIP_INDEX_URL", f"{url}/simple")
         # The demo base's /etc/pip/constraint.txt says PyYAML==6.0, as NGC's pins its own packages.
@@ -203,6 +193,7 @@ def test_the_base_pip_constraint_counts_unless_unset(
         assert "ResolutionImpossible" in err
         assert "the base's PIP_CONSTRAINT pins: /etc/pip/constraint.txt: PyYAML==6.0" in err
         assert not (project / "pins" / "demo.lock.json").exists()
+        assert engine.image_exists(pinned)  # pulled by digest, never by the moving tag
 
         path.write_text(path.read_text().replace("constraint: keep", "constraint: unset"))
         assert lock_cmd(project) == 0
