@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -180,18 +181,33 @@ def _cleanup(paths: Sequence[str]) -> list[str]:
     return [f"rm -rf {' '.join(_path(p) for p in paths)}; \\"] if paths else []
 
 
-def _copy(files: Sequence[ContextFile]) -> list[str]:
-    """One COPY per entry, to its own path.
+# Folders whose mode is not 0755 (or that the system owns): a file goes into them by itself.
+_SPECIAL_DIRS = frozenset({"/", "/tmp", "/var/tmp", "/root", "/run", "/dev/shm", "/home"})
 
-    Not one ``COPY rootfs/ /``: the classic builder applies a copied directory's metadata to an existing
-    directory it lands on, so /tmp (1777) or /root (0700) would take the context folder's mode.
+
+def _copy(files: Sequence[ContextFile]) -> list[str]:
+    """COPY lines for the context's rootfs/ entries.
+
+    A file goes in with its folder (``COPY rootfs/opt/demo/ /opt/demo/``): the folder then comes from the
+    context with mode 0755 and mtime EPOCH whether the image has it or not, whereas a COPY of the file
+    alone creates missing folders with the time of the build. Not one ``COPY rootfs/ /``, and not a folder
+    such as /tmp or /root: the classic builder applies a copied folder's metadata to the folder it lands on,
+    so those take a file by itself.
     """
-    out = []
+    out: dict[str, str] = {}
     for f in sorted(files, key=lambda f: f.path):
-        if f.path.startswith("rootfs/"):
-            dest = f.path.removeprefix("rootfs")
-            out.append(f"COPY {f.path}/ {dest}/" if f.tree else f"COPY {f.path} {dest}")
-    return out
+        if not f.path.startswith("rootfs/"):
+            continue
+        dest = f.path.removeprefix("rootfs")
+        if f.tree:
+            out[dest] = f"COPY {f.path}/ {dest}/"
+            continue
+        parent = posixpath.dirname(dest)
+        if parent in _SPECIAL_DIRS:
+            out[dest] = f"COPY {f.path} {dest}"
+        else:
+            out[parent] = f"COPY rootfs{parent}/ {parent}/"
+    return [out[k] for k in sorted(out)]
 
 
 def _rootfs(files: Sequence[FileSpec]) -> list[ContextFile]:

@@ -94,9 +94,9 @@ class NodeProgress:
                 row[1] = now
             if state in self.FINAL:
                 row[2] = now
+            if state != row[0] or detail:
+                row[3] = detail  # a new state starts without the last one's detail
             row[0] = state
-            if detail:
-                row[3] = detail
             line = self._line(name, row)
         if self._live is not None:
             self._live.update(self._render())

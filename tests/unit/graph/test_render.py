@@ -43,7 +43,7 @@ def test_cudnn(gs: Any) -> None:
     assert out.dockerfile == """\
 # cudnn: the pinned cuDNN from its apt source, directly on the base (rendered by buildctl/render.py)
 FROM reg/stack/cudnn-parent:k
-COPY rootfs/usr/share/keyrings/cuda.gpg /usr/share/keyrings/cuda.gpg
+COPY rootfs/usr/share/keyrings/ /usr/share/keyrings/
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export DEBIAN_FRONTEND=noninteractive; \\
@@ -62,7 +62,7 @@ def test_system(gs: Any) -> None:
     assert out.dockerfile == """\
 # system: downloads, removals, apt sources and packages (rendered by buildctl/render.py)
 FROM reg/stack/system-parent:k
-COPY rootfs/usr/bin/yq /usr/bin/yq
+COPY rootfs/usr/bin/ /usr/bin/
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export DEBIAN_FRONTEND=noninteractive; \\
@@ -98,7 +98,7 @@ def test_python(gs: Any) -> None:
 # (rendered by buildctl/render.py)
 FROM reg/stack/python-parent:k
 ARG BUILDCTL_WHEELHOUSE
-COPY rootfs/usr/local/lib/buildctl-protect.py /usr/local/lib/buildctl-protect.py
+COPY rootfs/usr/local/lib/ /usr/local/lib/
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export SOURCE_DATE_EPOCH=315532800; \\
@@ -169,7 +169,7 @@ RUN set -eu; \\
 # runtime layers (rendered by buildctl/render.py)
 FROM reg/stack/compile-env:kernels-parent:k
 ARG BUILDCTL_WHEELHOUSE
-COPY rootfs/usr/share/keyrings/cuda.gpg /usr/share/keyrings/cuda.gpg
+COPY rootfs/usr/share/keyrings/ /usr/share/keyrings/
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export DEBIAN_FRONTEND=noninteractive SOURCE_DATE_EPOCH=315532800; \\
@@ -242,7 +242,7 @@ def test_entrypoint(gs: Any) -> None:
     assert out.dockerfile == """\
 # entrypoint: the launch script, built only after the smoke gate passed (rendered by buildctl/render.py)
 FROM reg/stack/entrypoint-parent:k
-COPY rootfs/usr/local/bin/buildctl-launch /usr/local/bin/buildctl-launch
+COPY rootfs/usr/local/bin/ /usr/local/bin/
 WORKDIR /opt/trainer
 ENTRYPOINT ["/usr/local/bin/buildctl-launch"]
 CMD []
@@ -349,3 +349,11 @@ def test_keyring_package_is_installed_before_its_source(gs: Any) -> None:
     printf '%s\\n' 'deb [signed-by=/usr/share/keyrings/cuda.gpg] https://repo.example/sbsa /' > /etc/apt/sources.list.d/buildctl-cuda.list; \\
     apt-get update; \\
 """ in text
+
+
+def test_copy_lines() -> None:
+    files = [ContextFile(path="rootfs/opt/demo/a.deb", download="a"), ContextFile(path="rootfs/opt/demo/b.tgz", download="b"),
+             ContextFile(path="rootfs/tmp/k.deb", download="k"), ContextFile(path="rootfs/usr/bin/yq", download="yq"),
+             ContextFile(path="rootfs/opt/tree", tree="t"), ContextFile(path="wheel/", wheel="w")]
+    assert render._copy(files) == ["COPY rootfs/opt/demo/ /opt/demo/", "COPY rootfs/opt/tree/ /opt/tree/",
+                                   "COPY rootfs/tmp/k.deb /tmp/k.deb", "COPY rootfs/usr/bin/ /usr/bin/"]

@@ -1,4 +1,5 @@
-"""`buildctl plan` on a seed stack that cannot be locked here: keys listed, no network, no engine needed."""
+"""`buildctl plan` on a seed stack that cannot be locked here: keys listed with no network and no engine
+(a loopback port nothing listens on stands in for the engine)."""
 
 from __future__ import annotations
 

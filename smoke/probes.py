@@ -1,0 +1,486 @@
+"""Questions asked inside the interpreter under test, one per probe process.
+
+Each probe imports what it asks about (torch, Transformer Engine, DeepEP, Megatron-LM) and returns a
+JSON-able dict. The suite runs each probe in a child process of the image's Python (``child_main``),
+so that CUDA libraries, the driver stub and anything an import does stay out of the suite itself;
+unit tests call ``run`` in-process against module trees they create.
+
+This module must stay self-contained (standard library, no other ``smoke`` module): the child process
+imports it and then takes the suite's folder off sys.path again.
+
+The Transformer Engine API paths tried here are the ones UPSTREAM.md lists per version:
+MXFP8 support through ``transformer_engine.pytorch.is_mxfp8_available(return_reason=True)`` and
+``transformer_engine.pytorch.quantization.check_mxfp8_support`` (from 2.9), or
+``transformer_engine.pytorch.fp8.check_mxfp8_support`` (up to 2.8); autocast through
+``autocast(recipe=)`` (from 2.9) or ``fp8_autocast(fp8_recipe=)`` (before).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import importlib.machinery
+import importlib.metadata
+import inspect
+import io
+import json
+import logging
+import os
+import re
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+# Substrings of errors raised when code needs a GPU or a real CUDA driver rather than being broken.
+# CUDA_ERROR_STUB_LIBRARY (34) is what every call into the toolkit's driver stub returns.
+DEVICE_ERROR_MARKERS = (
+    "libcuda.so",
+    "cuda_error_stub_library",
+    "stub library",
+    "cuda_error_no_device",
+    "no cuda-capable device",
+    "cudaerrornodevice",
+    "cudaerrorinsufficientdriver",
+    "cuda driver version is insufficient",
+    "found no nvidia driver",
+    "nvidia driver on your system",
+    "cudagetdevicecount",
+    "torch not compiled with cuda",
+    "cuda initialization",
+    "no cuda gpus are available",
+    "nvml",
+)
+
+
+def needs_device(text: str) -> bool:
+    low = text.lower()
+    return any(m in low for m in DEVICE_ERROR_MARKERS)
+
+
+def error_info(exc: BaseException) -> dict[str, Any]:
+    """The exception as Python showed it: type, message, the `Type: message` line and the traceback tail."""
+    kind = type(exc).__name__
+    message = str(exc)
+    if isinstance(exc, SystemExit):
+        message = f"exit status {exc.code!r}" if not isinstance(exc.code, str) else exc.code
+    # importlib's own frames say nothing about the failing package: leave them out
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<frozen importlib") and not f.filename.endswith("importlib/__init__.py")]
+    lines = "".join([*traceback.format_list(frames), *traceback.format_exception_only(type(exc), exc)]).splitlines()
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and not isinstance(exc, SystemExit):
+        lines.append(f"(caused by {type(cause).__name__}: {cause})")
+    return {
+        "type": kind,
+        "message": message,
+        "text": f"{kind}: {message}" if message else kind,
+        "traceback": lines[-14:],
+        "needs_device": needs_device(message + "\n" + "\n".join(lines[-6:])),
+    }
+
+
+def failure(exc: BaseException, **extra: Any) -> dict[str, Any]:
+    return {"ok": False, "error": error_info(exc), **extra}
+
+
+# --------------------------------------------------------------------------------------------- probes
+
+
+def probe_distributions(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Every installed distribution with its version (package metadata only: nothing is imported)."""
+    dists = []
+    for d in importlib.metadata.distributions():
+        name = d.metadata["Name"]
+        if not name:
+            continue
+        path = getattr(d, "_path", None)  # private, but the only way to say *which* copy it is
+        dists.append({"name": str(name), "version": str(d.version), "path": str(path) if path else None})
+    return {"ok": True, "distributions": dists}
+
+
+def probe_import(args: Mapping[str, Any]) -> dict[str, Any]:
+    module = str(args["module"])
+    attr = args.get("attr")
+    try:
+        mod = importlib.import_module(module)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc)
+    top = sys.modules.get(module.partition(".")[0])
+    info: dict[str, Any] = {"file": getattr(mod, "__file__", None), "version": _version_of(mod),
+                            "package_version": _version_of(top) if top is not None else None}
+    if attr:
+        try:
+            getattr(mod, str(attr))
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return failure(exc, **info)
+    return {"ok": True, **info}
+
+
+def _version_of(mod: Any) -> str | None:
+    v = getattr(mod, "__version__", None)
+    return None if v is None else str(v)
+
+
+def probe_locate(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Where top-level modules live on sys.path, found without importing them."""
+    found: dict[str, Any] = {}
+    for name in args["names"]:
+        spec = importlib.machinery.PathFinder.find_spec(str(name))
+        if spec is None:
+            found[name] = None
+        elif spec.submodule_search_locations:
+            found[name] = {"kind": "package", "path": next(iter(spec.submodule_search_locations))}
+        else:
+            origin = spec.origin or ""
+            kind = "extension" if origin.endswith((".so", ".pyd")) else "module"
+            found[name] = {"kind": kind, "path": origin}
+    return {"ok": True, "modules": found}
+
+
+def _torch_gpu(torch: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "torch": str(getattr(torch, "__version__", "?")),
+        "torch_cuda": str(getattr(getattr(torch, "version", None), "cuda", None)),
+        "available": bool(torch.cuda.is_available()),
+    }
+    if info["available"]:
+        info["count"] = int(torch.cuda.device_count())
+        info["name"] = str(torch.cuda.get_device_name(0))
+        major, minor = torch.cuda.get_device_capability(0)
+        info["capability"] = f"{major}.{minor}"
+    return info
+
+
+def probe_gpu(args: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        torch = importlib.import_module("torch")
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc)
+    try:
+        return {"ok": True, **_torch_gpu(torch)}
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc)
+
+
+def _cudnn_text(encoded: int) -> str:
+    # torch and TE encode cuDNN 9 as major*10000 + minor*100 + patch (8.x: major*1000 + ...)
+    major, rest = divmod(encoded, 10000 if encoded >= 90000 else 1000)
+    minor, patch = divmod(rest, 100)
+    return f"{major}.{minor}.{patch}"
+
+
+def probe_runtime(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Versions as the running libraries report them: torch, its cuDNN, TE and the cuDNN TE loaded."""
+    out: dict[str, Any] = {"ok": True}
+    try:
+        torch = importlib.import_module("torch")
+
+        out["torch"] = str(torch.__version__)
+        v = torch.backends.cudnn.version()
+        out["torch_cudnn"] = None if v is None else _cudnn_text(int(v))
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc, stage="import torch")
+    if args.get("te", True):
+        try:
+            te = importlib.import_module("transformer_engine")
+            out["te_version"] = _version_of(te)
+            utils = importlib.import_module("transformer_engine.pytorch.utils")
+            out["te_cudnn"] = ".".join(str(x) for x in utils.get_cudnn_version())
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return failure(exc, stage="transformer_engine", **{k: v for k, v in out.items() if k != "ok"})
+    return out
+
+
+# MXFP8: (module, attribute, how to call it) in the order tried. The first that exists answers.
+MXFP8_APIS: tuple[tuple[str, str, str], ...] = (
+    ("transformer_engine.pytorch", "is_mxfp8_available", "return_reason"),
+    ("transformer_engine.pytorch.quantization", "check_mxfp8_support", "plain"),
+    ("transformer_engine.pytorch.fp8", "check_mxfp8_support", "plain"),
+)
+
+
+def _optional_module(name: str) -> Any:
+    """The module, or None when that module (not something it imports) does not exist."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            return None
+        raise
+
+
+def probe_mxfp8_support(args: Mapping[str, Any]) -> dict[str, Any]:
+    tried: list[str] = []
+    try:
+        torch = importlib.import_module("torch")
+
+        gpu = _torch_gpu(torch)
+        importlib.import_module("transformer_engine.pytorch")
+        for module, attr, style in MXFP8_APIS:
+            where = f"{module}.{attr}"
+            mod = _optional_module(module)
+            fn = getattr(mod, attr, None) if mod is not None else None
+            if fn is None:
+                tried.append(f"{where}: absent")
+                continue
+            answer = fn(return_reason=True) if style == "return_reason" else fn()
+            if isinstance(answer, tuple) and len(answer) == 2:
+                supported, reason = bool(answer[0]), str(answer[1])
+            else:
+                supported, reason = bool(answer), ""
+            return {"ok": True, "api": where + ("(return_reason=True)" if style == "return_reason" else "()"),
+                    "supported": supported, "reason": reason, "tried": tried, "gpu": gpu}
+        return {"ok": False, "tried": tried, "gpu": gpu,
+                "error": {"type": "LookupError", "message": "no MXFP8 support API in this Transformer Engine",
+                          "text": "LookupError: no MXFP8 support API in this Transformer Engine",
+                          "traceback": [], "needs_device": False}}
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc, tried=tried)
+
+
+def probe_mxfp8_linear(args: Mapping[str, Any]) -> dict[str, Any]:
+    """A tiny te.Linear forward and backward under this TE version's autocast with the MXFP8 recipe."""
+    stage = "import"
+    try:
+        torch = importlib.import_module("torch")
+
+        tep = importlib.import_module("transformer_engine.pytorch")
+        recipe_mod = importlib.import_module("transformer_engine.common.recipe")
+        recipe = recipe_mod.MXFP8BlockScaling()
+        if hasattr(tep, "autocast"):  # TE >= 2.9
+            api = "transformer_engine.pytorch.autocast(recipe=MXFP8BlockScaling())"
+            ctx = tep.autocast(enabled=True, recipe=recipe)
+        else:  # TE <= 2.8
+            api = "transformer_engine.pytorch.fp8_autocast(fp8_recipe=MXFP8BlockScaling())"
+            ctx = tep.fp8_autocast(enabled=True, fp8_recipe=recipe)
+        n_in, n_out, tokens = int(args.get("in", 128)), int(args.get("out", 128)), int(args.get("tokens", 32))
+        stage = "te.Linear"
+        layer = tep.Linear(n_in, n_out, params_dtype=torch.bfloat16, device="cuda")
+        x = torch.randn(tokens, n_in, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        stage = "forward"
+        with ctx:
+            y = layer(x)
+        stage = "backward"
+        y.float().sum().backward()
+        torch.cuda.synchronize()
+        finite = bool(torch.isfinite(y).all().item())
+        grads = x.grad is not None and layer.weight.grad is not None
+        return {"ok": finite and grads, "autocast": api, "shape": list(y.shape), "finite": finite,
+                "gradients": grads}
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc, stage=stage)
+
+
+# Where get_attention_backend / AttentionParams live, newest first.
+ATTENTION_MODULES = (
+    "transformer_engine.pytorch.attention.dot_product_attention.utils",  # 2.x
+    "transformer_engine.pytorch.attention",  # 1.x: one module
+)
+SELECTED_RE = re.compile(r"Selected backend = (.+)$")
+AVAILABLE_RE = re.compile(r"Available backends = \{(.+)\}$")
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _selected(lines: list[str]) -> str | None:
+    for line in reversed(lines):
+        m = SELECTED_RE.search(line)
+        if m:
+            return m.group(1).strip()
+    return None
+
+
+def probe_attention(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Which TE attention backends a small configuration allows, which TE selects, and a forward with it.
+
+    Runs with NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 (set by the caller before TE is imported), so TE logs
+    its reasons on the "DotProductAttention" logger; those lines are returned verbatim.
+    """
+    records = _Records()
+    logger = logging.getLogger("DotProductAttention")
+    # Attached before TE's own: TE adds its stream handler only when none is present.
+    logger.addHandler(records)
+    stage = "import"
+    out: dict[str, Any] = {"ok": False, "log": records.lines}
+    try:
+        torch = importlib.import_module("torch")
+
+        tep = importlib.import_module("transformer_engine.pytorch")
+        utils = None
+        for name in ATTENTION_MODULES:
+            utils = _optional_module(name)
+            if utils is not None and hasattr(utils, "get_attention_backend"):
+                out["api"] = f"{name}.get_attention_backend"
+                break
+        if utils is None or not hasattr(utils, "get_attention_backend"):
+            raise LookupError(f"get_attention_backend not found in {', '.join(ATTENTION_MODULES)}")
+        heads, dim, seq, batch = (int(args.get(k, d)) for k, d in
+                                  (("heads", 16), ("head_dim", 64), ("seq", 128), ("batch", 2)))
+        config = {"qkv_dtype": "bfloat16", "qkv_layout": "sbhd_sbhd_sbhd", "batch_size": batch,
+                  "num_heads": heads, "num_gqa_groups": heads, "max_seqlen_q": seq, "max_seqlen_kv": seq,
+                  "head_dim": dim, "attn_mask_type": "causal", "is_training": True}
+        out["config"] = config
+        wanted: dict[str, Any] = {"qkv_type": torch.Tensor, "qkv_dtype": torch.bfloat16,
+                                  "qkv_layout": "sbhd_sbhd_sbhd", "batch_size": batch, "num_heads": heads,
+                                  "num_gqa_groups": heads, "max_seqlen_q": seq, "max_seqlen_kv": seq,
+                                  "head_dim_qk": dim, "head_dim_v": dim, "head_dim": dim,
+                                  "attn_mask_type": "causal", "is_training": True}
+        params_cls = utils.AttentionParams
+        names = {f.name for f in dataclasses.fields(params_cls)}
+        stage = "get_attention_backend"
+        result = utils.get_attention_backend(params_cls(**{k: v for k, v in wanted.items() if k in names}))
+        available = list(result[-1])
+        out["allowed"] = {"flash": bool(available[0]), "fused": bool(available[1]),
+                          "unfused": bool(available[2])}
+        if len(result) >= 6:  # 2.x: (flash, flash_backend, fused, fused_backend, unfused, available)
+            chosen = {"flash": result[0], "fused": result[2], "unfused": result[4]}
+        else:  # 1.x: (flash, fused, fused_backend, unfused, available)
+            chosen = {"flash": result[0], "fused": result[1], "unfused": result[3]}
+        out["chosen"] = [k for k, v in chosen.items() if v]
+        out["selected"] = _selected(records.lines)
+        stage = "DotProductAttention forward/backward"
+        n_before = len(records.lines)
+        dpa = tep.DotProductAttention(heads, dim, attn_mask_type="causal", qkv_format="sbhd")
+        q, k, v = (torch.randn(seq, batch, heads, dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        o = dpa(q, k, v)
+        o.float().sum().backward()
+        torch.cuda.synchronize()
+        out["forward_selected"] = _selected(records.lines[n_before:]) or out["selected"]
+        out["ok"] = True
+        return out
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        out.update(failure(exc, stage=stage))
+        return out
+    finally:
+        logger.removeHandler(records)
+
+
+def probe_hybridep(args: Mapping[str, Any]) -> dict[str, Any]:
+    """`from deep_ep import HybridEPBuffer`, where deep_ep lives, and Megatron's HAVE_HYBRIDEP."""
+    out: dict[str, Any] = {"ok": True}
+    try:
+        deep_ep = importlib.import_module("deep_ep")
+        out["deep_ep_file"] = getattr(deep_ep, "__file__", None)
+        out["deep_ep_version"] = _version_of(deep_ep)
+        deep_ep.HybridEPBuffer  # noqa: B018 - the attribute access is the check
+        out["hybridep_buffer"] = {"ok": True}
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        out["ok"] = False
+        out["hybridep_buffer"] = failure(exc)
+    if args.get("megatron", False):
+        name = "megatron.core.transformer.moe.fused_a2a"
+        try:
+            mod = importlib.import_module(name)
+            have = getattr(mod, "HAVE_HYBRIDEP", None)
+            out["megatron"] = {"ok": have is True, "module": name, "HAVE_HYBRIDEP": have}
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            out["megatron"] = failure(exc, module=name)
+        out["ok"] = out["ok"] and out["megatron"]["ok"]
+    return out
+
+
+def probe_megatron_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Parse the baked arguments with the pinned Megatron-LM's own parser (parse_args, no validation)."""
+    module = str(args.get("module", "megatron.training.arguments"))
+    argv = [str(args.get("argv0", "pretrain_gpt.py")), *(str(a) for a in args["args"])]
+    try:
+        mod = importlib.import_module(module)
+        parse: Callable[..., Any] = mod.parse_args
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc, stage=f"import {module}")
+    saved = sys.argv
+    err = io.StringIO()
+    sys.argv = argv
+    try:
+        with contextlib.redirect_stderr(err):
+            kwargs = {"ignore_unknown_args": False} if "ignore_unknown_args" in inspect.signature(parse).parameters else {}
+            ns = parse(**kwargs)
+    except SystemExit as exc:
+        # argparse reports a bad argument by printing usage + "prog: error: ..." and exiting with 2
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        message = next((ln for ln in reversed(lines) if ": error:" in ln), lines[-1] if lines else "")
+        return {"ok": False, "stage": "parse", "argparse_error": message, "exit_code": exc.code,
+                "stderr": lines[-10:]}
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc, stage="parse")
+    finally:
+        sys.argv = saved
+    values = vars(ns) if hasattr(ns, "__dict__") else {}
+    return {"ok": True, "parser": f"{module}.parse_args", "arguments": len(argv) - 1, "namespace_size": len(values),
+            "attention_backend": str(values.get("attention_backend")) if "attention_backend" in values else None}
+
+
+PROBES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    "distributions": probe_distributions,
+    "import": probe_import,
+    "locate": probe_locate,
+    "gpu": probe_gpu,
+    "runtime": probe_runtime,
+    "mxfp8_support": probe_mxfp8_support,
+    "mxfp8_linear": probe_mxfp8_linear,
+    "attention": probe_attention,
+    "hybridep": probe_hybridep,
+    "megatron_args": probe_megatron_args,
+}
+
+
+def run(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return PROBES[name](args)
+    except BaseException as exc:  # a probe must answer, whatever the code under test does
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc, stage="probe")
+
+
+def child_main(argv: list[str]) -> int:
+    """Entry of a probe process: ``NAME ARGS_JSON_FILE RESULT_JSON_FILE``."""
+    name, args_path, out_path = argv
+    with open(args_path, encoding="utf-8") as f:
+        args = json.load(f)
+    result = run(name, args)
+    tmp = out_path + ".part"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(result, f, default=str)
+    os.replace(tmp, out_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Leave without running atexit hooks or destructors of what the probe imported: a CUDA
+    # library tearing down after the answer is written must not turn the answer into a crash.
+    os._exit(0)
