@@ -36,8 +36,8 @@ class BomEngine(Protocol):
     def image_exists(self, ref: str) -> bool: ...
     def inspect_image(self, ref: str) -> ImageView: ...
     def pull(self, ref: str, platform: str | None = None) -> str: ...
-    def run(self, image: str, command: Sequence[str], *, network_mode: str | None = None,
-            timeout: float) -> RunOutcome: ...
+    def run(self, image: str, command: Sequence[str], *, network_mode: str | None = None, timeout: float,
+            entrypoint: Sequence[str] | None = None) -> RunOutcome: ...
 
 
 # Runs with the image's own python3, standard library only (3.8+: importlib.metadata). The first
@@ -139,7 +139,9 @@ def collect(engine: BomEngine, image: str) -> Bom:
             raise EngineError(f"no image {image} here, and pulling it failed: {exc.what}", why=exc.why,
                               fix="build it, or give a reference the registry has") from exc
     info = engine.inspect_image(image)
-    result = engine.run(image, ["python3", "-c", BOM_SCRIPT], network_mode="none", timeout=BOM_TIMEOUT_S)
+    # python3 as the entrypoint: a final image's ENTRYPOINT (its launch script) must not wrap the listing
+    result = engine.run(image, ["-c", BOM_SCRIPT], entrypoint=["python3"], network_mode="none",
+                        timeout=BOM_TIMEOUT_S)
     return from_image(info, image, result)
 
 
@@ -215,8 +217,9 @@ def manifest_sources(m: Manifest, project: Path | None = None) -> dict[tuple[Sec
         cd = m.cudnn_for(v)
         if cd is not None:
             out.setdefault(("deb", cd.package), where(cd.at))
+    file = where(m.at).split(":", 1)[0]  # env values carry no line of their own
     for name in m.env:
-        out[("env", name)] = where(m.at) + (".env" if m.at.key else ": env") + f".{name}"
+        out[("env", name)] = f"{file}: env.{name}"
     return out
 
 

@@ -153,6 +153,17 @@ def cmd_push(args: argparse.Namespace, ctx: Context) -> int:
             return next((ref for home in homes
                          if engine.image_exists(ref := graph.image_ref(home, t.repository, node, key))), None)
 
+        final = t.graph.final
+        if t.graph.gate and locate(final.name, final.key) is None:
+            # A build past a skipped smoke gate made another final image (the gate is one of its inputs):
+            # push that one, which is labelled smoke=skipped and so is never promoted.
+            skipped = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry,
+                                  skip_smoke=True)
+            if locate(skipped.graph.final.name, skipped.graph.final.key) is not None:
+                ctx.ui.warn(f"the final image of {t.manifest.stack}/{t.variant.name} here was built with the smoke "
+                            "gate skipped: pushing it; no moving tag will point at it")
+                t = skipped
+
         items = push.stack_items(t.graph, registry=registry, repository=t.repository, locate=locate,
                                  moving=("latest",) if args.promote else (),
                                  default_variant=t.variant.name == t.manifest.default_variant.name)

@@ -427,16 +427,18 @@ def run(engine: PushEngine, items: Sequence[PushItem], *, stack: str, variant: s
 
 def render(report: PushReport) -> str:
     lines = [f"push {report.stack}/{report.variant} to {report.registry}"]
+    w = max((len(x.node) for x in (*report.pushed, *report.failed)), default=0)
+    w = max(w, len("not moved"))
     for p in report.pushed:
         what = {"pushed": f"pushed ({p.uploaded} layer(s) uploaded, {p.existing} already there"
                           + (f", {p.attempts} attempts" if p.attempts > 1 else "") + ")",
                 "present": "already in the registry (nothing sent)",
                 "kept": "kept: the registry holds another image under this immutable tag"}[p.outcome]
-        lines.append(f"  {p.node:<12} {p.target}  {p.digest}  {what}")
+        lines.append(f"  {p.node:<{w}}  {p.target}  {p.digest}  {what}")
     for f in report.failed:
-        lines.append(f"  {f.node:<12} {f.target}  FAILED ({f.kind}, {f.attempts} attempt(s)): {f.error}")
-    lines += [f"  {'':<12} {t}  not attempted" for t in report.not_attempted]
-    lines += [f"  moved        {p.target} -> {p.digest}" for p in report.promoted]
-    lines += [f"  not moved    {p.target}: {p.reason}" for p in report.not_promoted]
+        lines.append(f"  {f.node:<{w}}  {f.target}  FAILED ({f.kind}, {f.attempts} attempt(s)): {f.error}")
+    lines += [f"  {'':<{w}}  {t}  not attempted" for t in report.not_attempted]
+    lines += [f"  {'moved':<{w}}  {p.target} -> {p.digest}" for p in report.promoted]
+    lines += [f"  {'not moved':<{w}}  {p.target}: {p.reason}" for p in report.not_promoted]
     lines.append("result: ok" if report.ok else "result: FAILED")
     return "\n".join(lines) + "\n"

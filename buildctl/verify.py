@@ -42,8 +42,8 @@ class VerifyEngine(Protocol):
     def image_exists(self, ref: str) -> bool: ...
     def inspect_image(self, ref: str) -> ImageView: ...
     def pull(self, ref: str, platform: str | None = None) -> str: ...
-    def run(self, image: str, command: Sequence[str], *, network_mode: str | None = None,
-            timeout: float) -> RunOutcome: ...
+    def run(self, image: str, command: Sequence[str], *, network_mode: str | None = None, timeout: float,
+            entrypoint: Sequence[str] | None = None) -> RunOutcome: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -413,7 +413,8 @@ def verify(*, alias: str, stack: str, variant: Variant, contract: BaseContract, 
         checks += skipped_probe(f"the image is {info.platform} and the engine runs {host}: "
                                 "the probe needs emulation (binfmt/qemu) or a native engine")
     else:
-        probe = parse_probe(engine.run(pinned, ["python3", "-c", PROBE_SCRIPT], network_mode="none",
+        # python3 as the entrypoint: an image's own ENTRYPOINT (a launch script) must not wrap the probe
+        probe = parse_probe(engine.run(pinned, ["-c", PROBE_SCRIPT], entrypoint=["python3"], network_mode="none",
                                        timeout=PROBE_TIMEOUT_S))
         checks += check_probe(contract, probe)
 

@@ -129,7 +129,9 @@ def test_diff_shows_an_added_package_mapped_to_its_manifest_line(
     site = "/usr/local/lib/python3.11/dist-packages/six-1.16.0.dist-info"
     after = derived(engine, image_cleanup, tmp_path,
                     f"RUN mkdir -p {site} && printf 'Metadata-Version: 2.1\\nName: six\\nVersion: 1.16.0\\n' "
-                    f"> {site}/METADATA\nENV DEMO_BASE_VERSION=bookworm-2\n", demo_base,
+                    f"> {site}/METADATA\nENV DEMO_BASE_VERSION=bookworm-2\n"
+                    # like a final image: its own entrypoint must not swallow the listing
+                    'ENTRYPOINT ["/bin/false"]\n', demo_base,
                     labels={"io.buildctl.stack": "demo", "io.buildctl.component.fastmath": "b" * 40})
     root = demo_project(tmp_path, project_root, "127.0.0.1:1/x:y")
     lines = (root / "pins" / "demo.yaml").read_text().splitlines()

@@ -73,9 +73,9 @@ class FakeEngine:
         self.images[ref] = self.images.get(name, Image(repo_digests=(ref,)))
         return self.images[ref].id
 
-    def run(self, image: str, command: Sequence[str], *, network_mode: str | None = None,
-            timeout: float) -> Run:
-        self.calls.append(("run", (image, tuple(command), network_mode)))
+    def run(self, image: str, command: Sequence[str], *, network_mode: str | None = None, timeout: float,
+            entrypoint: Sequence[str] | None = None) -> Run:
+        self.calls.append(("run", (image, (*(entrypoint or ()), *command), network_mode)))
         return self.run_result
 
     def tag(self, image: str, ref: str) -> None:

@@ -23,6 +23,8 @@ pip:
   requirements:
     - six==1.16.0
     - PyYAML==6.0
+env:
+  A: "2"
 """
 
 
@@ -66,7 +68,7 @@ def test_diff_maps_changes_to_manifest_lines() -> None:
         ("deb", "curl", "added", ""),
         ("deb", "jq", "removed", "pins/demo.yaml:11: apt.packages[0]"),
         ("component", "demo-ext", "changed", ""),
-        ("env", "A", "changed", ""),
+        ("env", "A", "changed", "pins/demo.yaml: env.A"),
     ]
     assert bom.render_diff(d) == (
         "diff a -> b\n"
@@ -75,7 +77,7 @@ def test_diff_maps_changes_to_manifest_lines() -> None:
         "  deb       + curl 7.88\n"
         "  deb       - jq 1.6-2.1  [pins/demo.yaml:11: apt.packages[0]]\n"
         f"  component ~ demo-ext {'1' * 40} -> {'2' * 40}\n"
-        "  env       ~ A 1 -> 2\n"
+        "  env       ~ A 1 -> 2  [pins/demo.yaml: env.A]\n"
         "summary: pip 1 added, 1 changed; deb 1 added, 1 removed; component 1 changed; env 1 changed\n")
 
 

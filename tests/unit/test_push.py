@@ -203,10 +203,10 @@ def test_render_names_every_outcome() -> None:
         not_promoted=(push.Promotion(target="r/c:latest", source="r/c:k", digest=None, reason="why"),))
     assert push.render(report) == (
         "push demo/v to 127.0.0.1:5999\n"
-        f"  python       r/a:k  {D1}  pushed (2 layer(s) uploaded, 1 already there, 2 attempts)\n"
-        f"  assemble     r/b:k  {D2}  already in the registry (nothing sent)\n"
-        "  entrypoint   r/c:k  FAILED (transient, 4 attempt(s)): x\n"
-        "  not moved    r/c:latest: why\n"
+        f"  python      r/a:k  {D1}  pushed (2 layer(s) uploaded, 1 already there, 2 attempts)\n"
+        f"  assemble    r/b:k  {D2}  already in the registry (nothing sent)\n"
+        "  entrypoint  r/c:k  FAILED (transient, 4 attempt(s)): x\n"
+        "  not moved   r/c:latest: why\n"
         "result: FAILED\n")
 
 
