@@ -261,9 +261,10 @@ def test_credentials_from_the_environment_push_and_are_never_shown(
 
 
 def built_nodes(engine: Engine, cleanup: ImageCleanup, tmp_path: Path, root: Path, smoke: str) -> Target:
-    """Tag a small image as each node of the demo graph, as a build would (the final one with ``smoke``)."""
+    """Tag a small image as each node of the demo graph, as a build would (the final one with ``smoke``;
+    a build past a skipped gate has its own entrypoint key, as `buildctl build --skip-smoke` makes)."""
     t = target.load(root, load_config({"HOME": str(tmp_path), "BUILDCTL_CACHE": str(tmp_path / "cache")}),
-                    "demo", None, local_only=True)
+                    "demo", None, local_only=True, skip_smoke=smoke == "skipped")
     for n in t.graph.nodes:
         if n.kind == "base":
             continue
@@ -336,6 +337,7 @@ def test_push_command_does_not_move_latest_past_a_skipped_smoke(
     assert line.split()[:2] == ["not", "moved"] and line.endswith("its smoke suite did not pass "
                                                                     "(label io.buildctl.smoke=skipped)")
     assert "label io.buildctl.smoke=skipped" in out.err
+    assert "was built with the smoke gate skipped: pushing it" in out.err
     assert manifest_digest(registry, repository, "latest") is None
     assert manifest_digest(registry, repository, f"{t.variant.name}-{t.graph.final.key[:16]}") is not None
 
