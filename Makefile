@@ -11,6 +11,7 @@ else
 $(error CUDA must be 13 or 12 (or set VARIANT=...), got CUDA=$(CUDA))
 endif
 PYTEST_ARGS ?=
+BASE ?= nvcr-base
 
 .PHONY: help install test unit lint demo demo-up demo-down image lock smoke verify push nightly bench
 
@@ -51,7 +52,14 @@ image:
 lock:
 	$(BUILDCTL) lock $(STACK) --variant $(VARIANT)
 
-smoke verify push nightly:
+verify:
+	$(BUILDCTL) verify $(BASE) --stack $(STACK) --variant $(VARIANT)
+
+# REGISTRY=host:port overrides the configured one; PROMOTE=1 moves latest after a passed smoke
+push:
+	$(BUILDCTL) push $(STACK) --variant $(VARIANT) $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(PROMOTE),--promote)
+
+smoke nightly:
 	@echo "make $@: not built yet"; exit 64
 
 bench:

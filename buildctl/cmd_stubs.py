@@ -12,11 +12,7 @@ if TYPE_CHECKING:
 
 # command -> (help, issue that builds it)
 PENDING: dict[str, tuple[str, str]] = {
-    "verify": ("check a base image against its contract", "issue 5"),
-    "push": ("push a stack's images and confirm their digests", "issue 5"),
     "nightly": ("re-lock, build, smoke and push", "issue 5"),
-    "bom": ("bill of materials of an image", "issue 5"),
-    "diff": ("what changed between two images", "issue 5"),
     "repro": ("build twice and compare", "issue 6"),
 }
 
