@@ -427,8 +427,7 @@ def run(engine: PushEngine, items: Sequence[PushItem], *, stack: str, variant: s
 
 def render(report: PushReport) -> str:
     lines = [f"push {report.stack}/{report.variant} to {report.registry}"]
-    w = max((len(x.node) for x in (*report.pushed, *report.failed)), default=0)
-    w = max(w, len("not moved"))
+    w = max([len(p.node) for p in report.pushed] + [len(f.node) for f in report.failed] + [len("not moved")])
     for p in report.pushed:
         what = {"pushed": f"pushed ({p.uploaded} layer(s) uploaded, {p.existing} already there"
                           + (f", {p.attempts} attempts" if p.attempts > 1 else "") + ")",
