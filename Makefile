@@ -21,7 +21,9 @@ help:
 	@echo "make unit              unit tests only (no engine, no processes)"
 	@echo "make lint              ruff + mypy --strict"
 	@echo "make image CUDA=13     build deepseek-v3-gb200 (CUDA=12 for cuda12; STACK=, VARIANT= override)"
-	@echo "make lock|smoke|verify|push|nightly|bench"
+	@echo "make lock|verify|push|nightly  STACK=, VARIANT= (or CUDA=) pick what; REGISTRY= where to push"
+	@echo "make smoke IMAGE=ref   the smoke suite in an image (GPUS=1 for the GPU tier)"
+	@echo "make bench             rebuild benchmark on the demo stack"
 	@echo "make demo-up|demo-down engine + demo base + demo registry 127.0.0.1:5000 (what make demo uses)"
 
 install:
@@ -43,8 +45,11 @@ demo-up:
 demo-down:
 	bash scripts/testenv.sh down-demo
 
-demo:
-	@echo "make demo: not built yet (issue 3/5: build and nightly on the demo stack)"; exit 64
+# The main job on the embedded demo stack: engine, demo base and registry 127.0.0.1:5000 (kept running;
+# `make demo-down` stops them), then the nightly job. The host CA bundle is handed to lock-time pip runs
+# (a TLS-intercepting proxy's CA lives there); it never reaches a layer.
+demo: install demo-up
+	BUILDCTL_CA_BUNDLE=$${BUILDCTL_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt} $(BUILDCTL) nightly demo
 
 image:
 	$(BUILDCTL) build $(STACK) --variant $(VARIANT)
@@ -59,8 +64,14 @@ verify:
 push:
 	$(BUILDCTL) push $(STACK) --variant $(VARIANT) $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(PROMOTE),--promote)
 
-smoke nightly:
-	@echo "make $@: not built yet"; exit 64
+# IMAGE=ref (required); GPUS=1 runs the GPU tier
+smoke:
+	@test -n "$(IMAGE)" || { echo "make smoke needs IMAGE=<image ref>"; exit 2; }
+	$(BUILDCTL) smoke $(IMAGE) --stack $(STACK) --variant $(VARIANT) $(if $(GPUS),--gpus)
+
+NIGHTLY_STACKS ?= deepseek-v3-gb200 megatron-bert verl-vllm
+nightly:
+	$(BUILDCTL) nightly $(NIGHTLY_STACKS) $(if $(REGISTRY),--registry $(REGISTRY))
 
 bench:
 	$(PYTHON) bench/bench_rebuild.py $(BENCH_ARGS)

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "buildctl.cmd_build",
     "buildctl.cmd_smoke",
     "buildctl.cmd_ship",
+    "buildctl.cmd_nightly",
     "buildctl.cmd_stubs",
 )
 

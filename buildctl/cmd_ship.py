@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -130,8 +130,11 @@ def cmd_diff(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def cmd_push(args: argparse.Namespace, ctx: Context) -> int:
-    t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry)
+def publish(ctx: Context, t: target.Target, *, registry_arg: str | None, moving: Sequence[str], promote: bool,
+            extra_tags: Sequence[str] = ()) -> tuple[target.Target, push.PushReport]:
+    """Push a built variant: nodes by content tag, the final image by its public tag and ``extra_tags``
+    (immutable), then, with ``promote``, the ``moving`` tags (only past a passed smoke gate).
+    Shared by `buildctl push` and `buildctl nightly`."""
     if t.registry is None:
         raise UsageError(f"no registry to push {t.manifest.stack} to",
                          fix="pass --registry HOST:PORT, set `registry` in the configuration, or add push.registry "
@@ -157,26 +160,36 @@ def cmd_push(args: argparse.Namespace, ctx: Context) -> int:
         if t.graph.gate and locate(final.name, final.key) is None:
             # A build past a skipped smoke gate made another final image (the gate is one of its inputs):
             # push that one, which is labelled smoke=skipped and so is never promoted.
-            skipped = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry,
-                                  skip_smoke=True)
+            skipped = target.load(ctx.project, ctx.config, t.manifest.stack, t.variant.name,
+                                  registry=registry_arg, skip_smoke=True)
             if locate(skipped.graph.final.name, skipped.graph.final.key) is not None:
                 ctx.ui.warn(f"the final image of {t.manifest.stack}/{t.variant.name} here was built with the smoke "
                             "gate skipped: pushing it; no moving tag will point at it")
                 t = skipped
 
         items = push.stack_items(t.graph, registry=registry, repository=t.repository, locate=locate,
-                                 moving=("latest",) if args.promote else (),
-                                 default_variant=t.variant.name == t.manifest.default_variant.name)
+                                 moving=moving, default_variant=t.variant.name == t.manifest.default_variant.name)
+        public = f"{registry}/{t.repository.strip('/')}"
+        last = items[-1]
+        items += [push.PushItem(source=last.source, target=f"{public}:{tag}", node=last.node, key=last.key)
+                  for tag in extra_tags]
         report = push.run(engine, items, stack=t.manifest.stack, variant=t.variant.name, registry=registry,
-                          promote=args.promote, reports=ctx.config.cache.reports, redact=redact,
+                          promote=promote, reports=ctx.config.cache.reports, redact=redact,
                           say=ctx.ui.info, log=write_log)
+    return t, report
+
+
+def cmd_push(args: argparse.Namespace, ctx: Context) -> int:
+    t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry)
+    t, report = publish(ctx, t, registry_arg=args.registry, moving=("latest",) if args.promote else (),
+                        promote=args.promote)
     if args.json:
         ctx.ui.json(report.to_json())
     else:
         ctx.ui.print(push.render(report).rstrip("\n"))
     if report.failed:
         first = report.failed[0]
-        raise PushError(f"push of {t.manifest.stack}/{t.variant.name} to {registry} did not complete "
+        raise PushError(f"push of {t.manifest.stack}/{t.variant.name} to {report.registry} did not complete "
                         f"({len(report.pushed)} confirmed, {len(report.not_attempted)} not attempted)",
                         why=first.error, fix=f"{first.fix} (what was confirmed is recorded in "
                         f"{ctx.config.cache.reports / 'push'} and is not pushed again)")

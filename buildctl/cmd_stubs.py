@@ -12,7 +12,6 @@ if TYPE_CHECKING:
 
 # command -> (help, issue that builds it)
 PENDING: dict[str, tuple[str, str]] = {
-    "nightly": ("re-lock, build, smoke and push", "issue 5"),
     "repro": ("build twice and compare", "issue 6"),
 }
 
