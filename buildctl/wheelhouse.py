@@ -161,11 +161,19 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+# The port the wheelhouse asks for first: a URL that stays the same from run to run keeps the build arg,
+# and so the engine's layer cache and the images' history, the same; another free port when it is taken.
+PREFERRED_PORT = 47803
+
+
 @contextlib.contextmanager
-def serve(root: Path) -> Iterator[str]:
-    """Serve ``root`` read-only on 127.0.0.1 (a free port) for as long as the context lasts; yield its URL."""
+def serve(root: Path, port: int = PREFERRED_PORT) -> Iterator[str]:
+    """Serve ``root`` read-only on 127.0.0.1 for as long as the context lasts; yield its URL."""
     handler = partial(_QuietHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, name="buildctl-wheelhouse", daemon=True)
     thread.start()
     try:
