@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from buildctl import wheelhouse
+from buildctl.config import CacheLayout, Config
+from buildctl.errors import BuildFailed
 from buildctl.graph import PipPin
+from tests.integration.pyindex import make_index, make_wheel, serve, sha256
 
 
 def test_find_local_checks_name_version_and_hash(tmp_path: Path) -> None:
@@ -48,3 +54,39 @@ def test_serve_lists_and_serves_files(tmp_path: Path) -> None:
     # closed afterwards
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/")))) != 0
+
+
+def _config(index: str) -> Config:
+    return Config(path=None, pip_index_url=index, cache=CacheLayout(root=Path("/nonexistent")))
+
+
+def test_download_from_an_index_two_versions_and_hashes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # this machine's pip configuration adds indexes
+    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
+        monkeypatch.delenv(var, raising=False)
+    made = tmp_path / "made"
+    made.mkdir()
+    one = make_wheel(made, "alpha-pkg", "1.0")
+    two = make_wheel(made, "alpha-pkg", "2.0")
+    root = make_index(tmp_path / "index", [one, two])
+    pins = [PipPin(name="alpha-pkg", version="1.0", hashes=(f"sha256:{sha256(one)}",)),
+            PipPin(name="alpha-pkg", version="2.0", hashes=(f"sha256:{sha256(two)}",)),
+            PipPin(name="beta", version="1.0", in_base=True)]  # the base has it: not downloaded
+    folder = tmp_path / "wheels"
+    log = tmp_path / "pip.log"
+    with serve(root) as url:
+        got = wheelhouse.download(pins, folder=folder, python="3.11", platform="linux/amd64",
+                                  config=_config(f"{url}/simple"), log_file=log)
+        assert sorted(got) == ["alpha-pkg==1.0", "alpha-pkg==2.0"]
+        assert got["alpha-pkg==2.0"].read_bytes() == two.read_bytes()
+        assert "--index-url" in log.read_text() and "--require-hashes" in log.read_text()
+
+        bad = PipPin(name="alpha-pkg", version="1.0", hashes=("sha256:" + "0" * 64,))
+        with pytest.raises(BuildFailed) as failed:
+            wheelhouse.download([bad], folder=tmp_path / "other", python="3.11", platform="linux/amd64",
+                                config=_config(f"{url}/simple"), log_file=log)
+        assert str(log) in failed.value.what
+    # present and matching: no pip run at all (the index is gone)
+    again = wheelhouse.download(pins, folder=folder, python="3.11", platform="linux/amd64",
+                                config=_config("http://127.0.0.1:9/simple"), log_file=log)
+    assert again == got
