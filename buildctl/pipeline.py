@@ -482,13 +482,15 @@ class _Build:
 
     @contextlib.contextmanager
     def _engine(self, prefer: Sequence[str] = ()) -> Iterator[Engine]:
-        """The engine for a task: one that already holds a parent, else the least busy."""
+        """The engine for a task: an idle one that already holds a parent (no pull), else the least busy.
+
+        A parent is pulled from the registry in seconds, so an idle engine beats a busy one that has it.
+        """
         with self.lock:
-            holders = [e for e in self.engines if any(e.name in self.where.get(p, ()) for p in prefer)]
-            pool = holders or self.engines
-            e = min(pool, key=lambda x: (self.busy[x.name], self.engines.index(x)))
-            if holders and self.busy[e.name] > min(self.busy.values()) + 1:
-                e = min(self.engines, key=lambda x: (self.busy[x.name], self.engines.index(x)))
+            idle = min(self.busy.values())
+            holders = [e for e in self.engines if self.busy[e.name] == idle
+                       and any(e.name in self.where.get(p, ()) for p in prefer)]
+            e = min(holders or self.engines, key=lambda x: (self.busy[x.name], self.engines.index(x)))
             self.busy[e.name] += 1
         try:
             yield e
