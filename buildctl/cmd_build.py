@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from buildctl import argslint, target
 from buildctl import pipeline as pipeline_types
 from buildctl import plan as planmod
-from buildctl import target
 from buildctl.errors import UsageError
 from buildctl.records import RecordStore, state_root
 
@@ -77,13 +77,19 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     finally:
         engine.close()
     notes = list(p.notes)
+    lint = lint_entrypoint(ctx, t)
+    if lint is not None and not lint.ran and t.manifest.entrypoint and t.manifest.entrypoint.megatron:
+        notes.append(f"lint-args: the flags were not checked against Megatron-LM: {lint.reason}")
     if t.lock_stale:
         notes.insert(0, f"{t.manifest_path.name} changed since it was locked: entries the lock no longer "
                         "matches count as unlocked")
     if args.json:
         data = p.to_json()
         data["notes"] = notes
+        data["lint_args"] = None if lint is None else lint.to_json()
         ctx.ui.json(data)
+        if lint is not None:
+            lint.raise_for_errors()
         return 0
     g = t.graph
     title = (f"{g.stack} / {g.variant} ({g.platform}), "
@@ -102,7 +108,42 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
         ctx.ui.warn(w)
     for note in notes:
         ctx.ui.print(f"note: {note}")
+    if lint is not None:
+        lint.raise_for_errors()
     return 0
+
+
+def lint_before_build(ctx: Context, t: target.Target) -> None:
+    """Fetch and prepare the pinned Megatron-LM first (the build needs it anyway), so that the launch
+    arguments are checked against it before any node is built; stop on errors."""
+    from buildctl.sources import Sources
+
+    e = t.manifest.entrypoint
+    if e is None:
+        return
+    if e.megatron and t.vlock is not None and e.megatron in t.vlock.components:
+        sources = Sources.from_config(ctx.config, base_dir=t.manifest_path.parent)
+        sources.prepare_component(t.manifest.component(e.megatron), t.vlock.components[e.megatron])
+    report = lint_entrypoint(ctx, t)
+    if report is not None:
+        if not report.ran and e.megatron:
+            ctx.ui.warn(f"lint-args: the flags were not checked against Megatron-LM: {report.reason}")
+        report.raise_for_errors()
+
+
+def lint_entrypoint(ctx: Context, t: target.Target) -> argslint.LintReport | None:
+    """The launch arguments against the pinned Megatron-LM where its prepared source is at hand (the
+    consistency checks run either way); plan and build stop on its errors, before anything is built."""
+    from buildctl.cmd_lint_args import prepared_source
+
+    if t.manifest.entrypoint is None:
+        return None
+    report = argslint.lint_for_plan(t.manifest, t.variant, prepared_source(ctx.config, t.manifest_path),
+                                    t.manifest.entrypoint.default_profile)
+    for f in report.findings:
+        if f.severity != "error":
+            ctx.ui.warn(str(f))
+    return report
 
 
 def handle_build(args: argparse.Namespace, ctx: Context) -> int:
@@ -122,6 +163,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
         for w in written:
             ctx.ui.print(f"  {w}")
         return 0
+    lint_before_build(ctx, t)
     engines = [make_engine(ctx, url, name=f"engine{i}" if len(args.engine) > 1 else "default")
                for i, url in enumerate(args.engine or [None])]
     sources = Sources.from_config(ctx.config, base_dir=t.manifest_path.parent)

@@ -67,11 +67,12 @@ class RealSteps:
 
     def build(self, stack: str, variant: str) -> nightly.BuildStep:
         from buildctl import pipeline
-        from buildctl.cmd_build import emulation_registered, make_engine, smoke_gate
+        from buildctl.cmd_build import emulation_registered, lint_before_build, make_engine, smoke_gate
         from buildctl.sources import Sources
         from buildctl.ui import NodeProgress
 
         t = target.load(self.ctx.project, self.ctx.config, stack, variant, registry=self.registry)
+        lint_before_build(self.ctx, t)
         engine = make_engine(self.ctx, None)
         try:
             sources = Sources.from_config(self.ctx.config, base_dir=t.manifest_path.parent)

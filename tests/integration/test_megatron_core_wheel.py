@@ -193,7 +193,10 @@ def test_cli_lint_args_against_the_wheel(trees: dict[str, Path], capsys: pytest.
     assert cli.main([*base, "deepseek-v3-gb200", "--megatron-src", str(trees["0.17.0"])]) == 0
     out = capsys.readouterr().out
     assert "128 arguments checked against Megatron-LM 0.17.0" in out and "0 error(s), 2 warning(s)" in out
-    assert cli.main([*base, "megatron-bert", "--megatron-src", str(trees["0.17.0"])]) == 13
+    # the example as shipped: TP 8 x PP 16 on 8 GPUs; the manifest's default profile gives it its 128 GPUs
+    assert cli.main([*base, "megatron-bert", "--megatron-src", str(trees["0.17.0"])]) == 0
+    capsys.readouterr()
+    assert cli.main([*base, "megatron-bert", "--profile", "bert-340m", "--megatron-src", str(trees["0.17.0"])]) == 13
     captured = capsys.readouterr()
     assert "TP 8 x PP 16 x CP 1 = 128" in captured.out and "megatron-bert.yaml:" in captured.out
     assert cli.main([*base, "megatron-bert", "--profile", "bert-4b", "--megatron-src", str(trees["0.19.2"])]) == 0
