@@ -46,7 +46,7 @@ demo:
 	@echo "make demo: not built yet (issue 3/5: build and nightly on the demo stack)"; exit 64
 
 image:
-	@echo "make image: not built yet (issue 3)"; exit 64
+	$(BUILDCTL) build $(STACK) --variant $(VARIANT)
 
 lock:
 	$(BUILDCTL) lock $(STACK) --variant $(VARIANT)

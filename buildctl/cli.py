@@ -22,8 +22,10 @@ from buildctl.ui import UI
 # Modules that add subcommands (each defines ``register(sub)``), in --help order.
 COMMAND_MODULES = (
     "buildctl.cmd_pins",
+    "buildctl.cmd_lock",
     "buildctl.cmd_lint_args",
     "buildctl.cmd_smoke",
+    "buildctl.cmd_build",
     "buildctl.cmd_stubs",
 )
 

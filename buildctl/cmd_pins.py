@@ -68,7 +68,8 @@ def _lock_for(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None) -> dict[str, Any]:
+def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None,
+             manifest_sha256: str | None = None) -> dict[str, Any]:
     """Everything that goes into the image of one variant, lock values where there are any."""
     locked = (lock or {}).get("variants", {}).get(v.name, {})
     cudnn = m.cudnn_for(v)
@@ -85,7 +86,11 @@ def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None) -> dict[str, 
                      "head": lc.get("prs", {}).get(str(pr.number), pr.head)} for pr in c.prs],
             "patches": [p.file for p in c.patches],
             "tree": lc.get("tree"),
+            "branch_head": lc.get("branch_head") or None,
             "submodules": lc.get("submodules", {}),
+            "patch_sha256": lc.get("patches", {}),
+            "build_pip_locked": locked.get("build_pip", {}).get(c.name, []),
+            "build_apt_locked": locked.get("build_apt", {}).get(c.name, {}),
             "install": c.install.kind.value + (f" at {c.install.path}" if c.install.path else ""),
             "build_env": m.component_env(c, v),
             "build_requires": [r.text for r in c.build.requires],
@@ -100,13 +105,21 @@ def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None) -> dict[str, 
         "base": {"alias": m.base.alias, "image": v.image, "digest": locked.get("base", {}).get("digest"),
                  "platform": v.platform, "cuda": v.cuda, "gpu_archs": list(v.gpu_archs), "python": v.python},
         "locked": lock is not None and bool(locked),
+        "lock": None if not locked else {
+            "resolved_at": locked.get("resolved_at", ""),
+            "manifest_sha256": (lock or {}).get("manifest_sha256"),
+            "matches_manifest": None if manifest_sha256 is None
+            else (lock or {}).get("manifest_sha256") == manifest_sha256},
         "cudnn": None if cudnn is None else {"package": cudnn.package, "version": cudnn.version,
                                              "apt_version": lapt.get(cudnn.package, cudnn.apt_version or None)},
         "apt": [{"name": p.name, "version": lapt.get(p.name, p.version)} for p in m.apt.packages],
         "downloads": [_download(d, v.platform, ldl.get(d.name, {})) for d in m.downloads],
         "pip": {"constraint": m.pip.constraint.value,
                 "requirements": [{"requirement": r.text,
-                                  "locked": lpip.get(r.name, {}).get("version")} for r in m.pip.requirements]},
+                                  "locked": lpip.get(r.name, {}).get("version")} for r in m.pip.requirements],
+                # every pinned distribution (dependencies included), as the lock recorded it
+                "locked": [{"name": p["name"], "version": p["version"], "in_base": p.get("in_base", False),
+                            "hashes": len(p.get("hashes", []))} for p in locked.get("pip", [])]},
         "remove": {"pip": list(m.remove.pip), "paths": list(m.remove.paths)},
         "protect": {"packages": list(m.protect.packages), "replace": list(m.protect.replace)},
         "components": comps,
@@ -129,24 +142,42 @@ def show(args: argparse.Namespace, ctx: Context) -> int:
     path = pins.find(ctx.pins_dir, args.stack)
     m = pins.load(path)
     v = pins.select_variant(m, args.variant)
-    info = describe(m, v, _lock_for(path))
+    info = describe(m, v, _lock_for(path), pins.manifest_sha256(path))
     if args.json:
         ctx.ui.json(info)
         return 0
     ui = ctx.ui
     b = info["base"]
     ui.print(f"{m.stack} / {v.name}: {info['description']}")
-    ui.print(f"lock: {'locked' if info['locked'] else 'not locked (values as written in the manifest)'}")
+    lk = info["lock"]
+    if lk is None:
+        ui.print("lock: not locked (values as written in the manifest)")
+    else:
+        state = "matches the manifest" if lk["matches_manifest"] else \
+            f"the manifest changed since (`buildctl lock {m.stack} --check` says what drifted)"
+        ui.print(f"lock: locked {lk['resolved_at'] or ''}; {state}")
     ui.table("base", ["alias", "image", "digest", "platform", "CUDA", "GPU archs", "python"],
              [[b["alias"], b["image"], b["digest"] or "-", b["platform"], b["cuda"],
                ",".join(b["gpu_archs"]), b["python"]]])
     rows = []
     for c in info["components"]:
-        rows.append([c["name"], c["commit"] + ("" if len(c["commit"]) == 40 else " (short)"),
+        commit = c["commit"] + ("" if len(c["commit"]) == 40 else " (short)")
+        if c["branch"]:
+            commit += f"\non {c['branch']}" + (f" (head {c['branch_head']})" if c["branch_head"] else "")
+        if c["tree"] and c["tree"] != c["commit"]:
+            commit += f"\ntree {c['tree']}"
+        commit += "".join(f"\nsubmodule {sp} {sha}" for sp, sha in sorted(c["submodules"].items()))
+        rows.append([c["name"], commit,
                      "\n".join(f"#{p['number']} {p['head'] or '(head resolved by lock)'}" for p in c["prs"]) or "-",
                      c["install"], " ".join(f"{k}={val}" for k, val in sorted(c["build_env"].items())) or "-"])
     if rows:
         ui.table("git components", ["name", "commit", "PRs (head)", "install", "build env"], rows)
+    build_rows = [[c["name"], ", ".join(f"{p['name']}=={p['version']}" for p in c["build_pip_locked"])
+                   or ", ".join(c["build_requires"]) or "-",
+                   ", ".join(f"{n}={ver}" for n, ver in sorted(c["build_apt_locked"].items())) or "-"]
+                  for c in info["components"] if c["build_requires"] or c["build_apt_locked"]]
+    if build_rows:
+        ui.table("component build requirements", ["component", "pip", "apt"], build_rows)
     if info["cudnn"]:
         cd = info["cudnn"]
         ui.table("cuDNN", ["package", "version", "apt version"], [[cd["package"], cd["version"], cd["apt_version"] or "-"]])
@@ -158,6 +189,10 @@ def show(args: argparse.Namespace, ctx: Context) -> int:
     if info["pip"]["requirements"]:
         ui.table(f"pip (PIP_CONSTRAINT: {info['pip']['constraint']})", ["requirement", "locked"],
                  [[r["requirement"], r["locked"] or "-"] for r in info["pip"]["requirements"]])
+    if info["pip"]["locked"]:
+        ui.table("pip, as locked (dependencies included)", ["package", "version", "source"],
+                 [[p["name"], p["version"], "already in the base" if p["in_base"] else f"{p['hashes']} file hash(es)"]
+                  for p in info["pip"]["locked"]])
     if m.remove.pip or m.remove.paths or m.protect.packages:
         ui.table("base policy", ["removed pip", "removed paths", "protected", "replaced on purpose"],
                  [[", ".join(m.remove.pip) or "-", ", ".join(m.remove.paths) or "-",

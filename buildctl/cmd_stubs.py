@@ -12,9 +12,6 @@ if TYPE_CHECKING:
 
 # command -> (help, issue that builds it)
 PENDING: dict[str, tuple[str, str]] = {
-    "lock": ("resolve floating pins into pins/STACK.lock.json", "issue 2"),
-    "plan": ("show the build graph, node keys and what is stale", "issue 3"),
-    "build": ("build the missing nodes of a stack", "issue 3"),
     "verify": ("check a base image against its contract", "issue 5"),
     "push": ("push a stack's images and confirm their digests", "issue 5"),
     "nightly": ("re-lock, build, smoke and push", "issue 5"),

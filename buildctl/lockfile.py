@@ -6,8 +6,9 @@ Format (schema 1), keys sorted, two-space indent, one trailing newline:
      "variants": {"<name>": {"base": {...}, "apt": {...}, "downloads": {...}, "pip": [...],
                              "build_pip": {...}, "components": {...}, "resolved_at": "..."}}}
 
-``resolved_at`` is informational and excluded from ``VariantLock.digest()``, the value that node keys
-and image tags use, so that re-locking with nothing changed keeps every key.
+``resolved_at`` and each component's ``branch_head`` are informational and excluded from
+``VariantLock.digest()``, the value that node keys and image tags use, so that re-locking with nothing
+changed (or with only a branch head moved) keeps every key.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class LockedComponent:
     patches: Mapping[str, str] = field(default_factory=dict)  # patch file -> sha256
     submodules: Mapping[str, str] = field(default_factory=dict)  # path -> SHA at `commit`
     tree: str = ""  # SHA of the commit made by applying prs and patches (== commit when none)
+    # Head of the manifest's `branch` when locked: only what `lock --check` compares to say that the
+    # branch moved. Not an input of any build (the commit is), so VariantLock.digest() leaves it out.
+    branch_head: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,7 +85,8 @@ class VariantLock:
             "pip": [_pip_json(p) for p in self.pip],
             "build_pip": {c: [_pip_json(p) for p in ps] for c, ps in sorted(self.build_pip.items())},
             "components": {n: {"repo": c.repo, "commit": c.commit, "prs": dict(c.prs),
-                               "patches": dict(c.patches), "submodules": dict(c.submodules), "tree": c.tree}
+                               "patches": dict(c.patches), "submodules": dict(c.submodules), "tree": c.tree,
+                               "branch_head": c.branch_head}
                            for n, c in sorted(self.components.items())},
             "resolved_at": self.resolved_at,
         }
@@ -90,6 +95,8 @@ class VariantLock:
         """Hash of what was resolved (not when): the 'lock hash' in tags and labels."""
         data = self.to_json()
         data.pop("resolved_at")
+        for c in data["components"].values():
+            c.pop("branch_head")
         return hashlib.sha256(canonical(data).encode()).hexdigest()
 
     @staticmethod
@@ -105,7 +112,8 @@ class VariantLock:
             build_pip={c: tuple(_pip_from(p) for p in ps) for c, ps in data.get("build_pip", {}).items()},
             components={n: LockedComponent(name=n, repo=c["repo"], commit=c["commit"], prs=dict(c.get("prs", {})),
                                            patches=dict(c.get("patches", {})),
-                                           submodules=dict(c.get("submodules", {})), tree=c.get("tree", ""))
+                                           submodules=dict(c.get("submodules", {})), tree=c.get("tree", ""),
+                                           branch_head=c.get("branch_head", ""))
                         for n, c in data.get("components", {}).items()},
             resolved_at=data.get("resolved_at", ""),
         )

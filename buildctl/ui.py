@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from collections.abc import Iterable, Sequence
+from types import TracebackType
 from typing import Any
 
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 
 class UI:
@@ -52,3 +57,80 @@ class UI:
 
     def error(self, text: str) -> None:
         self.err.print(f"error: {text}", style="red", markup=False)
+
+
+class NodeProgress:
+    """Build progress, one line per node: state, elapsed time, last log line (stderr).
+
+    Thread-safe (nodes build in parallel). On a terminal the lines redraw in place; elsewhere (CI logs,
+    pipes) each state change prints one line. Quiet: nothing.
+    """
+
+    FINAL = ("cached", "pulled", "built", "failed", "skipped")
+
+    def __init__(self, ui: UI, nodes: Sequence[str]) -> None:
+        self.ui = ui
+        self._lock = threading.Lock()
+        self._rows: dict[str, list[Any]] = {n: ["waiting", None, None, ""] for n in nodes}  # state, start, end, last
+        self._live: Live | None = None
+
+    def __enter__(self) -> NodeProgress:
+        if not self.ui.quiet and self.ui.err.is_terminal:
+            self._live = Live(self._render(), console=self.ui.err, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.__exit__(et, e, tb)
+            self._live = None
+
+    def node(self, name: str, state: str, detail: str = "") -> None:
+        with self._lock:
+            row = self._rows.setdefault(name, ["waiting", None, None, ""])
+            now = time.monotonic()
+            if state not in self.FINAL and row[1] is None:
+                row[1] = now
+            if state in self.FINAL:
+                row[2] = now
+            if state != row[0] or detail:
+                row[3] = detail  # a new state starts without the last one's detail
+            row[0] = state
+            line = self._line(name, row)
+        if self._live is not None:
+            self._live.update(self._render())
+        elif not self.ui.quiet:
+            self.ui.err.print(line, markup=False, highlight=False)
+
+    def log(self, name: str, line: str) -> None:
+        line = line.strip()
+        if not line:
+            return
+        with self._lock:
+            if name in self._rows:
+                self._rows[name][3] = line
+        if self._live is not None:
+            self._live.update(self._render())
+
+    @staticmethod
+    def _elapsed(row: list[Any]) -> str:
+        if row[1] is None:
+            return ""
+        return f"{(row[2] or time.monotonic()) - row[1]:.1f}s"
+
+    def _line(self, name: str, row: list[Any]) -> str:
+        detail = f"  {row[3][:100]}" if row[3] else ""
+        return f"{name:<32} {row[0]:<9} {self._elapsed(row):>8}{detail}"
+
+    def _render(self) -> Table:
+        t = Table(show_header=False, box=None, pad_edge=False)
+        for column in ("node", "state", "elapsed", "last"):
+            t.add_column(column, overflow="ellipsis", no_wrap=True)
+        styles = {"failed": "red", "built": "green", "cached": "dim", "pulled": "cyan", "building": "yellow"}
+        with self._lock:
+            for name, row in self._rows.items():
+                # Text cells: log lines often hold [brackets] that rich would read as markup
+                t.add_row(Text(name), Text(row[0], style=styles.get(row[0], "")), Text(self._elapsed(row)),
+                          Text((row[3] or "")[:100]))
+        return t

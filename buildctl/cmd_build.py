@@ -1,0 +1,152 @@
+"""`buildctl plan STACK` and `buildctl build STACK`."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from buildctl import pipeline as pipeline_types
+from buildctl import plan as planmod
+from buildctl import target
+from buildctl.errors import UsageError
+from buildctl.records import RecordStore
+
+if TYPE_CHECKING:
+    from buildctl.cli import Context
+    from buildctl.engine import Engine
+
+
+def state_root(ctx: Context) -> Path:
+    """Records of built nodes (see records.py): under the cache root, next to logs and wheels."""
+    return ctx.config.cache.root / "state"
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("stack", metavar="STACK")
+    p.add_argument("--variant", help="variant (default: the stack's first)")
+    p.add_argument("--registry", help="registry that shares node images (default: config `registry`, then the "
+                                      "manifest's push.registry)")
+    p.add_argument("--local", action="store_true", help="use no registry: nodes live in the engine only")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("plan", help="show the build graph, node keys and what is stale (and why)",
+                       description="Every node of a stack's variant with its content key, where its image is "
+                                   "(local engine, registry, missing) and, for a missing node, what changed since "
+                                   "it was last built. Works without a lock (keys marked provisional).")
+    _common(p)
+    p.add_argument("--engine", help="Docker engine to ask (default: DOCKER_HOST or the local socket)")
+    p.add_argument("--json", action="store_true", help="machine-readable result")
+    p.set_defaults(func=handle_plan)
+
+    b = sub.add_parser("build", help="build the missing nodes of a stack's variant, tagged by content key",
+                       description="Prepare sources, downloads and pip wheels on the host, then build every missing "
+                                   "node (independent ones in parallel), run the smoke gate on the assembled image and "
+                                   "bake the entrypoint. Each node is tagged by its key only once it completed; "
+                                   "running again resumes. Needs the stack locked.")
+    _common(b)
+    b.add_argument("--jobs", type=int, default=2, metavar="N", help="nodes built at once (default 2)")
+    b.add_argument("--engine", action="append", default=[], metavar="URL",
+                   help="Docker engine (repeat to share one build over several; they exchange nodes through the "
+                        "registry). Default: DOCKER_HOST or the local socket")
+    b.add_argument("--skip-smoke", action="store_true",
+                   help="build the entrypoint without the smoke gate (the image is labelled smoke=skipped)")
+    b.add_argument("--dry-run", action="store_true", help="write the rendered Dockerfiles for review, build nothing")
+    b.add_argument("--out", type=Path, help="--dry-run: folder to write into (default: under the cache)")
+    b.set_defaults(func=handle_build)
+
+
+def emulation_registered(engine_address: str, variant_platform: str) -> bool | None:
+    """Whether this host's binfmt_misc has a qemu handler for the platform (None: the engine is remote)."""
+    if not engine_address.startswith("unix://"):
+        return None
+    arch = variant_platform.split("/")[-1]
+    qemu = {"arm64": "aarch64", "amd64": "x86_64"}.get(arch, arch)
+    return Path(f"/proc/sys/fs/binfmt_misc/qemu-{qemu}").exists()
+
+
+def make_engine(ctx: Context, url: str | None, name: str = "default") -> Engine:
+    from buildctl.engine import Engine
+
+    return Engine(url, name=name, network_timeout=ctx.config.network_timeout)
+
+
+def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
+    t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local)
+    engine = make_engine(ctx, args.engine)
+    try:
+        p = planmod.make(t.graph, refs=t.refs, engine=engine, records=RecordStore(state_root(ctx)).load_all(t.graph),
+                         registry=t.registry, emulation=emulation_registered(engine.address, t.variant.platform))
+    finally:
+        engine.close()
+    notes = list(p.notes)
+    if t.lock_stale:
+        notes.insert(0, f"{t.manifest_path.name} changed since it was locked: entries the lock no longer "
+                        "matches count as unlocked")
+    if args.json:
+        data = p.to_json()
+        data["notes"] = notes
+        ctx.ui.json(data)
+        return 0
+    g = t.graph
+    title = (f"{g.stack} / {g.variant} ({g.platform}), "
+             + (f"lock {g.lock_digest[:12]}" if g.lock_digest else "not locked"))
+    rows = []
+    for n in p.nodes:
+        key = n.node.key[:12] + ("*" if n.provisional else "")
+        detail = "; ".join(n.why) if n.why else n.note
+        if n.node.unlocked:
+            detail = (detail + "; " if detail else "") + "unlocked: " + ", ".join(n.node.unlocked)
+        rows.append((n.node.name, key, n.state, detail))
+    ctx.ui.table(title, ("node", "key", "state", "why"), rows)
+    if any(n.provisional for n in p.nodes):
+        ctx.ui.print("* provisional key: it will change once the stack is locked")
+    for w in g.warnings:
+        ctx.ui.warn(w)
+    for note in notes:
+        ctx.ui.print(f"note: {note}")
+    return 0
+
+
+def handle_build(args: argparse.Namespace, ctx: Context) -> int:
+    from buildctl import pipeline
+    from buildctl.sources import Sources
+    from buildctl.ui import NodeProgress
+
+    if args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
+                    skip_smoke=args.skip_smoke)
+    if args.dry_run:
+        out = args.out or ctx.config.cache.root / "dry-run" / t.graph.stack / t.graph.variant
+        written = pipeline.dry_run(t, out)
+        ctx.ui.print(f"rendered {sum(1 for w in written if w.suffix == '.Dockerfile')} Dockerfile(s) of "
+                     f"{t.graph.stack}/{t.graph.variant} into {out}")
+        for w in written:
+            ctx.ui.print(f"  {w}")
+        return 0
+    engines = [make_engine(ctx, url, name=f"engine{i}" if len(args.engine) > 1 else "default")
+               for i, url in enumerate(args.engine or [None])]
+    sources = Sources.from_config(ctx.config, base_dir=t.manifest_path.parent)
+    options = pipeline.Options(jobs=args.jobs, skip_smoke=args.skip_smoke,
+                               emulation=emulation_registered(engines[0].address, t.variant.platform))
+    started = time.monotonic()
+    try:
+        with NodeProgress(ctx.ui, t.graph.names()) as progress:
+            report = pipeline.run(t, engines=engines, config=ctx.config, sources=sources, progress=progress,
+                                  project=ctx.project, options=options, smoke_gate=smoke_gate(t))
+    finally:
+        for e in engines:
+            e.close()
+    built = report.built
+    ctx.ui.print(f"{t.graph.stack}/{t.graph.variant}: {report.final}")
+    ctx.ui.print(f"  built {len(built)} node(s)" + (f" ({', '.join(built)})" if built else "")
+                 + f", smoke {report.smoke}, {time.monotonic() - started:.1f}s")
+    return 0
+
+
+def smoke_gate(t: target.Target) -> pipeline_types.SmokeGate | None:
+    """The build-host smoke tier as the gate before the entrypoint (None: no runner available)."""
+    return None

@@ -1,0 +1,219 @@
+"""Package indexes and plain downloads, seen from the host (urllib; the one module that speaks HTTP).
+
+- ``HttpFetcher``: bounded GETs with the user's CA bundle; sha256 of a download, streamed.
+- ``SimpleIndex``: the PEP 503 / PEP 691 simple API of one or more indexes: the files of a release
+  and their sha256, so that the lock records every file pip may install for a platform.
+
+Errors become ours: a host that cannot be reached in time is an ``UnreachableError`` naming it;
+an answer that is not what we need is a ``LockError``. Credentials in URLs never reach a message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import IO, Any
+
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from buildctl.errors import LockError, UnreachableError
+
+DEFAULT_INDEX = "https://pypi.org/simple/"
+CHUNK = 1 << 20
+
+
+def redact(url: str) -> str:
+    """``url`` without user:password (index URLs may carry tokens)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit((parts.scheme, "***@" + host, parts.path, parts.query, parts.fragment))
+
+
+class HttpFetcher:
+    def __init__(self, *, ca_bundle: Path | None = None, timeout: float = 10.0) -> None:
+        self.timeout = timeout
+        self._ssl = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
+
+    def open(self, url: str, *, accept: str | None = None) -> IO[bytes]:
+        req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+        try:
+            resp: IO[bytes] = urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl)
+            return resp
+        except urllib.error.HTTPError as exc:
+            raise LockError(f"{redact(url)} answered HTTP {exc.code} {exc.reason}",
+                            fix="check the URL in the manifest or the index settings in the configuration") from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise UnreachableError(
+                f"cannot reach {urllib.parse.urlsplit(url).netloc.rsplit('@', 1)[-1] or url}"
+                f" (for {redact(url)})",
+                why=f"{reason} (timeout {self.timeout:g} s)",
+                fix="check the network or proxy; a TLS-intercepting proxy needs its CA as ca_bundle "
+                    "(BUILDCTL_CA_BUNDLE) in the buildctl configuration",
+            ) from None
+
+    def get(self, url: str, *, accept: str | None = None, limit: int = 64 << 20) -> tuple[bytes, str, str]:
+        """(body, content type, final URL) of a small resource."""
+        with self.open(url, accept=accept) as resp:
+            body = _read(resp, url, self.timeout, limit)
+            headers: Any = getattr(resp, "headers", {})
+            ctype = str(headers.get("Content-Type", "")) if headers else ""
+            final = str(getattr(resp, "url", url) or url)
+        return body, ctype, final
+
+    def content(self, url: str) -> bytes:
+        """A small download (an apt keyring) as bytes."""
+        return self.get(url)[0]
+
+    def sha256(self, url: str) -> str:
+        h = hashlib.sha256()
+        with self.open(url) as resp:
+            while True:
+                chunk = _read_chunk(resp, url, self.timeout)
+                if not chunk:
+                    break
+                h.update(chunk)
+        return h.hexdigest()
+
+
+def _read_chunk(resp: IO[bytes], url: str, timeout: float) -> bytes:
+    try:
+        return resp.read(CHUNK)
+    except (TimeoutError, ConnectionError, OSError) as exc:
+        raise UnreachableError(f"download of {redact(url)} stalled", why=f"{exc} (timeout {timeout:g} s)",
+                               fix="retry; check the network or proxy") from None
+
+
+def _read(resp: IO[bytes], url: str, timeout: float, limit: int) -> bytes:
+    out = bytearray()
+    while chunk := _read_chunk(resp, url, timeout):
+        out += chunk
+        if len(out) > limit:
+            raise LockError(f"{redact(url)} is larger than {limit >> 20} MiB", why="not an index page")
+    return bytes(out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexFile:
+    filename: str
+    url: str
+    sha256: str | None
+
+
+class _Anchors(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []  # (href, text)
+        self._href: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href") or ""
+            self._text = []
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._href is not None:
+            self.links.append((self._href, "".join(self._text).strip()))
+            self._href = None
+
+
+def parse_project_page(body: bytes, content_type: str, page_url: str) -> list[IndexFile]:
+    """Files listed by a PEP 691 JSON or PEP 503 HTML project page."""
+    files: list[IndexFile] = []
+    if "json" in content_type:
+        data = json.loads(body)
+        for f in data.get("files", []):
+            files.append(IndexFile(filename=f["filename"], url=urllib.parse.urljoin(page_url, f["url"]),
+                                   sha256=(f.get("hashes") or {}).get("sha256")))
+        return files
+    parser = _Anchors()
+    parser.feed(body.decode("utf-8", "replace"))
+    for href, text in parser.links:
+        url, _, fragment = urllib.parse.urljoin(page_url, href).partition("#")
+        algo, _, digest = fragment.partition("=")
+        name = text or urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        files.append(IndexFile(filename=name, url=url, sha256=digest if algo == "sha256" and digest else None))
+    return files
+
+
+def file_release(filename: str) -> tuple[str, Version, frozenset[str] | None] | None:
+    """(canonical name, version, wheel tags or None for an sdist); None for anything else."""
+    try:
+        if filename.endswith(".whl"):
+            name, version, _build, tags = parse_wheel_filename(filename)
+            return name, version, frozenset(str(t) for t in tags)
+        name, version = parse_sdist_filename(filename)
+        return name, version, None
+    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+        return None
+
+
+def select_files(files: Iterable[IndexFile], name: str, version: str, tags: Sequence[str]) -> list[IndexFile]:
+    """The files of ``name==version`` that pip may install where ``tags`` are supported.
+
+    Compatible wheels; the source distributions only when no wheel fits (pip would build one).
+    Without tags (pip too old to tell), every file of the release.
+    """
+    want = Version(version)
+    canon = canonicalize_name(name)
+    supported = set(tags)
+    wheels: list[IndexFile] = []
+    sdists: list[IndexFile] = []
+    for f in files:
+        rel = file_release(f.filename)
+        if rel is None or rel[0] != canon or rel[1] != want:
+            continue
+        if rel[2] is None:
+            sdists.append(f)
+        elif not supported or rel[2] & supported:
+            wheels.append(f)
+    return wheels or sdists
+
+
+class SimpleIndex:
+    """The simple API of ``urls`` (the index, then the extra indexes), read on the host."""
+
+    ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+
+    def __init__(self, urls: Sequence[str], fetcher: HttpFetcher) -> None:
+        self.urls = [u if u.endswith("/") else u + "/" for u in urls] or [DEFAULT_INDEX]
+        self.fetcher = fetcher
+
+    def files(self, name: str) -> list[IndexFile]:
+        out: list[IndexFile] = []
+        for base in self.urls:
+            page = urllib.parse.urljoin(base, canonicalize_name(name) + "/")
+            try:
+                body, ctype, final = self.fetcher.get(page, accept=self.ACCEPT)
+            except LockError:  # 404: this index does not have the project; another may
+                continue
+            out.extend(parse_project_page(body, ctype, final))
+        return out
+
+    def file_hashes(self, name: str, version: str, tags: Sequence[str]) -> tuple[str, ...]:
+        """``sha256:<hex>`` of every file of ``name==version`` installable with ``tags``."""
+        chosen = select_files(self.files(name), name, version, tags)
+        hashes = {f.sha256 if f.sha256 else self.fetcher.sha256(f.url) for f in chosen}
+        return tuple(sorted(f"sha256:{h}" for h in hashes))

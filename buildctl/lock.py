@@ -1,0 +1,624 @@
+"""`buildctl lock`: pin every floating value of a manifest, and say what drifted since.
+
+``resolve(manifest, variant, resolvers, config)`` turns one variant into a ``VariantLock``:
+
+- base image tag -> manifest digest, through the registry API (``Registry``), asked through a
+  configured mirror when the manifest's registry has one (nvcr.io -> mirror);
+- git: short SHA -> full SHA, branch -> head, PR -> head (refs/pull/N/head), submodule SHAs, the
+  tree after applying PRs and patches (``GitResolver``, backed by sources.py);
+- downloads marked ``sha256: compute`` -> sha256 of the file, fetched on the host (``Fetcher``);
+- pip and apt -> exact versions, resolved INSIDE the pulled base (``InBase``), so that what the base
+  already has, and its PIP_CONSTRAINT file, count; pip file hashes from the index (``PackageIndex``).
+
+Everything is resolved before anything is written, and the file is written once, atomically:
+a failure anywhere leaves the previous lock as it was. ``check`` re-resolves and returns the
+differences (``Drift``); it writes nothing. The seams are Protocols so unit tests use data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal, Protocol
+
+from packaging.utils import canonicalize_name
+
+from buildctl import aptver
+from buildctl.config import Config
+from buildctl.errors import BuildctlError, LockDrift, LockError, SourceError, UnreachableError
+from buildctl.lockfile import (
+    Lock,
+    LockedBase,
+    LockedComponent,
+    LockedDownload,
+    LockedPip,
+    VariantLock,
+)
+from buildctl.model import SHA256_COMPUTE, Component, Manifest, PipConstraintPolicy, PipRequirement, Variant
+
+# ------------------------------------------------------------------------------------------ seams
+
+
+class Registry(Protocol):
+    """The registry API (Engine.registry_digest): None when the tag does not exist."""
+
+    def registry_digest(self, ref: str) -> str | None: ...
+
+
+class GitResolver(Protocol):
+    """Git questions the lock asks (sources.py answers them, honouring git mirrors)."""
+
+    def resolve_commit(self, repo: str, commit: str, *, branch: str | None = None) -> str:
+        """Full SHA of a 7..40 digit prefix (ambiguous: SourceError listing the candidates); with
+        ``branch``, the commit must be on it."""
+        ...
+
+    def branch_head(self, repo: str, branch: str) -> str: ...
+
+    def pr_head(self, repo: str, number: int) -> str: ...
+
+    def submodules(self, repo: str, commit: str) -> Mapping[str, str]: ...
+
+    def tree(self, repo: str, commit: str, prs: Sequence[tuple[int, str]],
+             patches: Sequence[tuple[str, Path, str]]) -> str:
+        """The commit made by applying ``prs`` (number, head) and ``patches`` (name, file, sha256)."""
+        ...
+
+
+class Fetcher(Protocol):
+    """Plain downloads on the host, with the user's CA bundle and a bounded timeout."""
+
+    def sha256(self, url: str) -> str: ...
+
+    def content(self, url: str) -> bytes: ...
+
+
+class PackageIndex(Protocol):
+    """sha256 of every file of ``name==version`` that pip may install where ``tags`` are supported."""
+
+    def file_hashes(self, name: str, version: str, tags: Sequence[str]) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeRequest:
+    """What to ask pip and apt inside the base image."""
+
+    pip: tuple[str, ...] = ()  # runtime requirement lines, resolved after the removals
+    build_pip: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # component -> lines
+    apt: tuple[str, ...] = ()  # every apt package name to look up (runtime, cuDNN, build)
+    apt_sources: Mapping[str, str] = field(default_factory=dict)  # repo name -> sources.list line
+    files: Mapping[str, bytes] = field(default_factory=dict)  # keyrings, at their destination
+    apt_debs: tuple[str, ...] = ()  # keyring packages to dpkg -i before apt-get update
+    remove_pip: tuple[str, ...] = ()
+    remove_paths: tuple[str, ...] = ()
+    unset_constraint: bool = False
+
+    @property
+    def needed(self) -> bool:
+        return bool(self.pip or self.build_pip or self.apt)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipInstall:
+    """One distribution pip would install (from its --report)."""
+
+    name: str
+    version: str
+    url: str = ""
+    sha256: str | None = None
+    requested: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeResult:
+    python: str = ""  # x.y.z of the base's python3
+    tags: tuple[str, ...] = ()  # wheel tags the base's pip supports, most preferred first
+    installed: Mapping[str, str] = field(default_factory=dict)  # canonical name -> version, as shipped
+    installed_after_remove: Mapping[str, str] = field(default_factory=dict)
+    pip: tuple[PipInstall, ...] = ()
+    build_pip: Mapping[str, tuple[PipInstall, ...]] = field(default_factory=dict)
+    apt: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # package -> versions offered
+
+
+class InBase(Protocol):
+    """Runs pip and apt questions inside the base image ``image`` (pulled when needed)."""
+
+    def probe(self, *, image: str, platform: str, request: ProbeRequest) -> ProbeResult: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolvers:
+    registry: Registry
+    git: GitResolver
+    in_base: InBase
+    index: PackageIndex
+    fetch: Fetcher
+
+
+# ------------------------------------------------------------------------------------------ base
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageRef:
+    """A parsed image reference: registry host, repository path, tag and/or digest."""
+
+    host: str
+    path: str
+    tag: str | None = None
+    digest: str | None = None
+
+    @staticmethod
+    def parse(ref: str) -> ImageRef:
+        name, _, digest = ref.partition("@")
+        head, _, rest = name.partition("/")
+        # Docker's rule: the first component is a registry host when it has a '.' or ':' or is localhost.
+        if rest and ("." in head or ":" in head or head == "localhost"):
+            host, path = head, rest
+        else:
+            host, path = "docker.io", name if "/" in name else f"library/{name}"
+        tag = None
+        if ":" in path.rsplit("/", 1)[-1]:
+            path, _, tag = path.rpartition(":")
+        if not digest and not tag:
+            tag = "latest"
+        return ImageRef(host=host, path=path, tag=tag, digest=digest or None)
+
+    def name(self, host: str | None = None) -> str:
+        return f"{host or self.host}/{self.path}"
+
+    def with_tag(self, host: str | None = None) -> str:
+        return f"{self.name(host)}:{self.tag}" if self.tag else self.name(host)
+
+
+def mirror_for(ref: ImageRef, mirrors: Mapping[str, str]) -> str | None:
+    return mirrors.get(ref.host)
+
+
+def resolve_base(stack: str, variant: Variant, registry: Registry, mirrors: Mapping[str, str]) -> tuple[LockedBase, str]:
+    """(locked base, the reference to pull it by: through the mirror, by digest)."""
+    ref = ImageRef.parse(variant.image)
+    mirror = mirror_for(ref, mirrors)
+    if ref.digest and not ref.tag:
+        return (LockedBase(ref=variant.image, digest=ref.digest, platform=variant.platform),
+                f"{ref.name(mirror)}@{ref.digest}")
+    query = ref.with_tag(mirror)
+    via = f" through the mirror {mirror}" if mirror else ""
+    try:
+        digest = registry.registry_digest(query)
+    except UnreachableError as exc:
+        raise UnreachableError(
+            f"cannot lock {stack}/{variant.name} here: the base image {variant.image} cannot be reached"
+            f"{via} (registry {mirror or ref.host})",
+            why=f"{exc.what}{'; ' + exc.why if exc.why else ''}",
+            fix=(f"check that the mirror {mirror} is up and holds {ref.path}:{ref.tag}" if mirror else
+                 f"lock on a machine that reaches {ref.host}, or configure a mirror that holds "
+                 f"{ref.path}: registry_mirrors = {{ \"{ref.host}\" = \"HOST:PORT\" }} in the buildctl "
+                 f"configuration (or BUILDCTL_REGISTRY_MIRRORS={ref.host}=HOST:PORT)"),
+        ) from exc
+    if digest is None:
+        raise LockError(
+            f"cannot lock {stack}/{variant.name}: the base image {query} does not exist",
+            why=f"the registry {mirror or ref.host} has no tag {ref.tag!r} for {ref.path}",
+            fix=f"correct variants.{variant.name}.image in the manifest, or push the image" +
+                (f" to the mirror {mirror}" if mirror else ""),
+        )
+    if ref.digest and ref.digest != digest:
+        raise LockError(
+            f"base image {variant.image}: the tag now points at {digest}, not the digest given",
+            fix="drop the tag or the digest from the reference, or update the digest",
+        )
+    return LockedBase(ref=variant.image, digest=digest, platform=variant.platform), f"{ref.name(mirror)}@{digest}"
+
+
+# ------------------------------------------------------------------------------------------ git
+
+
+def repo_location(repo: str, base_dir: Path) -> str:
+    """A git URL as is; a plain path relative to the manifest's folder, made absolute."""
+    if "://" in repo or re.match(r"^[\w.-]+@[\w.-]+:", repo):
+        return repo
+    return str((base_dir / repo).resolve())
+
+
+def _in_component(c: Component, exc: BuildctlError) -> BuildctlError:
+    what = f"component {c.name} ({c.at.file}:{c.at.line}): {exc.what}" if c.at.line else \
+        f"component {c.name}: {exc.what}"
+    return type(exc)(what, why=exc.why, fix=exc.fix)
+
+
+def resolve_component(c: Component, git: GitResolver, base_dir: Path) -> LockedComponent:
+    repo = repo_location(c.repo, base_dir)
+    try:
+        commit = git.resolve_commit(repo, c.commit, branch=c.branch)
+        branch_head = git.branch_head(repo, c.branch) if c.branch else ""
+        prs: dict[str, str] = {}
+        for pr in c.prs:
+            head = git.pr_head(repo, pr.number)
+            if pr.head and not head.startswith(pr.head):
+                raise LockDrift(
+                    f"PR #{pr.number} has moved: its head is now {head}, the manifest reviewed {pr.head}",
+                    why="someone pushed to the PR since its head was written into the manifest",
+                    fix=f"review the new commits, then set prs: [{{number: {pr.number}, head: {head}}}] "
+                        "(or drop head: to follow the PR)",
+                )
+            prs[str(pr.number)] = head
+        patch_files = [(p.file, base_dir / p.file) for p in c.patches]
+        patches = {name: _sha256_file(f) for name, f in patch_files}
+        submodules = dict(git.submodules(repo, commit)) if c.submodules else {}
+        tree = git.tree(repo, commit, [(pr.number, prs[str(pr.number)]) for pr in c.prs],
+                        [(name, f, patches[name]) for name, f in patch_files]) if prs or patches else commit
+    except (SourceError, UnreachableError, LockError) as exc:
+        raise _in_component(c, exc) from exc
+    return LockedComponent(name=c.name, repo=c.repo, commit=commit, prs=prs, patches=patches,
+                           submodules=submodules, tree=tree, branch_head=branch_head)
+
+
+def _sha256_file(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise LockError(f"cannot read patch {path}: {exc.strerror}") from exc
+
+
+# ------------------------------------------------------------------------------------------ downloads
+
+
+def resolve_downloads(m: Manifest, v: Variant, fetch: Fetcher) -> tuple[dict[str, LockedDownload], dict[str, bytes]]:
+    """(locked downloads for the variant's platform, contents of the apt keyrings by download name)."""
+    keyrings = {r.keyring for r in m.apt.repos if r.keyring}
+    locked: dict[str, LockedDownload] = {}
+    contents: dict[str, bytes] = {}
+    for d in m.downloads:
+        pu = d.for_platform(v.platform)
+        if pu is None:
+            continue
+        compute = pu.sha256 == SHA256_COMPUTE
+        if d.name in keyrings:
+            data = fetch.content(pu.url)
+            sha = hashlib.sha256(data).hexdigest()
+            if not compute and sha != pu.sha256:
+                raise LockError(f"download {d.name}: {pu.url} has sha256 {sha}, the manifest says {pu.sha256}",
+                                fix="check the URL; update the sha256 only if the new file is trusted")
+            contents[d.name] = data
+        else:
+            sha = fetch.sha256(pu.url) if compute else pu.sha256
+        locked[d.name] = LockedDownload(name=d.name, url=pu.url, sha256=sha, computed=compute)
+    return locked, contents
+
+
+# ------------------------------------------------------------------------------------------ pip + apt
+
+
+def cudnn_pattern(m: Manifest, v: Variant) -> tuple[str, str] | None:
+    spec = m.cudnn_for(v)
+    if spec is None:
+        return None
+    return spec.package, spec.apt_version or f"{spec.version}-*"
+
+
+def probe_request(m: Manifest, v: Variant, keyrings: Mapping[str, bytes]) -> ProbeRequest:
+    apt_names = [p.name for p in m.apt.packages]
+    cud = cudnn_pattern(m, v)
+    if cud:
+        apt_names.append(cud[0])
+    for c in m.components:
+        apt_names.extend(p.name for p in c.build.apt)
+    sources: dict[str, str] = {}
+    files: dict[str, bytes] = {}
+    debs: list[str] = []
+    downloads = {d.name: d for d in m.downloads}
+    if apt_names:
+        for r in m.apt.repos:
+            line = r.lines.get(v.platform) or r.lines.get("any")
+            if line is None:
+                continue
+            sources[r.name] = line
+            if r.keyring and r.keyring in keyrings:
+                dest = downloads[r.keyring].dest
+                files[dest] = keyrings[r.keyring]
+                if dest.endswith(".deb"):
+                    debs.append(dest)
+    return ProbeRequest(
+        pip=tuple(r.text for r in m.pip.requirements),
+        build_pip={c.name: tuple(r.text for r in c.build.requires) for c in m.components if c.build.requires},
+        apt=tuple(dict.fromkeys(apt_names)),
+        apt_sources=sources, files=files, apt_debs=tuple(debs),
+        remove_pip=m.remove.pip, remove_paths=m.remove.paths,
+        unset_constraint=m.pip.constraint is PipConstraintPolicy.UNSET,
+    )
+
+
+def pip_pins(requirements: Sequence[PipRequirement], installs: Iterable[PipInstall],
+             installed: Mapping[str, str], tags: Sequence[str], index: PackageIndex, *, where: str
+             ) -> tuple[LockedPip, ...]:
+    """What pip would install (exact version + file hashes) and the requirements the base satisfies."""
+    out: dict[str, LockedPip] = {}
+    for i in installs:
+        name = canonicalize_name(i.name)
+        hashes = set(index.file_hashes(name, i.version, tags))
+        if i.sha256:
+            hashes.add(f"sha256:{i.sha256}")
+        if not hashes:
+            raise LockError(f"no file hash for {name}=={i.version} (wanted by {where})",
+                            why=f"the index lists no file of it that fits the base, and pip's report has none "
+                                f"(it came from {i.url or 'an unknown location'})",
+                            fix="check the index settings (pip_index_url, pip_extra_index_urls)")
+        out[name] = LockedPip(name=name, version=i.version, hashes=tuple(sorted(hashes)))
+    for r in requirements:
+        if r.name in out:
+            continue
+        version = installed.get(r.name)
+        if version is None:
+            raise LockError(f"pip neither installs {r.text!r} nor finds it installed in {where}",
+                            why="pip's report and the base's installed distributions disagree",
+                            fix="run `pip install --dry-run` for it inside the base image to see why")
+        out[r.name] = LockedPip(name=r.name, version=version, in_base=True)
+    return tuple(sorted(out.values(), key=lambda p: p.name))
+
+
+def check_protected(m: Manifest, installs: Iterable[PipInstall], installed: Mapping[str, str], *, where: str) -> None:
+    """A protected base package may only be replaced when the manifest says so (protect.replace)."""
+    import fnmatch
+
+    removed = {canonicalize_name(n) for n in m.remove.pip}
+    allowed = {canonicalize_name(n) for n in m.protect.replace}
+    for i in installs:
+        name = canonicalize_name(i.name)
+        have = installed.get(name)
+        if have is None or have == i.version or name in removed or name in allowed:
+            continue
+        if any(fnmatch.fnmatchcase(name, pat) for pat in m.protect.packages):
+            raise LockError(
+                f"the pip requirements would replace the base's protected {name} {have} with {i.version} ({where})",
+                why="a requirement (or one of its dependencies) needs another version of a package "
+                    "the manifest protects",
+                fix=f"pin a requirement version that works with {name} {have}, or list {name} under "
+                    "protect.replace if replacing it is intended",
+            )
+
+
+def resolve_apt(packages: Iterable[tuple[str, str]], offered: Mapping[str, Sequence[str]], *, where: str) -> dict[str, str]:
+    return {name: aptver.select(name, pattern, offered.get(name, ()), where=where) for name, pattern in packages}
+
+
+# ------------------------------------------------------------------------------------------ resolve
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def resolve(m: Manifest, v: Variant, resolvers: Resolvers, config: Config, *,
+            now: Callable[[], datetime] = _now) -> VariantLock:
+    """Pin every floating value of variant ``v``; raises (and returns nothing) on any failure."""
+    base_dir = Path(m.path).parent if m.path else Path.cwd()
+    base, pull_ref = resolve_base(m.stack, v, resolvers.registry, config.registry_mirrors)
+    components = {c.name: resolve_component(c, resolvers.git, base_dir) for c in m.components}
+    downloads, keyrings = resolve_downloads(m, v, resolvers.fetch)
+    request = probe_request(m, v, keyrings)
+    pip: tuple[LockedPip, ...] = ()
+    build_pip: dict[str, tuple[LockedPip, ...]] = {}
+    apt: dict[str, str] = {}
+    build_apt: dict[str, dict[str, str]] = {}
+    if request.needed:
+        where = f"{v.image} ({v.platform})"
+        result = resolvers.in_base.probe(image=pull_ref, platform=v.platform, request=request)
+        if result.python and not (result.python + ".").startswith(v.python + "."):
+            raise LockError(f"{m.stack}/{v.name}: the base's python is {result.python}, the variant says {v.python}",
+                            fix=f"set variants.{v.name}.python: \"{'.'.join(result.python.split('.')[:2])}\"")
+        check_protected(m, result.pip, result.installed, where=where)
+        pip = pip_pins(m.pip.requirements, result.pip, result.installed_after_remove, result.tags,
+                       resolvers.index, where=where)
+        for c in m.components:
+            if c.build.requires:
+                build_pip[c.name] = pip_pins(c.build.requires, result.build_pip.get(c.name, ()),
+                                             result.installed, result.tags, resolvers.index,
+                                             where=f"{where}, build requirements of {c.name}")
+        wanted = [(p.name, p.version) for p in m.apt.packages]
+        cud = cudnn_pattern(m, v)
+        if cud:
+            wanted.append(cud)
+        apt = resolve_apt(wanted, result.apt, where=where)
+        for c in m.components:
+            if c.build.apt:
+                build_apt[c.name] = resolve_apt([(p.name, p.version) for p in c.build.apt], result.apt,
+                                                where=f"{where}, build dependencies of {c.name}")
+    return VariantLock(base=base, apt=apt, build_apt=build_apt, downloads=downloads, pip=pip,
+                       build_pip=build_pip, components=components,
+                       resolved_at=now().strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+# ------------------------------------------------------------------------------------------ the file
+
+
+def _content(v: VariantLock) -> dict[str, object]:
+    data = v.to_json()
+    data.pop("resolved_at")
+    return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockOutcome:
+    lock: Lock
+    resolved: Mapping[str, VariantLock]
+    unchanged: tuple[str, ...]  # resolved variants whose content did not change
+    stale: tuple[str, ...]  # variants kept from a lock of an older manifest
+    dropped: tuple[str, ...]  # variants no longer in the manifest, removed from the lock
+
+
+def lock_stack(m: Manifest, manifest_sha256: str, variants: Sequence[str], resolvers: Resolvers, config: Config,
+               existing: Lock | None, *, now: Callable[[], datetime] = _now) -> LockOutcome:
+    """The new lock: ``variants`` resolved, every other variant's entry kept as it was."""
+    resolved = {name: resolve(m, m.variant(name), resolvers, config, now=now) for name in variants}
+    known = {v.name for v in m.variants}
+    kept = dict(existing.variants) if existing is not None and existing.stack == m.stack else {}
+    dropped = tuple(sorted(n for n in kept if n not in known))
+    merged = {n: v for n, v in kept.items() if n in known}
+    unchanged = []
+    for name, new in resolved.items():
+        old = merged.get(name)
+        if old is not None and _content(old) == _content(new):
+            # Keep the old time too, so that re-locking an unchanged stack leaves the file unchanged.
+            new = dataclasses.replace(new, resolved_at=old.resolved_at)
+            unchanged.append(name)
+        merged[name] = new
+    stale = tuple(sorted(n for n in merged if n not in resolved and existing is not None
+                         and existing.manifest_sha256 != manifest_sha256))
+    return LockOutcome(lock=Lock(stack=m.stack, manifest_sha256=manifest_sha256, variants=merged),
+                       resolved=resolved, unchanged=tuple(unchanged), stale=stale, dropped=dropped)
+
+
+# ------------------------------------------------------------------------------------------ drift
+
+
+DriftKind = Literal["manifest", "variant", "base", "component", "commit", "branch", "pr", "submodule",
+                    "patch", "tree", "download", "pip", "build-pip", "apt", "build-apt"]
+
+NONE = "(none)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drift:
+    """One difference between the lock and what the pins resolve to now."""
+
+    variant: str  # "" for the whole stack
+    kind: DriftKind
+    subject: str
+    old: str
+    new: str
+
+    def message(self) -> str:
+        s, o, n = self.subject, self.old, self.new
+        text = {
+            "manifest": f"the manifest {s} was edited since locking (sha256 {o[:12]} -> {n[:12]})",
+            "variant": f"variant {s} is not in the lock",
+            "base": f"base image {s} moved: {o} -> {n}",
+            "component": f"component {s}: {o} -> {n}",
+            "commit": f"{s}: the commit now resolves to {n}, the lock has {o}",
+            "branch": f"{s} moved: {o} -> {n}",
+            "pr": f"{s} head changed: {o} -> {n}",
+            "submodule": f"{s}: {o} -> {n}",
+            "patch": f"{s}: sha256 {o} -> {n}",
+            "tree": f"{s} after applying PRs and patches: {o} -> {n}",
+            "download": f"download {s}: {o} -> {n}",
+            "pip": f"pip {s}: {o} -> {n}",
+            "build-pip": f"{s}: {o} -> {n}",
+            "apt": f"apt {s}: {o} -> {n}",
+            "build-apt": f"{s}: {o} -> {n}",
+        }[self.kind]
+        return f"{self.variant}: {text}" if self.variant else text
+
+    def to_json(self) -> dict[str, str]:
+        return {"variant": self.variant, "kind": self.kind, "subject": self.subject, "old": self.old,
+                "new": self.new, "message": self.message()}
+
+
+def _pip_text(p: LockedPip | None) -> str:
+    if p is None:
+        return NONE
+    return f"{p.version} (in base)" if p.in_base else p.version
+
+
+def _diff_pips(variant: str, kind: DriftKind, prefix: str, old: Iterable[LockedPip], new: Iterable[LockedPip]
+               ) -> list[Drift]:
+    o = {p.name: p for p in old}
+    n = {p.name: p for p in new}
+    out = []
+    for name in sorted(set(o) | set(n)):
+        a, b = o.get(name), n.get(name)
+        if a is not None and b is not None and (a.version, a.in_base) == (b.version, b.in_base):
+            if a.hashes != b.hashes:
+                added, removed = len(set(b.hashes) - set(a.hashes)), len(set(a.hashes) - set(b.hashes))
+                out.append(Drift(variant=variant, kind=kind, subject=f"{prefix}{name}=={a.version}",
+                                 old=f"{len(a.hashes)} file hash(es)",
+                                 new=f"{len(b.hashes)} file hash(es) (+{added} -{removed})"))
+            continue
+        out.append(Drift(variant=variant, kind=kind, subject=f"{prefix}{name}", old=_pip_text(a), new=_pip_text(b)))
+    return out
+
+
+def _diff_map(variant: str, kind: DriftKind, prefix: str, old: Mapping[str, str], new: Mapping[str, str]
+              ) -> list[Drift]:
+    return [Drift(variant=variant, kind=kind, subject=f"{prefix}{k}", old=old.get(k, NONE), new=new.get(k, NONE))
+            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
+def _diff_component(variant: str, name: str, a: LockedComponent, b: LockedComponent) -> list[Drift]:
+    c = f"component {name}"
+    out: list[Drift] = []
+    if a.repo != b.repo:
+        out.append(Drift(variant=variant, kind="component", subject=name, old=f"repo {a.repo}", new=f"repo {b.repo}"))
+    if a.commit != b.commit:
+        out.append(Drift(variant=variant, kind="commit", subject=c, old=a.commit, new=b.commit))
+    if a.branch_head != b.branch_head:
+        out.append(Drift(variant=variant, kind="branch", subject=f"{c}: branch", old=a.branch_head or NONE,
+                         new=b.branch_head or NONE))
+    out += _diff_map(variant, "pr", f"{c}: PR #", a.prs, b.prs)
+    out += _diff_map(variant, "patch", f"{c}: patch ", a.patches, b.patches)
+    out += _diff_map(variant, "submodule", f"{c}: submodule ", a.submodules, b.submodules)
+    # The tree follows from commit, PRs and patches; report it only when nothing above explains it.
+    if a.tree != b.tree and not out:
+        out.append(Drift(variant=variant, kind="tree", subject=c, old=a.tree, new=b.tree))
+    return out
+
+
+def diff_variant(variant: str, old: VariantLock, new: VariantLock) -> list[Drift]:
+    """Every difference between two locks of one variant, in a fixed order."""
+    out: list[Drift] = []
+    if old.base.ref != new.base.ref:
+        out.append(Drift(variant=variant, kind="base", subject="reference", old=old.base.ref, new=new.base.ref))
+    elif old.base.digest != new.base.digest:
+        out.append(Drift(variant=variant, kind="base", subject=new.base.ref, old=old.base.digest, new=new.base.digest))
+    for name in sorted(set(old.components) | set(new.components)):
+        a, b = old.components.get(name), new.components.get(name)
+        if a is None or b is None:
+            out.append(Drift(variant=variant, kind="component", subject=name,
+                             old="locked" if a else NONE, new="in the manifest" if b else NONE))
+        else:
+            out += _diff_component(variant, name, a, b)
+    for name in sorted(set(old.downloads) | set(new.downloads)):
+        da, db = old.downloads.get(name), new.downloads.get(name)
+        ta = f"{da.url} sha256 {da.sha256}" if da else NONE
+        tb = f"{db.url} sha256 {db.sha256}" if db else NONE
+        if ta != tb:
+            out.append(Drift(variant=variant, kind="download", subject=name, old=ta, new=tb))
+    out += _diff_map(variant, "apt", "", old.apt, new.apt)
+    for comp in sorted(set(old.build_apt) | set(new.build_apt)):
+        out += _diff_map(variant, "build-apt", f"component {comp} build apt ",
+                         old.build_apt.get(comp, {}), new.build_apt.get(comp, {}))
+    out += _diff_pips(variant, "pip", "", old.pip, new.pip)
+    for comp in sorted(set(old.build_pip) | set(new.build_pip)):
+        out += _diff_pips(variant, "build-pip", f"component {comp} build pip ",
+                          old.build_pip.get(comp, ()), new.build_pip.get(comp, ()))
+    return out
+
+
+def check(m: Manifest, manifest_file: str, manifest_sha256: str, variants: Sequence[str], resolvers: Resolvers,
+          config: Config, existing: Lock | None, *, now: Callable[[], datetime] = _now) -> list[Drift]:
+    """What drifted between the lock and the pins resolved now (empty: the lock is current)."""
+    if existing is None:
+        raise LockError(f"{m.stack} has no lock to check",
+                        fix=f"create it with `buildctl lock {m.stack}`")
+    drift: list[Drift] = []
+    if existing.manifest_sha256 != manifest_sha256:
+        drift.append(Drift(variant="", kind="manifest", subject=manifest_file, old=existing.manifest_sha256,
+                           new=manifest_sha256))
+    for name in variants:
+        new = resolve(m, m.variant(name), resolvers, config, now=now)
+        old = existing.variants.get(name)
+        if old is None:
+            drift.append(Drift(variant="", kind="variant", subject=name, old=NONE, new=NONE))
+        else:
+            drift += diff_variant(name, old, new)
+    return drift
+
+
+def render_drift(lock_file: str, drift: Sequence[Drift]) -> str:
+    lines = [f"{lock_file} is out of date ({len(drift)} difference(s)):"]
+    lines += [f"  - {d.message()}" for d in drift]
+    return "\n".join(lines)

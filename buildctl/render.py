@@ -1,0 +1,366 @@
+"""Dockerfile text for each node, from the fragments in images/ (pure: every input passed in).
+
+A fragment (images/<kind>.Dockerfile.in) is plain Dockerfile text with two kinds of placeholder:
+
+- ``@@name@@`` inside a line: replaced by a value;
+- a line holding only ``@@name@@``: replaced by a block of lines, each indented like the placeholder,
+  or removed when the block is empty. Blocks carry their own ``; \\`` continuations.
+
+Every value a fragment names must be given and every value given must be used, so that a fragment
+edited out of step with this module fails loudly. ``Templates.digest(kind)`` (RENDER_VERSION, the
+fragment and the shared snippets) is part of each node's key: editing a fragment rebuilds exactly
+the nodes it renders.
+
+Reproducible layers: every RUN starts by creating a stamp and ends by touching everything newer
+than it to EPOCH (``images/_settle.sh.in``); files that go in through COPY get EPOCH as their mtime
+on the host (``rootfs/`` in the build context mirrors absolute paths); pip runs with SOURCE_DATE_EPOCH so that .pyc files are
+hash-checked instead of carrying timestamps. EPOCH is a constant rather than a value from the lock:
+the lock's resolution time is deliberately not part of any key, and a layer whose bytes depended on
+it would make two builds of one key differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildctl.errors import BuildctlError
+from buildctl.graph import (
+    AptPin,
+    AptSource,
+    AssembleNodeSpec,
+    CompileEnvNodeSpec,
+    CudnnNodeSpec,
+    EntrypointNodeSpec,
+    FileSpec,
+    Node,
+    NodeKind,
+    PipPin,
+    PythonNodeSpec,
+    SystemNodeSpec,
+    WheelNodeSpec,
+)
+from buildctl.model import PipConstraintPolicy
+
+RENDER_VERSION = "1"  # bump when this module's output changes for the same inputs
+EPOCH = 315532800  # 1980-01-01T00:00:00Z: mtime of every path a node creates
+WHEELHOUSE_ARG = "BUILDCTL_WHEELHOUSE"  # http://127.0.0.1:PORT/ of the host's wheelhouse, per build
+PROTECT_PATH = "/usr/local/lib/buildctl-protect.py"  # in a folder every base has
+
+KIND_FILES: Mapping[str, tuple[str, ...]] = {
+    "cudnn": ("cudnn.Dockerfile.in",),
+    "system": ("system.Dockerfile.in",),
+    "python": ("python.Dockerfile.in", "protect.py"),
+    "compile-env": ("compile-env.Dockerfile.in",),
+    "wheel": ("wheel.sh.in", "wheel.Dockerfile.in"),
+    "assemble": ("assemble.Dockerfile.in",),
+    "entrypoint": ("entrypoint.Dockerfile.in",),
+}
+SHARED_FILES = ("_settle.sh.in", "_apt-clean.sh.in")
+_PLACEHOLDER = re.compile(r"@@([a-z_]+)@@")
+_BLOCK_LINE = re.compile(r"^(\s*)@@([a-z_]+)@@\s*$")
+_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./*?+-]*$")
+
+
+class TemplateError(BuildctlError):
+    """A fragment under images/ is missing or out of step with buildctl/render.py."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Templates:
+    texts: Mapping[str, str]  # file name under images/ -> text
+
+    def text(self, name: str) -> str:
+        try:
+            return self.texts[name]
+        except KeyError:
+            raise TemplateError(f"images/{name} is missing",
+                                fix="restore it from git: every node kind renders from its fragment") from None
+
+    def digest(self, kind: str) -> str:
+        h = hashlib.sha256(f"render {RENDER_VERSION}\n".encode())
+        for name in (*KIND_FILES[kind], *SHARED_FILES):
+            h.update(f"{name}\n{len(self.text(name))}\n{self.text(name)}".encode())
+        return h.hexdigest()
+
+    def digests(self) -> dict[str, str]:
+        return {kind: self.digest(kind) for kind in KIND_FILES}
+
+
+def load_templates(images_dir: Path) -> Templates:
+    names = {n for files in KIND_FILES.values() for n in files} | set(SHARED_FILES)
+    texts = {}
+    for name in sorted(names):
+        try:
+            texts[name] = (images_dir / name).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise TemplateError(f"{images_dir / name} is missing",
+                                fix="restore it from git: every node kind renders from its fragment") from None
+    return Templates(texts=texts)
+
+
+# --------------------------------------------------------------------------------------- output
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextFile:
+    """One entry of a node's build context, described; the pipeline puts it there (mtime EPOCH)."""
+
+    path: str  # relative to the context root
+    mode: str = "0644"
+    download: str | None = None  # a host download, by name, verified against its sha256
+    text: str | None = None  # literal content
+    tree: str | None = None  # a prepared source tree (a directory), by component
+    wheel: str | None = None  # the compiled wheel of a component (a directory holding it)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelFile:
+    filename: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rendered:
+    dockerfile: str
+    context: tuple[ContextFile, ...] = ()
+    script: str | None = None  # wheel nodes: the compile script run in the compile-env container
+    wheelhouse: bool = False  # the build reads BUILDCTL_WHEELHOUSE (run it with network_mode=host)
+
+
+# --------------------------------------------------------------------------------------- filling
+
+
+def fill(name: str, template: str, values: Mapping[str, str | Sequence[str]]) -> str:
+    """Substitute ``values`` into ``template`` (see the module docstring)."""
+    used: set[str] = set()
+    out: list[str] = []
+
+    def inline(m: re.Match[str]) -> str:
+        key = m.group(1)
+        value = values.get(key)
+        if value is None:
+            raise TemplateError(f"images/{name}: no value for @@{key}@@",
+                                why="the fragment names a placeholder buildctl/render.py does not fill")
+        if not isinstance(value, str):
+            raise TemplateError(f"images/{name}: @@{key}@@ is a block and must stand alone on its line")
+        used.add(key)
+        return value
+
+    for line in template.splitlines():
+        m = _BLOCK_LINE.match(line)
+        if m and not isinstance(values.get(m.group(2)), str | None):
+            indent, key = m.groups()
+            used.add(key)
+            out.extend(indent + b for b in values[key])
+            continue
+        out.append(_PLACEHOLDER.sub(inline, line))
+    unused = sorted(set(values) - used)
+    if unused:
+        raise TemplateError(f"images/{name}: placeholder(s) {', '.join('@@' + u + '@@' for u in unused)} missing",
+                            why="buildctl/render.py fills them; without them the node would lose a step")
+    return "\n".join(out) + "\n"
+
+
+def _path(p: str) -> str:
+    """A manifest path for a shell line: plain paths and globs as written, anything else quoted."""
+    return p if _PLAIN_PATH.match(p) else shlex.quote(p)
+
+
+def _settle(t: Templates) -> list[str]:
+    return fill("_settle.sh.in", t.text("_settle.sh.in"), {"touch_date": f"@{EPOCH}"}).splitlines()
+
+
+def _cleanup(paths: Sequence[str]) -> list[str]:
+    return [f"rm -rf {' '.join(_path(p) for p in paths)}; \\"] if paths else []
+
+
+# Folders whose mode is not 0755 (or that the system owns): a file goes into them by itself.
+_SPECIAL_DIRS = frozenset({"/", "/tmp", "/var/tmp", "/root", "/run", "/dev/shm", "/home"})
+
+
+def _copy(files: Sequence[ContextFile]) -> list[str]:
+    """COPY lines for the context's rootfs/ entries.
+
+    A file goes in with its folder (``COPY rootfs/opt/demo/ /opt/demo/``): the folder then comes from the
+    context with mode 0755 and mtime EPOCH whether the image has it or not, whereas a COPY of the file
+    alone creates missing folders with the time of the build. Not one ``COPY rootfs/ /``, and not a folder
+    such as /tmp or /root: the classic builder applies a copied folder's metadata to the folder it lands on,
+    so those take a file by itself.
+    """
+    out: dict[str, str] = {}
+    for f in sorted(files, key=lambda f: f.path):
+        if not f.path.startswith("rootfs/"):
+            continue
+        dest = f.path.removeprefix("rootfs")
+        if f.tree:
+            out[dest] = f"COPY {f.path}/ {dest}/"
+            continue
+        parent = posixpath.dirname(dest)
+        if parent in _SPECIAL_DIRS:
+            out[dest] = f"COPY {f.path} {dest}"
+        else:
+            out[parent] = f"COPY rootfs{parent}/ {parent}/"
+    return [out[k] for k in sorted(out)]
+
+
+def _rootfs(files: Sequence[FileSpec]) -> list[ContextFile]:
+    return [ContextFile(path="rootfs" + f.dest, mode=f.mode, download=f.name) for f in files]
+
+
+def _apt_sources(sources: Sequence[AptSource], files: Sequence[FileSpec]) -> list[str]:
+    by_name = {f.name: f for f in files}
+    out = []
+    for s in sources:
+        key = by_name.get(s.keyring or "")
+        if key is not None and key.dest.endswith(".deb"):
+            # a keyring package (cuda-keyring_1.1-1_all.deb): it installs the key the line refers to
+            out += [f"dpkg -i {_path(key.dest)}; \\", f"rm -f {_path(key.dest)}; \\"]
+        out.append(f"printf '%s\\n' {shlex.quote(s.line)} > /etc/apt/sources.list.d/buildctl-{s.name}.list; \\")
+    return out
+
+
+def _apt_arg(p: AptPin) -> str:
+    return p.name if p.version == "*" else shlex.quote(f"{p.name}={p.version}")
+
+
+def _apt(t: Templates, sources: Sequence[AptSource], files: Sequence[FileSpec],
+         packages: Sequence[AptPin]) -> list[str]:
+    lines = _apt_sources(sources, files)
+    if packages:
+        lines += ["apt-get update; \\", "apt-get install -y --no-install-recommends \\"]
+        lines += [f"  {_apt_arg(p)}{'; ' if i == len(packages) - 1 else ' '}\\" for i, p in enumerate(packages)]
+        lines += t.text("_apt-clean.sh.in").splitlines()
+    return lines
+
+
+def _requirement(p: PipPin) -> str:
+    if p.version is None:
+        return p.name + p.spec
+    return " ".join([f"{p.name}=={p.version}", *(f"--hash={h}" for h in p.hashes)])
+
+
+def _pip_install(python: str, constraint: PipConstraintPolicy, lines: Sequence[str], *, hashed: bool,
+                 find_links: bool) -> list[str]:
+    if not lines:
+        return []
+    out = ["printf '%s\\n' \\"]
+    out += [f"  {line} \\" for line in lines]
+    out += ["  > /tmp/buildctl-requirements.txt; \\"]
+    # Debian-style bases mark the system Python externally managed (PEP 668); the image is ours to install into.
+    env = "PIP_BREAK_SYSTEM_PACKAGES=1 " + ("PIP_CONSTRAINT= " if constraint is PipConstraintPolicy.UNSET else "")
+    opts = ["--no-index"]
+    if find_links:
+        opts += [f'--find-links "${WHEELHOUSE_ARG}"', "--only-binary=:all:"]
+    opts += ["--no-deps", "--no-cache-dir"]
+    if hashed:
+        opts.append("--require-hashes")
+    out += [f"{env}{python} -m pip install {' '.join(opts)} -r /tmp/buildctl-requirements.txt; \\",
+            "rm -f /tmp/buildctl-requirements.txt; \\"]
+    return out
+
+
+def _pip(python: str, constraint: PipConstraintPolicy, pins: Sequence[PipPin]) -> list[str]:
+    todo = [p for p in pins if not p.in_base]
+    # --require-hashes only where every pin has its hashes (all of them, once locked)
+    hashed = bool(todo) and all(p.hashes for p in todo)
+    return _pip_install(python, constraint, [shlex.quote(_requirement(p)) for p in todo], hashed=hashed,
+                        find_links=True)
+
+
+# ----------------------------------------------------------------------------------------- kinds
+
+
+def render(node: Node, *, templates: Templates, parent_ref: str,
+           wheels: Mapping[str, WheelFile] | None = None) -> Rendered:
+    """The Dockerfile (and context, and for wheel nodes the compile script) of ``node``.
+
+    ``parent_ref``: the image it builds FROM (the parent node's content tag, or the base reference).
+    ``wheels``: component -> its built wheel (assemble only); missing ones render as placeholders,
+    as a dry run before any compile does.
+    """
+    spec = node.spec
+    t = templates
+    kind: NodeKind = node.kind
+    ctx: list[ContextFile]
+    if isinstance(spec, CudnnNodeSpec):
+        ctx = _rootfs(spec.files)
+        return Rendered(dockerfile=fill("cudnn.Dockerfile.in", t.text("cudnn.Dockerfile.in"), {
+            "from": parent_ref, "copy": _copy(ctx), "apt_sources": _apt_sources([spec.source] if spec.source else [], spec.files),
+            "packages": _apt_arg(AptPin(name=spec.package, version=spec.apt_version)),
+            "apt_clean": t.text("_apt-clean.sh.in").splitlines(), "cleanup": _cleanup(spec.cleanup),
+            "settle": _settle(t)}), context=tuple(ctx))
+    if isinstance(spec, SystemNodeSpec):
+        ctx = _rootfs(spec.files)
+        remove = [f"PIP_BREAK_SYSTEM_PACKAGES=1 {spec.python} -m pip uninstall -y "
+                  f"{' '.join(shlex.quote(p) for p in spec.remove_pip)}; \\"
+                  ] if spec.remove_pip else []
+        remove += _cleanup(spec.remove_paths)
+        return Rendered(dockerfile=fill("system.Dockerfile.in", t.text("system.Dockerfile.in"), {
+            "from": parent_ref, "copy": _copy(ctx), "remove": remove, "apt": _apt(t, spec.sources, spec.files, spec.apt),
+            "cleanup": _cleanup(spec.cleanup), "settle": _settle(t)}), context=tuple(ctx))
+    if isinstance(spec, PythonNodeSpec):
+        ctx = []
+        snapshot: list[str] = []
+        check: list[str] = []
+        if spec.protect:
+            ctx.append(ContextFile(path="rootfs" + PROTECT_PATH, text=t.text("protect.py")))
+            patterns = " ".join(shlex.quote(p) for p in spec.protect)
+            snapshot = [f"{spec.python} {PROTECT_PATH} snapshot {patterns} > /tmp/buildctl-protected.json; \\"]
+            replace = (" --replace " + " ".join(shlex.quote(p) for p in spec.replace)) if spec.replace else ""
+            check = [f"{spec.python} {PROTECT_PATH} check /tmp/buildctl-protected.json{replace}; \\",
+                     "rm -f /tmp/buildctl-protected.json; \\"]
+        return Rendered(dockerfile=fill("python.Dockerfile.in", t.text("python.Dockerfile.in"), {
+            "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH), "protect_snapshot": snapshot,
+            "pip": _pip(spec.python, spec.constraint, spec.pins), "protect_check": check,
+            "cleanup": _cleanup(spec.cleanup), "settle": _settle(t)}), context=tuple(ctx), wheelhouse=True)
+    if isinstance(spec, CompileEnvNodeSpec):
+        ctx = _rootfs(spec.files)
+        return Rendered(dockerfile=fill("compile-env.Dockerfile.in", t.text("compile-env.Dockerfile.in"), {
+            "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH), "apt": _apt(t, spec.sources, spec.files, spec.apt),
+            "pip": _pip(spec.python, spec.constraint, spec.pins), "cleanup": _cleanup(spec.cleanup),
+            "settle": _settle(t)}), context=tuple(ctx), wheelhouse=True)
+    if isinstance(spec, WheelNodeSpec):
+        env = [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())]
+        if spec.parallel_env:
+            env.append(f'export {spec.parallel_env}="${{BUILDCTL_JOBS:-1}}"')
+        script = fill("wheel.sh.in", t.text("wheel.sh.in"), {
+            "epoch": str(EPOCH), "env": env, "command": spec.command})
+        dockerfile = fill("wheel.Dockerfile.in", t.text("wheel.Dockerfile.in"), {"wheel": "wheel/"})
+        return Rendered(dockerfile=dockerfile, script=script,
+                        context=(ContextFile(path="wheel/", wheel=spec.component),))
+    if isinstance(spec, AssembleNodeSpec):
+        ctx = [ContextFile(path=f"rootfs{tr.path}", tree=tr.component) for tr in spec.trees]
+        lines = []
+        for w in spec.wheels:
+            wf = (wheels or {}).get(w.component)
+            if wf is None:
+                lines.append(f'"${{{WHEELHOUSE_ARG}}}components/{w.component}/<built by wheel:{w.component}>'
+                             f' --hash=sha256:<known after the compile>"')
+            else:
+                lines.append(f'"${{{WHEELHOUSE_ARG}}}components/{w.component}/{wf.filename}'
+                             f' --hash=sha256:{wf.sha256}"')
+        env = [f"ENV {k}={_env_value(v)}" for k, v in sorted(spec.env.items())]
+        return Rendered(dockerfile=fill("assemble.Dockerfile.in", t.text("assemble.Dockerfile.in"), {
+            "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH),
+            "pip": _pip_install(spec.python, spec.constraint, lines, hashed=True, find_links=False),
+            "cleanup": _cleanup(spec.cleanup), "settle": _settle(t), "env": env}),
+            context=tuple(ctx), wheelhouse=bool(lines))
+    if isinstance(spec, EntrypointNodeSpec):
+        ctx = [ContextFile(path="rootfs" + spec.script_path, mode=spec.script_mode, text=spec.script)]
+        return Rendered(dockerfile=fill("entrypoint.Dockerfile.in", t.text("entrypoint.Dockerfile.in"), {
+            "from": parent_ref, "copy": _copy(ctx), "workdir": spec.workdir,
+            "entrypoint": json.dumps(list(spec.entrypoint)), "cmd": json.dumps(list(spec.cmd))}),
+            context=tuple(ctx))
+    raise ValueError(f"node {node.name} ({kind}) is not built from a Dockerfile")
+
+
+def _env_value(v: str) -> str:
+    """A Dockerfile ENV value: double-quoted, with the characters ENV would interpret escaped."""
+    return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
