@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import http.server
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from packaging.version import Version
 from buildctl.config import Config
 from buildctl.errors import BuildFailed, UnreachableError
 from buildctl.graph import PipPin
+from buildctl.index import redact
 
 _ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 _NETWORK = ("temporary failure in name resolution", "could not resolve", "connection refused",
@@ -120,7 +122,8 @@ def _pip_download(pins: Sequence[PipPin], *, folder: Path, python: str, platform
         if config.ca_bundle:
             argv += ["--cert", str(config.ca_bundle)]
         with log_file.open("a") as log:
-            log.write("$ pip download " + " ".join(requirement_lines(pins)) + "\n")
+            log.write("$ " + " ".join(shlex.quote(redact(a)) for a in argv) + "\n"
+                      + "".join(f"  {line}\n" for line in requirement_lines(pins)))
             log.flush()
             try:
                 r = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False)

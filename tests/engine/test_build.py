@@ -1,0 +1,408 @@
+"""`buildctl build` of the demo stack against the real engine and the test registry.
+
+Each test builds a copy of pins/demo.yaml in its own project (the test registry instead of
+127.0.0.1:5000, a repository of its own, the demo sources by absolute path) and its own cache, from
+one lock made per session with `buildctl lock` (pip and apt resolved inside the demo base).
+Images the tests make are removed by name at the end (image_cleanup).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from buildctl import cli, pipeline, target
+from buildctl.config import Config, load_config
+from buildctl.engine import Engine
+from buildctl.errors import BuildFailed, SmokeFailed, SourceError
+from buildctl.records import RecordStore
+from buildctl.sources import Sources
+from tests.helpers import unique
+
+PROJECT = Path(__file__).resolve().parents[2]
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")  # reaching PyPI here goes through a TLS proxy
+ALL = ["system", "python", "compile-env:fastmath", "wheel:fastmath", "assemble", "entrypoint"]
+
+
+def write_project(root: Path, registry: str, repository: str) -> Path:
+    """A project with a copy of the demo manifest pointing at the test registry; images/ is the checkout's."""
+    (root / "pins").mkdir(parents=True)
+    (root / "images").symlink_to(PROJECT / "images")
+    text = (PROJECT / "pins" / "demo.yaml").read_text()
+    text = text.replace("127.0.0.1:5000", registry).replace("../demo/sources/", f"{PROJECT}/demo/sources/")
+    text = re.sub(r"(?m)^  repository: .*$", f"  repository: {repository}", text)
+    (root / "pins" / "demo.yaml").write_text(text)
+    return root
+
+
+def base_env(monkeypatch: pytest.MonkeyPatch, cache: Path, ca: Path | None = None) -> None:
+    monkeypatch.setenv("BUILDCTL_CACHE", str(cache))
+    monkeypatch.setenv("BUILDCTL_CONFIG", str(cache.parent / "no-config.toml"))
+    monkeypatch.setenv("BUILDCTL_NETWORK_TIMEOUT", "15")
+    for var in ("BUILDCTL_REGISTRY", "BUILDCTL_REGISTRY_MIRRORS", "BUILDCTL_GIT_MIRRORS", "BUILDCTL_PIP_INDEX_URL",
+                "BUILDCTL_PIP_EXTRA_INDEX_URLS"):
+        monkeypatch.delenv(var, raising=False)
+    ca = ca or (HOST_CA if HOST_CA.is_file() else None)
+    if ca is not None:
+        monkeypatch.setenv("BUILDCTL_CA_BUNDLE", str(ca))
+    else:
+        monkeypatch.delenv("BUILDCTL_CA_BUNDLE", raising=False)
+
+
+@pytest.fixture(scope="session")
+def demo_lock(engine: Engine, registry: str, demo_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The text of a lock of the demo stack against the test registry (made once with `buildctl lock`)."""
+    base = f"{registry}/buildctl/demo-base:bookworm"
+    engine.tag(demo_base, base)
+    engine.push(base)
+    root = write_project(tmp_path_factory.mktemp("lockproject"), registry, "buildctl-test/lock")
+    with pytest.MonkeyPatch.context() as mp:
+        base_env(mp, tmp_path_factory.mktemp("lockcache"))
+        assert cli.main(["--project", str(root), "-q", "lock", "demo"]) == 0
+    yield (root / "pins" / "demo.lock.json").read_text()
+    engine.remove_image(base)
+
+
+@dataclass
+class Recorder:
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def node(self, name: str, state: str, detail: str = "") -> None:
+        self.events.append((name, state, detail))
+
+    def log(self, name: str, line: str) -> None:
+        pass
+
+
+@dataclass
+class Demo:
+    root: Path
+    repository: str
+    monkeypatch: pytest.MonkeyPatch
+    cleanup: Any
+    engines_used: list[Engine] = field(default_factory=list)
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "pins" / "demo.yaml"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "pins" / "demo.lock.json"
+
+    def config(self) -> Config:
+        return load_config(os.environ)
+
+    def target(self, *, skip_smoke: bool = True) -> target.Target:
+        return target.load(self.root, self.config(), "demo", None, skip_smoke=skip_smoke)
+
+    def register(self, t: target.Target, engines: Sequence[Engine]) -> None:
+        for e in engines:
+            for n in t.graph.nodes:
+                if n.kind != "base":
+                    self.cleanup(t.refs[n.name], engine=e)
+
+    def build(self, engines: Sequence[Engine], *, jobs: int = 2, skip_smoke: bool = True,
+              gate: pipeline.SmokeGate | None = None) -> pipeline.Report:
+        t = self.target(skip_smoke=skip_smoke)
+        self.register(t, engines)
+        config = self.config()
+        return pipeline.run(t, engines=engines, config=config, sources=Sources.from_config(config, base_dir=self.root),
+                            progress=Recorder(), project=self.root,
+                            options=pipeline.Options(jobs=jobs, skip_smoke=skip_smoke), smoke_gate=gate)
+
+    def edit_manifest(self, old: str, new: str) -> None:
+        text = self.manifest.read_text()
+        assert old in text
+        self.manifest.write_text(text.replace(old, new))
+
+    def edit_lock(self, change: Any) -> None:
+        data = json.loads(self.lock.read_text())
+        change(data["variants"]["default"])
+        self.lock.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.fixture
+def demo(demo_lock: str, registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, image_cleanup: Any) -> Demo:
+    repository = f"buildctl-test/{unique('b')}"
+    root = write_project(tmp_path / "project", registry, repository)
+    (root / "pins" / "demo.lock.json").write_text(demo_lock)
+    base_env(monkeypatch, tmp_path / "cache")
+    return Demo(root=root, repository=repository, monkeypatch=monkeypatch, cleanup=image_cleanup)
+
+
+def outcomes(report: pipeline.Report) -> dict[str, str]:
+    return {n.name: n.outcome for n in report.nodes}
+
+
+# ------------------------------------------------------------------------------------------ tests
+
+
+def test_build_every_node_then_nothing(demo: Demo, engine: Engine, registry: str) -> None:
+    first = demo.build([engine])
+    assert sorted(first.built) == sorted(ALL)
+    t = demo.target()
+    for name in ALL:
+        assert engine.image_exists(t.refs[name]), name
+        assert engine.registry_digest(t.refs[name]) is not None, name  # pushed for other builders
+    info = engine.inspect_image(first.final)
+    assert info.labels["io.buildctl.stack"] == "demo" and info.labels["io.buildctl.node"] == "entrypoint"
+    assert info.labels["io.buildctl.key"] == t.graph.node("entrypoint").key
+    assert info.labels["io.buildctl.lock-hash"] == t.graph.lock_digest
+    assert info.labels["io.buildctl.smoke"] == "skipped"
+    lock = json.loads(demo.lock.read_text())["variants"]["default"]
+    assert info.labels["io.buildctl.component.fastmath"] == lock["components"]["fastmath"]["tree"]
+    assert info.labels["org.opencontainers.image.base.digest"] == lock["base"]["digest"]
+    for key in ("source", "revision", "created", "base.name"):
+        assert info.labels[f"org.opencontainers.image.{key}"]
+    # the image works: the compiled wheel with its PR, the source tree with its PR, the pinned packages
+    out = engine.run(first.final, ["python3", "-c",
+                                   "import fastmath, six, tomli, importlib.metadata as m;"
+                                   "print(fastmath.clamp(5, 0, 3), m.version('fastmath'), six.__version__)"],
+                     entrypoint=[], timeout=60)
+    assert out.ok, out.stderr
+    clamp, version, six = out.stdout.split()
+    assert float(clamp) == 3.0 and six == "1.16.0"
+    assert version.endswith("+" + lock["components"]["fastmath"]["tree"][:7])  # TE-style version suffix
+    printed = engine.run(first.final, ["--print-command"], timeout=60)
+    assert printed.ok and "--recompute-granularity selective" in printed.stdout
+    # the wheel is kept under its key
+    wheel_key = t.graph.node("wheel:fastmath").key
+    assert [p.name for p in (demo.config().cache.wheels / "fastmath" / wheel_key).iterdir()] == [
+        first.wheels["fastmath"].name]
+
+    again = demo.build([engine])
+    assert again.built == []
+    assert outcomes(again) == {"entrypoint": "cached"}  # one image looked at: nothing below it
+    # and through the CLI
+    assert cli.main(["--project", str(demo.root), "-q", "build", "demo", "--skip-smoke"]) == 0
+
+
+def test_one_component_rebuilds_only_its_nodes(demo: Demo, engine: Engine, capsys: pytest.CaptureFixture[str]) -> None:
+    demo.build([engine])
+    before = demo.target().graph
+
+    # the compiled component without its PR: its wheel and what installs it, nothing else
+    demo.edit_manifest("    prs:\n      - {number: 7, head: 639a2e3db57db370ff716cec8923ea5bea2e9003}   # adds clamp()\n",
+                       "")
+
+    def drop_pr(v: dict[str, Any]) -> None:
+        c = v["components"]["fastmath"]
+        c["prs"] = {}
+        c["tree"] = c["commit"]
+    demo.edit_lock(drop_pr)
+    capsys.readouterr()
+    assert cli.main(["--project", str(demo.root), "plan", "demo", "--json"]) == 0
+    plan = {n["name"]: n for n in json.loads(capsys.readouterr().out)["nodes"]}
+    assert [n for n, p in plan.items() if p["state"] == "missing"] == ["wheel:fastmath", "assemble", "entrypoint"]
+    assert plan["wheel:fastmath"]["why"] == [
+        f"source.tree: {before.node('wheel:fastmath').spec.source.tree} -> "  # type: ignore[union-attr]
+        "2ce4723579053c914fae1dee4bc38f8fd4da5557"]
+    assert plan["assemble"]["why"][0].startswith("parent wheel:fastmath changed")
+
+    report = demo.build([engine])
+    assert sorted(report.built) == ["assemble", "entrypoint", "wheel:fastmath"]
+    out = engine.run(report.final, ["python3", "-c", "import fastmath; print(hasattr(fastmath, 'clamp'))"],
+                     entrypoint=[], timeout=60)
+    assert out.stdout.strip() == "False"
+
+    # the source-tree component: only assemble and the entrypoint
+    demo.edit_manifest("      - {number: 3, head: a0e8f9b0511cbd794f941565f63c65c62fd8f6ec}   # adds --recompute-granularity\n",
+                       "")
+    demo.edit_manifest("    - --recompute-granularity: selective\n", "")
+
+    def drop_trainer_pr(v: dict[str, Any]) -> None:
+        c = v["components"]["demo-trainer"]
+        c["prs"] = {}
+        c["tree"] = c["commit"]
+    demo.edit_lock(drop_trainer_pr)
+    report = demo.build([engine])
+    assert sorted(report.built) == ["assemble", "entrypoint"]
+
+
+def test_a_failed_node_leaves_no_tag_and_a_rerun_resumes(demo: Demo, engine: Engine, registry: str) -> None:
+    demo.edit_manifest("command: pip wheel --no-build-isolation --no-deps -w /out .",
+                       "command: echo compiling; exit 3")
+    with pytest.raises(BuildFailed) as failed:
+        demo.build([engine])
+    assert "compile of fastmath failed" in failed.value.what and "exit status 3" in failed.value.why
+    log = Path(failed.value.what.split("full log: ")[1])
+    assert "compiling" in log.read_text()
+    t = demo.target()
+    done = {n for n in ("system", "python", "compile-env:fastmath") if engine.image_exists(t.refs[n])}
+    for name in ("wheel:fastmath", "assemble", "entrypoint"):
+        assert not engine.image_exists(t.refs[name]), name
+        assert engine.registry_digest(t.refs[name]) is None, name
+    assert not (demo.config().cache.wheels / "fastmath" / t.graph.node("wheel:fastmath").key).exists()
+    records = RecordStore(demo.config().cache.root / "state").load_all(t.graph)
+    assert set(records) == done == {"system", "python", "compile-env:fastmath"}
+
+    demo.edit_manifest("command: echo compiling; exit 3", "command: pip wheel --no-build-isolation --no-deps -w /out .")
+    report = demo.build([engine])
+    assert sorted(report.built) == ["assemble", "entrypoint", "wheel:fastmath"]  # resumed after compile-env
+    assert outcomes(report)["compile-env:fastmath"] == "cached"
+
+
+def test_a_pr_that_does_not_apply_fails_before_any_build(demo: Demo, engine: Engine, tmp_path: Path) -> None:
+    # A copy of the fastmath repository with PR 99: branched before main's last commit, it rewrites the
+    # line that commit changed, so its cherry-pick conflicts.
+    repo = tmp_path / "fastmath.git"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    work = tmp_path / "work"
+    subprocess.run([*git, "clone", "-q", str(PROJECT / "demo/sources/fastmath.bundle"), str(work)], check=True)
+    subprocess.run([*git, "-C", str(work), "checkout", "-q", "-b", "pr", "HEAD~1"], check=True)
+    (work / "fastmath" / "VERSION.txt").write_text("9.9.9\n")
+    subprocess.run([*git, "-C", str(work), "commit", "-qam", "conflicting version"], check=True)
+    head = subprocess.run(["git", "-C", str(work), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    subprocess.run([*git, "clone", "-q", "--bare", str(work), str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "update-ref", "refs/pull/99/head", head], check=True)
+    demo.edit_manifest(f"repo: {PROJECT}/demo/sources/fastmath.bundle", f"repo: {repo}")
+    demo.edit_manifest("{number: 7, head: 639a2e3db57db370ff716cec8923ea5bea2e9003}", f"{{number: 99, head: {head}}}")
+
+    def pr99(v: dict[str, Any]) -> None:
+        c = v["components"]["fastmath"]
+        c["repo"] = str(repo)
+        c["prs"] = {"99": head}
+        c["tree"] = "f" * 40  # unknown: it cannot be made
+    demo.edit_lock(pr99)
+    t = demo.target()
+    with pytest.raises(SourceError) as failed:
+        demo.build([engine])
+    assert "PR #99 does not apply" in failed.value.what
+    assert "fastmath/VERSION.txt" in failed.value.why
+    for n in t.graph.nodes:
+        if n.kind != "base":
+            assert not engine.image_exists(t.refs[n.name]), n.name  # nothing was built, not even system
+    assert RecordStore(demo.config().cache.root / "state").load_all(t.graph) == {}
+
+
+def _fake_ca(tmp_path: Path) -> tuple[Path, str]:
+    """A CA bundle: this machine's (PyPI goes through its proxy) plus a certificate made here."""
+    marker = unique("buildctl-test-ca-")
+    key, cert = tmp_path / "ca.key", tmp_path / "ca.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={marker}",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_text((HOST_CA.read_text() if HOST_CA.is_file() else "") + cert.read_text())
+    body = "".join(cert.read_text().strip().splitlines()[1:-1])
+    return bundle, body
+
+
+def test_the_ca_bundle_is_in_no_layer_and_no_history(demo: Demo, engine: Engine, tmp_path: Path) -> None:
+    bundle, body = _fake_ca(tmp_path)
+    base_env(demo.monkeypatch, tmp_path / "cache-ca", ca=bundle)
+    report = demo.build([engine])
+    assert report.built  # a real build, through host pip with the bundle
+    assert f"--cert {bundle}" in (demo.config().cache.logs / "demo" / "default" / "pip-download.log").read_text()
+    needles = [body[i:i + 64].encode() for i in range(0, len(body) - 64, 300)] + [str(bundle).encode(), b"ca.pem"]
+    saved = tmp_path / "final.tar"
+    engine.save(report.final, saved)
+    scanned = 0
+    with tarfile.open(saved) as outer:
+        for member in outer.getmembers():
+            if not member.isfile():
+                continue
+            data = outer.extractfile(member).read()  # type: ignore[union-attr]
+            if member.name.endswith(".tar"):
+                with tarfile.open(fileobj=io.BytesIO(data)) as layer:
+                    for f in layer.getmembers():
+                        if f.isfile():
+                            content = layer.extractfile(f).read()  # type: ignore[union-attr]
+                            assert not any(n in content for n in needles), f"{member.name}:{f.name}"
+                            scanned += 1
+            else:  # the image config (env, labels, history) and the manifest
+                assert not any(n in data for n in needles), member.name
+    assert scanned > 1000  # every file of every layer, the base's included
+    info = engine.inspect_image(report.final)
+    history = json.dumps([h.created_by for h in info.history]) + json.dumps(dict(info.env)) + json.dumps(dict(info.labels))
+    assert "ca.pem" not in history and str(bundle) not in history and "PIP_CERT" not in history
+
+
+def test_the_smoke_gate_guards_the_entrypoint(demo: Demo, engine: Engine) -> None:
+    calls: list[str] = []
+
+    def failing(e: Engine, image: str, *, log_file: Path) -> str:
+        calls.append(image)
+        result = e.run(image, ["python3", "-c", "import fastmath.nothing_here"], entrypoint=[], timeout=60)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        log_file.write_text(result.stderr)
+        raise SmokeFailed("smoke: imports failed", why=result.stderr.strip().splitlines()[-1])
+
+    t = demo.target(skip_smoke=False)
+    with pytest.raises(SmokeFailed):
+        demo.build([engine], skip_smoke=False, gate=failing)
+    assert calls == [t.refs["assemble"]]
+    assert engine.image_exists(t.refs["assemble"]) and not engine.image_exists(t.refs["entrypoint"])
+
+    def passing(e: Engine, image: str, *, log_file: Path) -> str:
+        result = e.run(image, ["python3", "-c", "import fastmath, six, tomli, yaml"], entrypoint=[], timeout=60)
+        assert result.ok, result.stderr
+        return "4 imports passed"
+
+    report = demo.build([engine], skip_smoke=False, gate=passing)
+    assert report.built == ["entrypoint"] and report.smoke == "passed"
+    assert engine.inspect_image(report.final).labels["io.buildctl.smoke"] == "passed"
+    # skipping the gate is another image: it does not replace the gated one
+    skipped = demo.build([engine], skip_smoke=True)
+    assert skipped.final != report.final and skipped.built == ["entrypoint"]
+
+
+def test_a_second_engine_pulls_what_the_first_built(demo: Demo, engine: Engine, second_engine: Engine) -> None:
+    first = demo.build([engine])
+    assert "wheel:fastmath" in first.built
+
+    # the second engine, with its own empty cache: the final image is in the registry, nothing to build
+    base_env(demo.monkeypatch, demo.root.parent / "cache-second")
+    report = demo.build([second_engine])
+    assert report.built == [] and outcomes(report) == {"entrypoint": "pulled"}
+    assert second_engine.image_exists(report.final)
+
+    # change the source tree: the second engine builds assemble + entrypoint and takes the compiled
+    # wheel from its image in the registry instead of compiling it
+    demo.edit_manifest("      - {number: 3, head: a0e8f9b0511cbd794f941565f63c65c62fd8f6ec}   # adds --recompute-granularity\n",
+                       "")
+    demo.edit_manifest("    - --recompute-granularity: selective\n", "")
+
+    def drop_trainer_pr(v: dict[str, Any]) -> None:
+        c = v["components"]["demo-trainer"]
+        c["prs"] = {}
+        c["tree"] = c["commit"]
+    demo.edit_lock(drop_trainer_pr)
+    base_env(demo.monkeypatch, demo.root.parent / "cache-second-2")
+    report = demo.build([second_engine])
+    assert sorted(report.built) == ["assemble", "entrypoint"]
+    assert outcomes(report)["wheel:fastmath"] == "pulled" and outcomes(report)["python"] == "pulled"
+    assert "compile-env:fastmath" not in outcomes(report)  # not even its compile environment
+    out = second_engine.run(report.final, ["python3", "-c", "import fastmath; print(fastmath.clamp(9, 0, 1))"],
+                            entrypoint=[], timeout=60)
+    assert float(out.stdout) == 1.0
+
+
+def test_two_engines_share_one_build(demo: Demo, engine: Engine, second_engine: Engine) -> None:
+    report = demo.build([engine, second_engine], jobs=4)
+    assert sorted(report.built) == sorted(ALL)
+    by = {n.name: n.engine for n in report.nodes if n.outcome == "built"}
+    assert len(report.built) == len(set(report.built))  # each node built once, on one engine
+    assert set(by.values()) == {engine.name, second_engine.name}  # both worked
+    assert engine.image_exists(report.final)  # the user's engine has the result
+
+
+def test_dry_run_writes_dockerfiles(demo: Demo, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "review"
+    assert cli.main(["--project", str(demo.root), "build", "demo", "--dry-run", "--out", str(out)]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert "system.Dockerfile" in names and "wheel-fastmath.sh" in names and "graph.json" in names
+    assert (out / "system.Dockerfile").read_text().startswith("# system:")
+    shutil.rmtree(out)
