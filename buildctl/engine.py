@@ -296,12 +296,15 @@ class Engine:
         network_mode: str | None = None,
         on_log: Callable[[str], None] | None = None,
         log_file: Path | None = None,
+        nocache: bool = False,
     ) -> str:
         """Build ``dockerfile`` (a path relative to ``context_dir``) into ``tag``; return the image id.
 
         Each log line goes to ``on_log`` as it arrives and to ``log_file``; when no log file is given
         a failed build still writes one (under the temporary folder) so that the error can name it.
-        Build args are visible in `docker history`: never pass secrets through them.
+        Build args are visible in `docker history`: never pass secrets through them. ``nocache`` runs
+        every step afresh (the engine's step cache would otherwise hand a second build the first one's
+        layers: `buildctl repro` needs two independent builds).
         """
         tail: deque[str] = deque(maxlen=15)
         lines: list[str] = []
@@ -339,6 +342,7 @@ class Engine:
                     network_mode=network_mode,
                     rm=True,
                     forcerm=True,
+                    nocache=nocache,
                     decode=True,
                     timeout=self.stream_timeout,
                 )

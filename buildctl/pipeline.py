@@ -98,6 +98,7 @@ class Options:
     emulation: bool | None = None  # an emulator for the variant's platform is registered on the engine host
     host_cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     host_memory_gib: float = field(default_factory=lambda: _memory_gib())
+    nocache: bool = False  # no engine step cache: every step runs afresh (`buildctl repro`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -572,7 +573,8 @@ class _Build:
             e.build(context_dir=ctx, dockerfile="Dockerfile", tag=self.ref(node.name), labels=self._labels(node),
                     buildargs={render.WHEELHOUSE_ARG: self.wheelhouse_url} if rendered.wheelhouse else None,
                     network_mode="host" if rendered.wheelhouse else None,
-                    on_log=lambda line: self.progress.log(node.name, line), log_file=self.log_file(node.name))
+                    on_log=lambda line: self.progress.log(node.name, line), log_file=self.log_file(node.name),
+                    nocache=self.opt.nocache)
         self._have(node.name, e)
         self._push(e, node)
 
@@ -688,7 +690,7 @@ class _Build:
         rendered = render.render(node, templates=self.t.templates, parent_ref="scratch")
         with self._context(node, rendered) as ctx:
             e.build(context_dir=ctx, dockerfile="Dockerfile", tag=self.ref(node.name), labels=self._labels(node),
-                    log_file=self.log_file(node.name + "-image"))
+                    log_file=self.log_file(node.name + "-image"), nocache=self.opt.nocache)
         self._have(node.name, e)
 
     def _pull_wheel(self, e: Engine, node: Node) -> None:
