@@ -55,4 +55,4 @@ smoke verify push nightly:
 	@echo "make $@: not built yet"; exit 64
 
 bench:
-	@echo "make bench: not built yet (issue 3)"; exit 64
+	$(PYTHON) bench/bench_rebuild.py $(BENCH_ARGS)

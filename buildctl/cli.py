@@ -24,8 +24,8 @@ COMMAND_MODULES = (
     "buildctl.cmd_pins",
     "buildctl.cmd_lock",
     "buildctl.cmd_lint_args",
-    "buildctl.cmd_smoke",
     "buildctl.cmd_build",
+    "buildctl.cmd_smoke",
     "buildctl.cmd_stubs",
 )
 

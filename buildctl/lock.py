@@ -18,13 +18,14 @@ differences (``Drift``); it writes nothing. The seams are Protocols so unit test
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, assert_never
 
 from packaging.utils import canonicalize_name
 
@@ -363,8 +364,6 @@ def pip_pins(requirements: Sequence[PipRequirement], installs: Iterable[PipInsta
 
 def check_protected(m: Manifest, installs: Iterable[PipInstall], installed: Mapping[str, str], *, where: str) -> None:
     """A protected base package may only be replaced when the manifest says so (protect.replace)."""
-    import fnmatch
-
     removed = {canonicalize_name(n) for n in m.remove.pip}
     allowed = {canonicalize_name(n) for n in m.protect.replace}
     for i in installs:
@@ -494,23 +493,35 @@ class Drift:
 
     def message(self) -> str:
         s, o, n = self.subject, self.old, self.new
-        text = {
-            "manifest": f"the manifest {s} was edited since locking (sha256 {o[:12]} -> {n[:12]})",
-            "variant": f"variant {s} is not in the lock",
-            "base": f"base image {s} moved: {o} -> {n}",
-            "component": f"component {s}: {o} -> {n}",
-            "commit": f"{s}: the commit now resolves to {n}, the lock has {o}",
-            "branch": f"{s} moved: {o} -> {n}",
-            "pr": f"{s} head changed: {o} -> {n}",
-            "submodule": f"{s}: {o} -> {n}",
-            "patch": f"{s}: sha256 {o} -> {n}",
-            "tree": f"{s} after applying PRs and patches: {o} -> {n}",
-            "download": f"download {s}: {o} -> {n}",
-            "pip": f"pip {s}: {o} -> {n}",
-            "build-pip": f"{s}: {o} -> {n}",
-            "apt": f"apt {s}: {o} -> {n}",
-            "build-apt": f"{s}: {o} -> {n}",
-        }[self.kind]
+        match self.kind:
+            case "manifest":
+                text = f"the manifest {s} was edited since locking (sha256 {o[:12]} -> {n[:12]})"
+            case "variant":
+                text = f"variant {s} is not in the lock"
+            case "base":
+                text = f"base image {s} moved: {o} -> {n}"
+            case "commit":
+                text = f"{s}: the commit now resolves to {n}, the lock has {o}"
+            case "branch":
+                text = f"{s} moved: {o} -> {n}"
+            case "pr":
+                text = f"{s} head changed: {o} -> {n}"
+            case "patch":
+                text = f"{s}: sha256 {o} -> {n}"
+            case "tree":
+                text = f"{s} after applying PRs and patches: {o} -> {n}"
+            case "download":
+                text = f"download {s}: {o} -> {n}"
+            case "pip":
+                text = f"pip {s}: {o} -> {n}"
+            case "apt":
+                text = f"apt {s}: {o} -> {n}"
+            case "component":
+                text = f"component {s}: {o} -> {n}"
+            case "submodule" | "build-pip" | "build-apt":
+                text = f"{s}: {o} -> {n}"
+            case _:
+                assert_never(self.kind)
         return f"{self.variant}: {text}" if self.variant else text
 
     def to_json(self) -> dict[str, str]:

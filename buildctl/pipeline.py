@@ -569,8 +569,8 @@ class _Build:
                 assert self._wheelhouse_root is not None
                 wheelhouse.link_tree(self._wheelhouse_root, {f"components/{w.component}/{f.name}": f})
         rendered = render.render(node, templates=self.t.templates, parent_ref=self._parent_ref(node), wheels=wheels)
-        with self._context(node, rendered) as ctx:
-            e.build(context_dir=ctx, dockerfile="Dockerfile", tag=self.ref(node.name), labels=self._labels(node),
+        with self._context(node, rendered, labels=self._labels(node)) as ctx:
+            e.build(context_dir=ctx, dockerfile="Dockerfile", tag=self.ref(node.name), labels={},
                     buildargs={render.WHEELHOUSE_ARG: self.wheelhouse_url} if rendered.wheelhouse else None,
                     network_mode="host" if rendered.wheelhouse else None,
                     on_log=lambda line: self.progress.log(node.name, line), log_file=self.log_file(node.name),
@@ -589,10 +589,10 @@ class _Build:
         self.progress.log(node.name, summary)
 
     @contextlib.contextmanager
-    def _context(self, node: Node, rendered: render.Rendered) -> Iterator[Path]:
+    def _context(self, node: Node, rendered: render.Rendered, *, labels: Mapping[str, str]) -> Iterator[Path]:
         ctx = Path(tempfile.mkdtemp(prefix=f"ctx-{node.slug}-", dir=self.scratch))
         try:
-            (ctx / "Dockerfile").write_text(rendered.dockerfile)
+            (ctx / "Dockerfile").write_text(rendered.dockerfile + label_instruction(labels))
             for cf in rendered.context:
                 self._materialize(ctx, cf)
             rootfs = ctx / "rootfs"
@@ -688,8 +688,8 @@ class _Build:
         with self.lock:
             self.wheels[node.component or ""] = wheel
         rendered = render.render(node, templates=self.t.templates, parent_ref="scratch")
-        with self._context(node, rendered) as ctx:
-            e.build(context_dir=ctx, dockerfile="Dockerfile", tag=self.ref(node.name), labels=self._labels(node),
+        with self._context(node, rendered, labels=self._labels(node)) as ctx:
+            e.build(context_dir=ctx, dockerfile="Dockerfile", tag=self.ref(node.name), labels={},
                     log_file=self.log_file(node.name + "-image"), nocache=self.opt.nocache)
         self._have(node.name, e)
 
@@ -707,6 +707,15 @@ class _Build:
             if found is None:
                 raise BuildFailed(f"the image {ref} holds no wheel", fix="remove it from the registry and build again")
             self._keep_wheel(node, found)
+
+
+def label_instruction(labels: Mapping[str, str]) -> str:
+    """One LABEL instruction for all labels (the engine turns a build's ``labels`` into one step each,
+    about 0.1 s apiece). Values are JSON strings with ``$`` escaped, as Dockerfile quoting reads them."""
+    if not labels:
+        return ""
+    pairs = [f"{json.dumps(k)}={json.dumps(v).replace('$', chr(92) + '$')}" for k, v in sorted(labels.items())]
+    return "LABEL " + " \\\n      ".join(pairs) + "\n"
 
 
 def extract_wheel(image_tar: Path, dest: Path) -> Path | None:

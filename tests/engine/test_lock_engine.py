@@ -3,33 +3,19 @@ reported by --check), pip and apt resolved inside the demo base, against an inde
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
 import subprocess
 import uuid
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from buildctl import cli
 from buildctl.engine import Engine
-
-
-def _support() -> ModuleType:
-    # pytest runs with --import-mode=importlib: load the shared test helper by path.
-    path = Path(__file__).resolve().parents[1] / "integration" / "pyindex.py"
-    spec = importlib.util.spec_from_file_location("lock_pyindex", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pyindex = _support()
+from tests.integration import pyindex
 
 
 def lock_cmd(project: Path, *args: str) -> int:

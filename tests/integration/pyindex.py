@@ -1,6 +1,6 @@
 """Tiny wheels and a PEP 503 simple index served from a folder on 127.0.0.1 (test support).
 
-Used by the integration and engine tests of `buildctl lock` (the engine tests load this file by path).
+Used by the integration and engine tests of `buildctl lock` (`from tests.integration import pyindex`).
 Everything is made by the test: no real package, no network beyond 127.0.0.1.
 """
 

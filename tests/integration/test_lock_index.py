@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import socket
 import subprocess
 import tarfile
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -17,20 +15,7 @@ from buildctl import aptver, pins
 from buildctl.errors import LockError, UnreachableError
 from buildctl.index import HttpFetcher, SimpleIndex
 from buildctl.lock import resolve_downloads
-
-
-def _support() -> ModuleType:
-    # pytest runs with --import-mode=importlib: test folders are not on sys.path, so load by path.
-    spec = importlib.util.spec_from_file_location("lock_pyindex", Path(__file__).with_name("pyindex.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pyindex = _support()
-make_index, make_wheel, serve, sha256, silent_server = (
-    pyindex.make_index, pyindex.make_wheel, pyindex.serve, pyindex.sha256, pyindex.silent_server)
+from tests.integration.pyindex import make_index, make_wheel, serve, sha256, silent_server
 
 TAGS = ["cp311-cp311-manylinux_2_36_x86_64", "cp311-cp311-manylinux_2_17_x86_64", "cp311-abi3-linux_x86_64",
         "py3-none-any"]
