@@ -601,7 +601,7 @@ class _Build:
                     for d in dirnames:
                         p = Path(dirpath) / d
                         if not p.is_symlink():
-                            os.chmod(p, 0o755)
+                            os.chmod(p, render.dir_mode(p.relative_to(rootfs).as_posix()))
                             os.utime(p, (render.EPOCH, render.EPOCH))
             yield ctx
         finally:
