@@ -141,7 +141,8 @@ def manifest_findings(m: Manifest, vlock: VariantLock | None, variant: Variant,
                 out.append(Finding(
                     rule="manifest-apt", status=status(p.name in locked_apt),
                     where=f"{m.path or 'manifest'}: components.{c.name}.build.apt",
-                    what=f"apt {p.name}={p.version} (build requirement of {c.name})",
+                    what=f"apt {p.name}" + (f"={p.version}" if p.version != "*" else " (no version)")
+                         + f" (build requirement of {c.name})",
                     node=f"compile-env:{c.name}", level=level_for("compile-env", levels), packages=(p.name,),
                     fix=f"pin {p.name}=<exact version>"))
         if not _SHA.match(c.commit) or any(pr.head is None for pr in c.prs):

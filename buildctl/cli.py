@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "buildctl.cmd_lint_args",
     "buildctl.cmd_build",
     "buildctl.cmd_smoke",
+    "buildctl.cmd_repro",
     "buildctl.cmd_stubs",
 )
 

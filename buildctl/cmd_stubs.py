@@ -17,7 +17,6 @@ PENDING: dict[str, tuple[str, str]] = {
     "nightly": ("re-lock, build, smoke and push", "issue 5"),
     "bom": ("bill of materials of an image", "issue 5"),
     "diff": ("what changed between two images", "issue 5"),
-    "repro": ("build twice and compare", "issue 6"),
 }
 
 

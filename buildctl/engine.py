@@ -116,6 +116,8 @@ class ImageInfo:
     created: str
     layers: tuple[str, ...]  # diff IDs, base first
     history: tuple[HistoryEntry, ...] = field(default=())
+    workdir: str = ""
+    user: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -742,6 +744,8 @@ def _image_info(attrs: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) 
         platform=platform,
         created=str(attrs.get("Created", "")),
         layers=tuple(str(x) for x in (attrs.get("RootFS") or {}).get("Layers") or ()),
+        workdir=str(config.get("WorkingDir") or ""),
+        user=str(config.get("User") or ""),
         history=tuple(
             HistoryEntry(
                 created=int(h.get("Created") or 0),
