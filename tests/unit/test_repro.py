@@ -73,7 +73,7 @@ def save(path: Path, layers: list[list[F]], *, config: dict[str, object] | None 
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
         add(cfg_name, cfg_bytes)
-        for (name, blob) in zip(manifest[0]["Layers"], blobs, strict=True):  # type: ignore[arg-type]
+        for (name, blob) in zip(manifest[0]["Layers"], blobs, strict=True):
             add(str(name), blob)
         add("manifest.json", json.dumps(manifest).encode())
     return path
