@@ -11,16 +11,11 @@ from buildctl import pipeline as pipeline_types
 from buildctl import plan as planmod
 from buildctl import target
 from buildctl.errors import UsageError
-from buildctl.records import RecordStore
+from buildctl.records import RecordStore, state_root
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
     from buildctl.engine import Engine
-
-
-def state_root(ctx: Context) -> Path:
-    """Records of built nodes (see records.py): under the cache root, next to logs and wheels."""
-    return ctx.config.cache.root / "state"
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -77,7 +72,7 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local)
     engine = make_engine(ctx, args.engine)
     try:
-        p = planmod.make(t.graph, refs=t.refs, engine=engine, records=RecordStore(state_root(ctx)).load_all(t.graph),
+        p = planmod.make(t.graph, refs=t.refs, engine=engine, records=RecordStore(state_root(ctx.config.cache)).load_all(t.graph),
                          registry=t.registry, emulation=emulation_registered(engine.address, t.variant.platform))
     finally:
         engine.close()
@@ -136,7 +131,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     try:
         with NodeProgress(ctx.ui, t.graph.names()) as progress:
             report = pipeline.run(t, engines=engines, config=ctx.config, sources=sources, progress=progress,
-                                  project=ctx.project, options=options, smoke_gate=smoke_gate(t))
+                                  project=ctx.project, options=options, smoke_gate=smoke_gate(ctx, t))
     finally:
         for e in engines:
             e.close()
@@ -147,6 +142,8 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def smoke_gate(t: target.Target) -> pipeline_types.SmokeGate | None:
-    """The build-host smoke tier as the gate before the entrypoint (None: no runner available)."""
-    return None
+def smoke_gate(ctx: Context, t: target.Target) -> pipeline_types.SmokeGate:
+    """The build-host smoke tier (smoke.BuildGate) as the gate before the entrypoint; reports under the cache."""
+    from buildctl.smoke import BuildGate
+
+    return BuildGate(report_dir=ctx.config.cache.reports / "smoke" / t.graph.stack / t.graph.variant)

@@ -333,8 +333,8 @@ class Extras:
     """Inputs made by other modules from the same manifest and lock (passed in: graph stays pure)."""
 
     entrypoint: EntrypointFragment | None = None  # entrypoint.render_entrypoint_fragment(manifest, variant)
-    smoke_expect: str | None = None  # canonical JSON of the smoke expectations, recorded as a label
-    smoke_label: str = "io.buildctl.smoke.expect"
+    # labels assemble records in the image: the smoke expectations (smoke.expect_for) and interpreter
+    assemble_labels: Mapping[str, str] = field(default_factory=dict)
     skip_smoke: bool = False
 
 
@@ -570,8 +570,7 @@ def build(
 
     # assemble: wheels, source trees, runtime environment, what the image says about itself
     labels = {f"io.buildctl.component.{n}": sha for n, sha in sorted(component_shas.items())}
-    if extras.smoke_expect is not None:
-        labels[extras.smoke_label] = extras.smoke_expect
+    labels.update(extras.assemble_labels)
     add("assemble", "assemble", ("python", *wheel_nodes), AssembleNodeSpec(
         python=python, constraint=manifest.pip.constraint, wheels=tuple(wheels),
         trees=tuple(sorted(trees, key=lambda t: t.component)), env=dict(manifest.env), labels=labels,

@@ -28,6 +28,7 @@ import io
 import json
 import math
 import os
+import queue
 import shutil
 import subprocess
 import tarfile
@@ -35,7 +36,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -66,7 +66,7 @@ from buildctl.graph import (
 )
 from buildctl.model import InstallKind
 from buildctl.plan import ArchCheck
-from buildctl.records import NodeRecord, RecordStore
+from buildctl.records import NodeRecord, RecordStore, state_root
 
 if TYPE_CHECKING:
     from buildctl.engine import Engine
@@ -87,7 +87,7 @@ class Progress(Protocol):
 class SmokeGate(Protocol):
     """Runs the build-host smoke tier on the assembled image; raises SmokeFailed when it does not pass."""
 
-    def __call__(self, engine: Engine, image: str, *, log_file: Path) -> str: ...  # a one-line summary
+    def __call__(self, engine: Engine, image: str, /, *, log_file: Path) -> str: ...  # a one-line summary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,7 +182,7 @@ class _Build:
         self.project = project
         self.opt = options
         self.smoke_gate = smoke_gate
-        self.records = RecordStore(config.cache.root / "state")
+        self.records = RecordStore(state_root(config.cache))
         self.results: list[NodeResult] = []
         self.where: dict[str, set[str]] = {}  # node -> names of engines that have its image
         self.prepared: dict[str, Path] = {}  # component -> exported source tree
@@ -191,6 +191,7 @@ class _Build:
         self.wheels: dict[str, Path] = {}  # component -> its compiled wheel file
         self.busy: dict[str, int] = {e.name: 0 for e in self.engines}
         self.lock = threading.Lock()
+        self.cancelled = threading.Event()
         self.smoke: Literal["passed", "skipped", "not-run"] = "not-run"
         self.wheelhouse_url = ""
         self._wheelhouse_root: Path | None = None
@@ -434,31 +435,52 @@ class _Build:
     # -- 5. execution
 
     def _execute(self, actions: Mapping[str, Action], publish: set[str]) -> None:
+        """Run the tasks, each when its parents are done, at most ``jobs`` at once.
+
+        Workers are daemon threads: on Ctrl-C the process exits at once, its connections to the engine
+        close, and the engine cancels the builds they carried (measured: the build container is removed
+        and nothing is tagged). After a failure no new task starts; the running ones finish.
+        """
         tasks = {n for n, a in actions.items() if a in ("pull", "build")} | publish
         deps = {n: {p for p in self.g.node(n).parents if p in tasks} if actions[n] == "build" else set()
                 for n in tasks}
         done: set[str] = set()
         started: set[str] = set()
-        running: dict[Future[None], str] = {}
+        running: set[str] = set()
         failures: list[BaseException] = []
-        with ThreadPoolExecutor(max_workers=max(1, self.opt.jobs), thread_name_prefix="buildctl-node") as pool:
+        finished: queue.Queue[tuple[str, BaseException | None]] = queue.Queue()
+
+        def work(name: str) -> None:
+            try:
+                self._task(name, actions[name], name in publish)
+                finished.put((name, None))
+            except BaseException as exc:  # handed to the main thread, which raises it
+                finished.put((name, exc))
+
+        jobs = max(1, self.opt.jobs)
+        try:
             while True:
                 if not failures:
                     for n in self.g.names():  # topological order: parents first
-                        if n in tasks and n not in started and deps[n] <= done and len(running) < max(1, self.opt.jobs):
+                        if n in tasks and n not in started and deps[n] <= done and len(running) < jobs:
                             started.add(n)
-                            running[pool.submit(self._task, n, actions[n], n in publish)] = n
+                            running.add(n)
+                            threading.Thread(target=work, args=(n,), name=f"buildctl-{n}", daemon=True).start()
                 if not running:
                     break
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    n = running.pop(f)
-                    exc = f.exception()
-                    if exc is None:
-                        done.add(n)
-                    else:
-                        failures.append(exc)
-                        self.progress.node(n, "failed", getattr(exc, "what", str(exc)))
+                try:
+                    n, exc = finished.get(timeout=0.5)  # a bounded wait keeps Ctrl-C responsive
+                except queue.Empty:
+                    continue
+                running.discard(n)
+                if exc is None:
+                    done.add(n)
+                else:
+                    failures.append(exc)
+                    self.progress.node(n, "failed", getattr(exc, "what", str(exc)))
+        except BaseException:
+            self.cancelled.set()  # whatever still finishes keeps no wheel and pushes nothing
+            raise
         if failures:
             raise failures[0]
 
@@ -526,7 +548,7 @@ class _Build:
         self._have(name, e)
 
     def _push(self, e: Engine, node: Node) -> None:
-        if self.t.registry is None:
+        if self.t.registry is None or self.cancelled.is_set():
             return
         self.progress.node(node.name, "pushing", self.ref(node.name))
         e.push(self.ref(node.name))
@@ -674,6 +696,8 @@ class _Build:
     def _keep_wheel(self, node: Node, made: Path) -> Path:
         """Move a finished wheel to wheels/<component>/<key>/, whole or not at all."""
         assert node.component
+        if self.cancelled.is_set():
+            raise BuildFailed(f"{node.name}: cancelled", why="the build was interrupted")
         final = self.config.cache.wheels / node.component / node.key
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{node.key[:12]}-", dir=final.parent))

@@ -13,10 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from buildctl.config import CacheLayout
 from buildctl.graph import Graph, Node
 from buildctl.lockfile import write_atomic
 
 SCHEMA = 1
+
+
+def state_root(cache: CacheLayout) -> Path:
+    """Where the records live: ``<cache>/state`` (beside logs, wheels and reports)."""
+    return cache.root / "state"
 
 
 @dataclass(frozen=True, kw_only=True)

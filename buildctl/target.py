@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildctl import graph, lockfile, pins, render
+from buildctl import graph, lockfile, pins, render, smoke
 from buildctl.config import Config
 from buildctl.entrypoint import render_entrypoint_fragment
 from buildctl.errors import UsageError
@@ -66,9 +66,10 @@ def load(project: Path, config: Config, stack: str, variant: str | None, *, regi
     vlock = lock.variants.get(v.name) if lock else None
     stale = lock is not None and lock.manifest_sha256 != pins.manifest_sha256(path)
     templates = render.load_templates(project / "images")
+    expect = smoke.expect_for(manifest, vlock, v)
     extras = graph.Extras(
         entrypoint=render_entrypoint_fragment(manifest, v) if manifest.entrypoint else None,
-        smoke_expect=None,
+        assemble_labels={smoke.EXPECT_LABEL: expect.label_value(), smoke.PYTHON_LABEL: manifest.smoke.python},
         skip_smoke=skip_smoke,
     )
     g = graph.build(manifest, vlock, v, templates=templates.digests(), extras=extras)

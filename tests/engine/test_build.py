@@ -13,8 +13,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import tarfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +25,14 @@ from typing import Any
 
 import pytest
 
-from buildctl import cli, pipeline, target
+from buildctl import cli, pipeline, smoke, target
 from buildctl.config import Config, load_config
 from buildctl.engine import Engine
 from buildctl.errors import BuildFailed, SmokeFailed, SourceError
-from buildctl.records import RecordStore
+from buildctl.records import RecordStore, state_root
 from buildctl.sources import Sources
+from buildctl.target import Target
+from tests.engine.conftest import docker_cli
 from tests.helpers import unique
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -104,10 +109,10 @@ class Demo:
     def config(self) -> Config:
         return load_config(os.environ)
 
-    def target(self, *, skip_smoke: bool = True) -> target.Target:
+    def target(self, *, skip_smoke: bool = True) -> Target:
         return target.load(self.root, self.config(), "demo", None, skip_smoke=skip_smoke)
 
-    def register(self, t: target.Target, engines: Sequence[Engine]) -> None:
+    def register(self, t: Target, engines: Sequence[Engine]) -> None:
         for e in engines:
             for n in t.graph.nodes:
                 if n.kind != "base":
@@ -245,7 +250,7 @@ def test_a_failed_node_leaves_no_tag_and_a_rerun_resumes(demo: Demo, engine: Eng
         assert not engine.image_exists(t.refs[name]), name
         assert engine.registry_digest(t.refs[name]) is None, name
     assert not (demo.config().cache.wheels / "fastmath" / t.graph.node("wheel:fastmath").key).exists()
-    records = RecordStore(demo.config().cache.root / "state").load_all(t.graph)
+    records = RecordStore(state_root(demo.config().cache)).load_all(t.graph)
     assert set(records) == done == {"system", "python", "compile-env:fastmath"}
 
     demo.edit_manifest("command: echo compiling; exit 3", "command: pip wheel --no-build-isolation --no-deps -w /out .")
@@ -285,7 +290,7 @@ def test_a_pr_that_does_not_apply_fails_before_any_build(demo: Demo, engine: Eng
     for n in t.graph.nodes:
         if n.kind != "base":
             assert not engine.image_exists(t.refs[n.name]), n.name  # nothing was built, not even system
-    assert RecordStore(demo.config().cache.root / "state").load_all(t.graph) == {}
+    assert RecordStore(state_root(demo.config().cache)).load_all(t.graph) == {}
 
 
 def _fake_ca(tmp_path: Path) -> tuple[Path, str]:
@@ -346,14 +351,14 @@ def test_the_smoke_gate_guards_the_entrypoint(demo: Demo, engine: Engine) -> Non
     assert calls == [t.refs["assemble"]]
     assert engine.image_exists(t.refs["assemble"]) and not engine.image_exists(t.refs["entrypoint"])
 
-    def passing(e: Engine, image: str, *, log_file: Path) -> str:
-        result = e.run(image, ["python3", "-c", "import fastmath, six, tomli, yaml"], entrypoint=[], timeout=60)
-        assert result.ok, result.stderr
-        return "4 imports passed"
-
-    report = demo.build([engine], skip_smoke=False, gate=passing)
+    # the real gate: the smoke suite's build-host tier in a container of the assembled image
+    reports = demo.config().cache.reports / "smoke"
+    report = demo.build([engine], skip_smoke=False, gate=smoke.BuildGate(report_dir=reports))
     assert report.built == ["entrypoint"] and report.smoke == "passed"
     assert engine.inspect_image(report.final).labels["io.buildctl.smoke"] == "passed"
+    saved = json.loads(next(reports.glob("*.build.json")).read_text())
+    assert {c["name"]: c["status"] for c in saved["report"]["checks"]}["imports"] == "pass"
+    assert "build tier passed" in (demo.config().cache.logs / "demo" / "default" / "smoke.log").read_text()
     # skipping the gate is another image: it does not replace the gated one
     skipped = demo.build([engine], skip_smoke=True)
     assert skipped.final != report.final and skipped.built == ["entrypoint"]
@@ -406,3 +411,41 @@ def test_dry_run_writes_dockerfiles(demo: Demo, tmp_path: Path, capsys: pytest.C
     assert "system.Dockerfile" in names and "wheel-fastmath.sh" in names and "graph.json" in names
     assert (out / "system.Dockerfile").read_text().startswith("# system:")
     shutil.rmtree(out)
+
+
+def test_an_interrupted_build_tags_nothing_unfinished_and_resumes(demo: Demo, engine: Engine) -> None:
+    """Ctrl-C (SIGINT) while the compile runs: buildctl exits at once, nothing after it is tagged."""
+    demo.edit_manifest("command: pip wheel --no-build-isolation --no-deps -w /out .",
+                       "command: sleep 25; pip wheel --no-build-isolation --no-deps -w /out .")
+    t = demo.target()
+    demo.register(t, [engine])
+    env = {**os.environ, "PYTHONPATH": str(PROJECT)}
+    proc = subprocess.Popen([sys.executable, "-m", "buildctl", "--project", str(demo.root), "-q", "build", "demo",
+                             "--skip-smoke"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    compile_env = t.refs["compile-env:fastmath"]
+    deadline = time.monotonic() + 300
+    compiling: list[str] = []
+    while not compiling:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the compile never started"
+        time.sleep(0.5)
+        compiling = docker_cli("ps", "-q", "--filter", f"ancestor={compile_env}").split()
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=20)
+    finally:
+        # the compile container is the engine's to finish (a run outlives its client): ours to remove
+        for cid in compiling:
+            docker_cli("rm", "-f", cid, check=False)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    for name in ("system", "python", "compile-env:fastmath"):
+        assert engine.image_exists(t.refs[name]), name
+    for name in ("wheel:fastmath", "assemble", "entrypoint"):
+        assert not engine.image_exists(t.refs[name]), name
+        assert engine.registry_digest(t.refs[name]) is None, name
+    assert not (demo.config().cache.wheels / "fastmath" / t.graph.node("wheel:fastmath").key).exists()
+
+    report = demo.build([engine])
+    assert sorted(report.built) == ["assemble", "entrypoint", "wheel:fastmath"]
+    assert outcomes(report)["compile-env:fastmath"] == "cached"

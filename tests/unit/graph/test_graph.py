@@ -270,8 +270,8 @@ def test_skip_smoke_is_a_different_entrypoint_only(gs: Any) -> None:
 def test_smoke_expectations_are_recorded_by_assemble(gs: Any) -> None:
     m = gs.load()
     lk = gs.lock_for(m)
-    a = gs.make(m, lk, smoke_expect='{"checks":["versions"]}')
-    b = gs.make(m, lk, smoke_expect='{"checks":["versions","imports"]}')
+    a = gs.make(m, lk, assemble_labels={"io.buildctl.smoke.expect": '{"checks":["versions"]}'})
+    b = gs.make(m, lk, assemble_labels={"io.buildctl.smoke.expect": '{"checks":["versions","imports"]}'})
     assert changed(a, b) == {"assemble", "entrypoint"}
     assert a.node("assemble").inputs["labels"]["io.buildctl.smoke.expect"] == '{"checks":["versions"]}'
 
