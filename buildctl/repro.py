@@ -56,6 +56,7 @@ class Cause(StrEnum):
     FLOATING_INPUT = "floating input"  # a package version differs, or a file a floating fetch produced
     NONDETERMINISTIC_COMPILE = "non-deterministic compile"  # a .so / wheel differs with identical inputs
     INPUTS = "different inputs"  # the node's key differs: its inputs were not the same in both builds
+    UPSTREAM = "a node it builds on differs"  # e.g. assemble installing a wheel that differs
     CONFIG = "image config"  # env, labels, entrypoint, ... differ
     UNKNOWN = "unexplained content"
 
@@ -79,8 +80,9 @@ COMPILED_PATTERNS: tuple[str, ...] = ("*.so", "*.so.*", "*.o", "*.a", "*.whl", "
 # Config fields that differ between any two builds (times, the build container, parent ids).
 IGNORED_CONFIG = ("created", "container", "container_config", "hostname", "image", "parent", "docker_version",
                   "history")
-# Labels that say when or where an image was built, not what it is.
-METADATA_LABELS = ("org.opencontainers.image.created",)
+# Labels that say when an image was built and from which lock, not what it is (with --relock the two builds
+# come from two locks: the nodes that the difference reaches differ in content, and say so).
+METADATA_LABELS = ("org.opencontainers.image.created", "io.buildctl.lock-hash")
 
 EntryKind = Literal["file", "dir", "symlink", "hardlink", "whiteout", "opaque", "other"]
 
@@ -644,7 +646,7 @@ class NodeReport:
             out.append(f"build metadata: {len(meta)} path(s), e.g. " + ", ".join("/" + f.path for f in meta[:3]))
         if Cause.ARCHIVE in self.causes:
             out.append("tar headers (entry order, atime/ctime)")
-        out += [f"config {c.field} (build time)" for c in self.config if c.metadata]
+        out += [f"config {c.field} (build metadata)" for c in self.config if c.metadata]
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -671,8 +673,11 @@ def _matches_floating(path: str, floating: Sequence[Floating]) -> Floating | Non
 
 
 def compare_node(*, node: str, kind: str, level: ReproLevel | None, a: Side, b: Side,
-                 floating: Sequence[Floating] = ()) -> NodeReport:
-    """The verdict on one node from its two builds (see the module docstring)."""
+                 floating: Sequence[Floating] = (), upstream: Sequence[str] = ()) -> NodeReport:
+    """The verdict on one node from its two builds (see the module docstring).
+
+    ``upstream``: the nodes it builds on (its graph parents) that were not bit-identical themselves.
+    """
     layers = tuple(LayerPair(a=x, b=y) for x, y in zip(a.diff_ids, b.diff_ids, strict=False))
     layers += tuple(LayerPair(a=x, b="") for x in a.diff_ids[len(b.diff_ids):])
     layers += tuple(LayerPair(a="", b=y) for y in b.diff_ids[len(a.diff_ids):])
@@ -720,7 +725,11 @@ def compare_node(*, node: str, kind: str, level: ReproLevel | None, a: Side, b: 
         notes.append("compiler output differs with identical inputs: " + ", ".join("/" + f.path for f in compiled[:4]))
     explained = {Cause.FLOATING_INPUT, Cause.NONDETERMINISTIC_COMPILE, Cause.INPUTS}
     if real and not explained.intersection(causes):
-        causes.append(Cause.UNKNOWN)
+        if upstream:
+            causes.append(Cause.UPSTREAM)
+            notes.append("builds on " + ", ".join(upstream) + ", which differ(s) between the builds")
+        else:
+            causes.append(Cause.UNKNOWN)
     causes += config_causes
     verdict = Verdict.DIFFERENT if real or pkgs or config_causes else Verdict.SEMANTIC
     return NodeReport(verdict=verdict, causes=tuple(dict.fromkeys(causes)), files=tuple(files), packages=tuple(pkgs),

@@ -130,6 +130,7 @@ def compare(engine: Engine, graphs: dict[str, Graph], refs: dict[str, dict[str, 
     ga, gb = graphs["a"], graphs["b"]
     reports: list[repro.NodeReport] = []
     parents: dict[str, dict[str, tuple[str, ...]]] = {s: {} for s in SIDES}
+    verdicts: dict[str, repro.Verdict] = {}
     for node in ga.nodes:
         if node.kind == "base" or node.name not in gb.names():
             continue
@@ -147,8 +148,11 @@ def compare(engine: Engine, graphs: dict[str, Graph], refs: dict[str, dict[str, 
             sides[s] = repro.Side(ref=refs[s][node.name], key=graphs[s].node(node.name).key, diff_ids=own[s],
                                   config=config, archive=archive)
         level = repro.level_for(node.kind, levels)
-        reports.append(repro.compare_node(node=node.name, kind=node.kind, level=level, a=sides["a"], b=sides["b"],
-                                          floating=floating.get(node.name, ())))
+        upstream = [p for p in node.parents if p in verdicts and verdicts[p] is not repro.Verdict.BIT]
+        report = repro.compare_node(node=node.name, kind=node.kind, level=level, a=sides["a"], b=sides["b"],
+                                    floating=floating.get(node.name, ()), upstream=upstream)
+        verdicts[node.name] = report.verdict
+        reports.append(report)
     return reports
 
 

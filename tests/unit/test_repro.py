@@ -219,6 +219,17 @@ def test_a_shared_object_that_differs_with_identical_inputs(tmp_path: Path) -> N
     assert r.causes == (Cause.INPUTS,)
 
 
+def test_a_difference_that_comes_from_a_node_it_builds_on(tmp_path: Path) -> None:
+    site = "usr/local/lib/python3.11/dist-packages/fastmath"
+    a, b = [[F(f"{site}/__init__.py", b"STAMP = 1\n")]], [[F(f"{site}/__init__.py", b"STAMP = 2\n")]]
+    r = compare(tmp_path, a, b, kind="assemble")
+    assert r.causes == (Cause.UNKNOWN,)
+    sa, sb = r_side(tmp_path, "a"), r_side(tmp_path, "b")
+    r = repro.compare_node(node="assemble", kind="assemble", level=ReproLevel.BIT, a=sa, b=sb,
+                           upstream=["wheel:fastmath"])
+    assert r.causes == (Cause.UPSTREAM,) and r.notes == ("builds on wheel:fastmath, which differ(s) between the builds",)
+
+
 def test_wheels_are_compared_by_their_members(tmp_path: Path) -> None:
     members = {"fastmath/__init__.py": b"from ._ext import *\n", "fastmath/_ext.so": b"\x7fELF",
                "fastmath-0.2.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: fastmath\nVersion: 0.2.0\n"}
