@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from buildctl import render, wheelhouse
+from buildctl import normalise, render, repro, wheelhouse
 from buildctl.config import Config
 from buildctl.errors import (
     BuildctlError,
@@ -64,7 +64,7 @@ from buildctl.graph import (
     WheelNodeSpec,
     shared_labels,
 )
-from buildctl.model import InstallKind
+from buildctl.model import InstallKind, ReproLevel
 from buildctl.plan import ArchCheck
 from buildctl.records import NodeRecord, RecordStore, state_root
 
@@ -597,8 +597,21 @@ class _Build:
                     network_mode="host" if rendered.wheelhouse else None,
                     on_log=lambda line: self.progress.log(node.name, line), log_file=self.log_file(node.name),
                     nocache=self.opt.nocache)
+        self._settle_whiteouts(e, node, rendered)
         self._have(node.name, e)
         self._push(e, node)
+
+    def _settle_whiteouts(self, e: Engine, node: Node, rendered: render.Rendered) -> None:
+        """A node declared bit-level whose RUN deleted a file of a lower layer: give the whiteouts a fixed time
+        (normalise.py; a RUN cannot touch them). Costs a `docker save` of the node image, so only for these."""
+        if repro.level_for(node.kind, self.t.manifest.repro.levels) is not ReproLevel.BIT:
+            return
+        if not any(line.startswith("RUN ") for line in rendered.dockerfile.splitlines()):
+            return
+        below = len(e.inspect_image(self._parent_ref(node)).layers)
+        if normalise.settle_whiteouts(e, self.ref(node.name), parent_layers=below, scratch=self.scratch,
+                                      epoch=render.EPOCH):
+            self.progress.log(node.name, "whiteouts given a fixed time (save, rewrite, load)")
 
     def _gate(self, e: Engine, node: Node) -> None:
         assemble = self.ref("assemble")

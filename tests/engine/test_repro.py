@@ -114,20 +114,27 @@ def test_demo_layers_are_bit_identical_and_compiles_semantically(
 
 def test_a_non_deterministic_compile_fails_its_declared_level(
         engine: Engine, registry: str, demo_lock: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """A build command that writes the time into the package: the wheel and what installs it differ."""
+        capsys: pytest.CaptureFixture[str], image_cleanup: Any) -> None:
+    """A build command that writes the time into the package: the wheel and what installs it differ.
+
+    The system node also removes a file of the base here: its whiteout gets a fixed time (normalise.py), so
+    the node stays bit-identical."""
     root = demo_project(tmp_path, registry, demo_lock, monkeypatch)
     manifest = root / "pins" / "demo.yaml"
     text = manifest.read_text()
     old = "command: pip wheel --no-build-isolation --no-deps -w /out ."
-    assert old in text
-    manifest.write_text(text.replace(old, "command: echo \"BUILT_AT = '$(date +%s%N)'\" >> fastmath/__init__.py && "
-                                          "pip wheel --no-build-isolation --no-deps -w /out ."))
+    assert old in text and "\nprotect:" in text
+    text = text.replace(old, "command: echo \"BUILT_AT = '$(date +%s%N)'\" >> fastmath/__init__.py && "
+                             "pip wheel --no-build-isolation --no-deps -w /out .")
+    manifest.write_text(text.replace("\nprotect:", "\nremove:\n  paths: [/etc/motd]\n\nprotect:"))
     lock = json.loads(demo_lock)
     lock["manifest_sha256"] = hashlib.sha256(manifest.read_bytes()).hexdigest()  # the lock is still current
     (root / "pins" / "demo.lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
 
-    rc, report = repro_json(root, capsys, "--no-lock-check")
+    rc, report = repro_json(root, capsys, "--no-lock-check", "--keep")
+    for n in report.get("nodes", []):
+        for ref in n["refs"]:
+            image_cleanup(ref)
     assert rc == ReproFailed.exit_code
     by = nodes(report)
     wheel = by["wheel:fastmath"]
@@ -140,9 +147,10 @@ def test_a_non_deterministic_compile_fails_its_declared_level(
     assert any(f["path"].endswith("/fastmath/__init__.py") for f in assembled["files"])
     for name in ("system", "python", "compile-env:fastmath"):  # what does not involve the compile stays identical
         assert by[name]["verdict"] == "bit-identical", name
-    for side_refs in zip(*(n["refs"] for n in report["nodes"]), strict=True):
-        for ref in side_refs:
-            assert not engine.image_exists(ref)  # removed without --keep
+    removed = engine.run(by["system"]["refs"][0], ["sh", "-c", "test ! -e /etc/motd && test -e /etc/hostname"],
+                         entrypoint=[], timeout=60)
+    assert removed.ok, removed.stderr
+    shutil.rmtree(next((load_config().cache.root / "repro" / "demo" / "default").iterdir()))
 
 
 # ---------------------------------------------------------------------------------- a floating input
