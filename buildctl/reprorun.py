@@ -72,7 +72,8 @@ class Outcome:
 
 
 def run_id() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]  # lower case: part of image names
+    """Time and a random suffix, all lower case: it is part of image names."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
 
 def side_config(config: Config, root: Path) -> Config:
