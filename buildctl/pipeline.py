@@ -64,6 +64,7 @@ from buildctl.graph import (
     WheelNodeSpec,
     shared_labels,
 )
+from buildctl.index import HttpFetcher
 from buildctl.model import InstallKind, ReproLevel
 from buildctl.plan import ArchCheck
 from buildctl.records import NodeRecord, RecordStore, state_root
@@ -187,7 +188,7 @@ class _Build:
         self.where: dict[str, set[str]] = {}  # node -> names of engines that have its image
         self.prepared: dict[str, Path] = {}  # component -> exported source tree
         self.downloads: dict[str, Path] = {}  # download name -> verified file
-        self.pip: dict[str, Path] = {}  # pip name -> wheel file
+        self.pip: dict[str, Path] = {}  # "name==version" -> wheel file
         self.wheels: dict[str, Path] = {}  # component -> its compiled wheel file
         self.busy: dict[str, int] = {e.name: 0 for e in self.engines}
         self.lock = threading.Lock()
@@ -338,8 +339,6 @@ class _Build:
         return f"wheel:{component}" if f"wheel:{component}" in self.g.names() else "assemble"
 
     def _fetch_downloads(self, actions: Mapping[str, Action]) -> None:
-        from buildctl.index import HttpFetcher
-
         files: dict[str, FileSpec] = {}
         for n in self.g.nodes:
             if actions.get(n.name) == "build" and isinstance(n.spec, CudnnNodeSpec | SystemNodeSpec | CompileEnvNodeSpec):
@@ -356,10 +355,7 @@ class _Build:
                 self._download(fetcher, f, dest)
             self.downloads[f.name] = dest
 
-    def _download(self, fetcher: object, f: FileSpec, dest: Path) -> None:
-        from buildctl.index import HttpFetcher
-
-        assert isinstance(fetcher, HttpFetcher)
+    def _download(self, fetcher: HttpFetcher, f: FileSpec, dest: Path) -> None:
         tmp = dest.with_name(dest.name + ".part")
         h = hashlib.sha256()
         with fetcher.open(f.url) as resp, tmp.open("wb") as out:
@@ -377,16 +373,17 @@ class _Build:
         tmp.replace(dest)
 
     def _fetch_pip(self, actions: Mapping[str, Action]) -> None:
-        pins: dict[str, PipPin] = {}
+        # by name and version: a build requirement may pin another version than the runtime does
+        pins: dict[tuple[str, str | None], PipPin] = {}
         for n in self.g.nodes:
             if actions.get(n.name) == "build" and isinstance(n.spec, PythonNodeSpec | CompileEnvNodeSpec):
-                pins.update({p.name: p for p in n.spec.to_install})
+                pins.update({(p.name, p.version): p for p in n.spec.to_install})
         if not pins:
             return
         self.progress.node("python" if actions.get("python") == "build" else next(
             n for n, a in actions.items() if a == "build"), "wheels", f"{len(pins)} pip wheel(s) on the host")
         self.pip = wheelhouse.download(
-            sorted(pins.values(), key=lambda p: p.name), folder=self.config.cache.downloads / "pip",
+            sorted(pins.values(), key=lambda p: (p.name, p.version or "")), folder=self.config.cache.downloads / "pip",
             python=self.t.variant.python, platform=self.g.platform, config=self.config,
             log_file=self.log_file("pip-download"))
 
@@ -486,13 +483,15 @@ class _Build:
 
     @contextlib.contextmanager
     def _engine(self, prefer: Sequence[str] = ()) -> Iterator[Engine]:
-        """The engine for a task: one that already holds a parent, else the least busy."""
+        """The engine for a task: an idle one that already holds a parent (no pull), else the least busy.
+
+        A parent is pulled from the registry in seconds, so an idle engine beats a busy one that has it.
+        """
         with self.lock:
-            holders = [e for e in self.engines if any(e.name in self.where.get(p, ()) for p in prefer)]
-            pool = holders or self.engines
-            e = min(pool, key=lambda x: (self.busy[x.name], self.engines.index(x)))
-            if holders and self.busy[e.name] > min(self.busy.values()) + 1:
-                e = min(self.engines, key=lambda x: (self.busy[x.name], self.engines.index(x)))
+            idle = min(self.busy.values())
+            holders = [e for e in self.engines if self.busy[e.name] == idle
+                       and any(e.name in self.where.get(p, ()) for p in prefer)]
+            e = min(holders or self.engines, key=lambda x: (self.busy[x.name], self.engines.index(x)))
             self.busy[e.name] += 1
         try:
             yield e

@@ -75,7 +75,7 @@ def requirement_lines(pins: Iterable[PipPin]) -> list[str]:
 
 def download(pins: Sequence[PipPin], *, folder: Path, python: str, platform: str, config: Config,
              log_file: Path, timeout: float = 1800.0) -> dict[str, Path]:
-    """Every pin's wheel in ``folder`` (downloading what is not there yet); name -> file."""
+    """Every pin's wheel in ``folder`` (downloading what is not there yet); "name==version" -> file."""
     todo = [p for p in pins if not p.in_base]
     found: dict[str, Path] = {}
     missing: list[PipPin] = []
@@ -84,18 +84,26 @@ def download(pins: Sequence[PipPin], *, folder: Path, python: str, platform: str
         if f is None:
             missing.append(p)
         else:
-            found[p.name] = f
-    if missing:
-        _pip_download(missing, folder=folder, python=python, platform=platform, config=config, log_file=log_file,
+            found[f"{p.name}=={p.version}"] = f
+    # one pip run per set of distinct names: pip refuses two versions of one package in one run
+    batches: list[list[PipPin]] = []
+    for p in missing:
+        batch = next((b for b in batches if all(q.name != p.name for q in b)), None)
+        if batch is None:
+            batches.append([p])
+        else:
+            batch.append(p)
+    for batch in batches:
+        _pip_download(batch, folder=folder, python=python, platform=platform, config=config, log_file=log_file,
                       timeout=timeout)
-        for p in missing:
+        for p in batch:
             f = find_local(p, folder)
             if f is None:
                 raise BuildFailed(f"pip downloaded no wheel of {p.name}=={p.version} for {platform}",
                                   why=f"see {log_file}",
                                   fix="the package may have no wheel for this platform and Python (sdists are not "
                                       "built on the host); pin a version that has one, or build it as a component")
-            found[p.name] = f
+            found[f"{p.name}=={p.version}"] = f
     return found
 
 
@@ -161,11 +169,19 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+# The port the wheelhouse asks for first: a URL that stays the same from run to run keeps the build arg,
+# and so the engine's layer cache and the images' history, the same; another free port when it is taken.
+PREFERRED_PORT = 47803
+
+
 @contextlib.contextmanager
-def serve(root: Path) -> Iterator[str]:
-    """Serve ``root`` read-only on 127.0.0.1 (a free port) for as long as the context lasts; yield its URL."""
+def serve(root: Path, port: int = PREFERRED_PORT) -> Iterator[str]:
+    """Serve ``root`` read-only on 127.0.0.1 for as long as the context lasts; yield its URL."""
     handler = partial(_QuietHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, name="buildctl-wheelhouse", daemon=True)
     thread.start()
     try:

@@ -1,0 +1,92 @@
+"""The wheelhouse a build reads: wheels found by name, version and allowed hash; served on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from buildctl import wheelhouse
+from buildctl.config import CacheLayout, Config
+from buildctl.errors import BuildFailed
+from buildctl.graph import PipPin
+from tests.integration.pyindex import make_index, make_wheel, serve, sha256
+
+
+def test_find_local_checks_name_version_and_hash(tmp_path: Path) -> None:
+    f = tmp_path / "PyYAML-6.0.1-cp311-cp311-manylinux_2_17_x86_64.whl"
+    f.write_bytes(b"wheel bytes")
+    digest = "sha256:" + hashlib.sha256(b"wheel bytes").hexdigest()
+    assert wheelhouse.find_local(PipPin(name="pyyaml", version="6.0.1", hashes=(digest,)), tmp_path) == f
+    assert wheelhouse.find_local(PipPin(name="pyyaml", version="6.0.1", hashes=("sha256:" + "0" * 64,)), tmp_path) is None
+    assert wheelhouse.find_local(PipPin(name="pyyaml", version="6.0.2", hashes=(digest,)), tmp_path) is None
+    assert wheelhouse.find_local(PipPin(name="pyyaml", version=None, spec=">=6"), tmp_path) is None
+
+
+def test_requirement_lines() -> None:
+    assert wheelhouse.requirement_lines([PipPin(name="six", version="1.16.0", hashes=("sha256:ab", "sha256:cd"))]) == [
+        "six==1.16.0 --hash=sha256:ab --hash=sha256:cd"]
+
+
+def test_platform_tags() -> None:
+    tags = wheelhouse.platform_tags("linux/arm64")
+    assert "manylinux_2_17_aarch64" in tags and "manylinux2014_aarch64" in tags and all("aarch64" in t for t in tags)
+
+
+def test_serve_lists_and_serves_files(tmp_path: Path) -> None:
+    src = tmp_path / "six-1.16.0-py2.py3-none-any.whl"
+    src.write_bytes(b"six")
+    root = tmp_path / "root"
+    wheelhouse.link_tree(root, {src.name: src, "components/fastmath/fastmath-0.2.0.whl": src})
+    with wheelhouse.serve(root) as url:
+        assert url.startswith("http://127.0.0.1:")
+        listing = urllib.request.urlopen(url, timeout=5).read().decode()
+        assert f'href="{src.name}"' in listing and 'href="components/"' in listing
+        assert urllib.request.urlopen(url + "components/fastmath/fastmath-0.2.0.whl", timeout=5).read() == b"six"
+        # the preferred port is taken (by this server): another server gets a free one
+        with wheelhouse.serve(root) as other:
+            assert other != url
+            assert urllib.request.urlopen(other + src.name, timeout=5).read() == b"six"
+    # closed afterwards
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/")))) != 0
+
+
+def _config(index: str) -> Config:
+    return Config(path=None, pip_index_url=index, cache=CacheLayout(root=Path("/nonexistent")))
+
+
+def test_download_from_an_index_two_versions_and_hashes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # this machine's pip configuration adds indexes
+    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
+        monkeypatch.delenv(var, raising=False)
+    made = tmp_path / "made"
+    made.mkdir()
+    one = make_wheel(made, "alpha-pkg", "1.0")
+    two = make_wheel(made, "alpha-pkg", "2.0")
+    root = make_index(tmp_path / "index", [one, two])
+    pins = [PipPin(name="alpha-pkg", version="1.0", hashes=(f"sha256:{sha256(one)}",)),
+            PipPin(name="alpha-pkg", version="2.0", hashes=(f"sha256:{sha256(two)}",)),
+            PipPin(name="beta", version="1.0", in_base=True)]  # the base has it: not downloaded
+    folder = tmp_path / "wheels"
+    log = tmp_path / "pip.log"
+    with serve(root) as url:
+        got = wheelhouse.download(pins, folder=folder, python="3.11", platform="linux/amd64",
+                                  config=_config(f"{url}/simple"), log_file=log)
+        assert sorted(got) == ["alpha-pkg==1.0", "alpha-pkg==2.0"]
+        assert got["alpha-pkg==2.0"].read_bytes() == two.read_bytes()
+        assert "--index-url" in log.read_text() and "--require-hashes" in log.read_text()
+
+        bad = PipPin(name="alpha-pkg", version="1.0", hashes=("sha256:" + "0" * 64,))
+        with pytest.raises(BuildFailed) as failed:
+            wheelhouse.download([bad], folder=tmp_path / "other", python="3.11", platform="linux/amd64",
+                                config=_config(f"{url}/simple"), log_file=log)
+        assert str(log) in failed.value.what
+    # present and matching: no pip run at all (the index is gone)
+    again = wheelhouse.download(pins, folder=folder, python="3.11", platform="linux/amd64",
+                                config=_config("http://127.0.0.1:9/simple"), log_file=log)
+    assert again == got
