@@ -28,7 +28,7 @@ COMMAND_MODULES = (
     "buildctl.cmd_smoke",
     "buildctl.cmd_ship",
     "buildctl.cmd_nightly",
-    "buildctl.cmd_stubs",
+    "buildctl.cmd_repro",
 )
 
 

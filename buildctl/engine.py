@@ -116,6 +116,8 @@ class ImageInfo:
     created: str
     layers: tuple[str, ...]  # diff IDs, base first
     history: tuple[HistoryEntry, ...] = field(default=())
+    workdir: str = ""
+    user: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,12 +298,15 @@ class Engine:
         network_mode: str | None = None,
         on_log: Callable[[str], None] | None = None,
         log_file: Path | None = None,
+        nocache: bool = False,
     ) -> str:
         """Build ``dockerfile`` (a path relative to ``context_dir``) into ``tag``; return the image id.
 
         Each log line goes to ``on_log`` as it arrives and to ``log_file``; when no log file is given
         a failed build still writes one (under the temporary folder) so that the error can name it.
-        Build args are visible in `docker history`: never pass secrets through them.
+        Build args are visible in `docker history`: never pass secrets through them. ``nocache`` runs
+        every step afresh (the engine's step cache would otherwise hand a second build the first one's
+        layers: `buildctl repro` needs two independent builds).
         """
         tail: deque[str] = deque(maxlen=15)
         lines: list[str] = []
@@ -339,6 +344,7 @@ class Engine:
                     network_mode=network_mode,
                     rm=True,
                     forcerm=True,
+                    nocache=nocache,
                     decode=True,
                     timeout=self.stream_timeout,
                 )
@@ -738,6 +744,8 @@ def _image_info(attrs: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) 
         platform=platform,
         created=str(attrs.get("Created", "")),
         layers=tuple(str(x) for x in (attrs.get("RootFS") or {}).get("Layers") or ()),
+        workdir=str(config.get("WorkingDir") or ""),
+        user=str(config.get("User") or ""),
         history=tuple(
             HistoryEntry(
                 created=int(h.get("Created") or 0),

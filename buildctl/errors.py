@@ -146,9 +146,3 @@ class ReproFailed(BuildctlError):
     """A node declared reproducible differs between two clean builds."""
 
     exit_code = 14
-
-
-class NotBuiltYet(BuildctlError):
-    """A feature whose command exists but is not built yet."""
-
-    exit_code = 64

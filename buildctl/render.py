@@ -11,24 +11,37 @@ edited out of step with this module fails loudly. ``Templates.digest(kind)`` (RE
 fragment and the shared snippets) is part of each node's key: editing a fragment rebuilds exactly
 the nodes it renders.
 
-Reproducible layers: every RUN starts by creating a stamp and ends by touching everything newer
-than it to EPOCH (``images/_settle.sh.in``); files that go in through COPY get EPOCH as their mtime
-on the host (``rootfs/`` in the build context mirrors absolute paths); pip runs with SOURCE_DATE_EPOCH so that .pyc files are
-hash-checked instead of carrying timestamps. EPOCH is a constant rather than a value from the lock:
-the lock's resolution time is deliberately not part of any key, and a layer whose bytes depended on
-it would make two builds of one key differ.
+Reproducible layers (checked by `buildctl repro`, which builds twice and compares diff IDs):
+
+- every RUN starts by creating a stamp and ends by touching everything newer than it to EPOCH
+  (``images/_settle.sh.in``), with PYTHONDONTWRITEBYTECODE set and pip run with --no-compile, so that no
+  .pyc is written (pyc files can differ between two compiles of one source);
+- the context goes in with one ``COPY rootfs/ /`` (``rootfs/`` mirrors absolute paths): every folder on the
+  way is then an entry of the copied tree and gets its mtime (EPOCH) and mode (0755, or the well-known
+  mode of /tmp and /root, ``DIR_MODES``) from the context. A COPY into a folder that is not itself
+  copied leaves that folder with the time of the build (measured: ENGINE.md, "Determinism");
+- what apt leaves behind (lists, caches, logs, debconf backups, ldconfig's aux-cache) is put back as the
+  parent had it (``images/_apt-keep.sh.in`` saves it before apt runs, ``_apt-clean.sh.in`` restores it)
+  rather than deleted: deleting a file of a lower layer writes a whiteout whose mtime is the time of the
+  build, and a RUN cannot touch a whiteout;
+- compiled wheels are installed by name from a find-links folder, not by URL: pip records a URL install
+  in direct_url.json (and its hash in RECORD), and the wheelhouse's port differs from build to build.
+
+EPOCH is a constant rather than a value from the lock: the lock's resolution time is deliberately not
+part of any key, and a layer whose bytes depended on it would make two builds of one key differ.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.utils import parse_wheel_filename
 
 from buildctl.errors import BuildctlError
 from buildctl.graph import (
@@ -48,7 +61,7 @@ from buildctl.graph import (
 )
 from buildctl.model import PipConstraintPolicy
 
-RENDER_VERSION = "1"  # bump when this module's output changes for the same inputs
+RENDER_VERSION = "2"  # bump when this module's output changes for the same inputs
 EPOCH = 315532800  # 1980-01-01T00:00:00Z: mtime of every path a node creates
 WHEELHOUSE_ARG = "BUILDCTL_WHEELHOUSE"  # http://127.0.0.1:PORT/ of the host's wheelhouse, per build
 PROTECT_PATH = "/usr/local/lib/buildctl-protect.py"  # in a folder every base has
@@ -62,7 +75,10 @@ KIND_FILES: Mapping[str, tuple[str, ...]] = {
     "assemble": ("assemble.Dockerfile.in",),
     "entrypoint": ("entrypoint.Dockerfile.in",),
 }
-SHARED_FILES = ("_settle.sh.in", "_apt-clean.sh.in")
+SHARED_FILES = ("_settle.sh.in", "_apt-keep.sh.in", "_apt-clean.sh.in")
+# Modes of folders that are not 0755 in any base: a context folder at one of these paths gets this mode, as
+# the single ``COPY rootfs/ /`` applies each copied folder's mode to the folder it lands on.
+DIR_MODES: Mapping[str, int] = {"tmp": 0o1777, "var/tmp": 0o1777, "root": 0o700}
 _PLACEHOLDER = re.compile(r"@@([a-z_]+)@@")
 _BLOCK_LINE = re.compile(r"^(\s*)@@([a-z_]+)@@\s*$")
 _PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./*?+-]*$")
@@ -181,33 +197,20 @@ def _cleanup(paths: Sequence[str]) -> list[str]:
     return [f"rm -rf {' '.join(_path(p) for p in paths)}; \\"] if paths else []
 
 
-# Folders whose mode is not 0755 (or that the system owns): a file goes into them by itself.
-_SPECIAL_DIRS = frozenset({"/", "/tmp", "/var/tmp", "/root", "/run", "/dev/shm", "/home"})
+def dir_mode(rel: str) -> int:
+    """The mode a folder of the build context's rootfs/ gets (``rel``: its path under rootfs/)."""
+    return DIR_MODES.get(rel.strip("/"), 0o755)
 
 
 def _copy(files: Sequence[ContextFile]) -> list[str]:
-    """COPY lines for the context's rootfs/ entries.
+    """The COPY line for the context's rootfs/ entries: all of them at once, onto /.
 
-    A file goes in with its folder (``COPY rootfs/opt/demo/ /opt/demo/``): the folder then comes from the
-    context with mode 0755 and mtime EPOCH whether the image has it or not, whereas a COPY of the file
-    alone creates missing folders with the time of the build. Not one ``COPY rootfs/ /``, and not a folder
-    such as /tmp or /root: the classic builder applies a copied folder's metadata to the folder it lands on,
-    so those take a file by itself.
+    One ``COPY rootfs/ /`` and not one COPY per folder: the copied tree's folders are entries of the copy,
+    so each gets its mtime (EPOCH) and mode from the context, while a folder that receives a COPY without
+    being part of it keeps the time of the build, and two builds differ. The pipeline gives /tmp and /root
+    their usual modes in the context (``dir_mode``), since the copy applies them to the image's folders.
     """
-    out: dict[str, str] = {}
-    for f in sorted(files, key=lambda f: f.path):
-        if not f.path.startswith("rootfs/"):
-            continue
-        dest = f.path.removeprefix("rootfs")
-        if f.tree:
-            out[dest] = f"COPY {f.path}/ {dest}/"
-            continue
-        parent = posixpath.dirname(dest)
-        if parent in _SPECIAL_DIRS:
-            out[dest] = f"COPY {f.path} {dest}"
-        else:
-            out[parent] = f"COPY rootfs{parent}/ {parent}/"
-    return [out[k] for k in sorted(out)]
+    return ["COPY rootfs/ /"] if any(f.path.startswith("rootfs/") for f in files) else []
 
 
 def _rootfs(files: Sequence[FileSpec]) -> list[ContextFile]:
@@ -236,8 +239,10 @@ def _apt(t: Templates, sources: Sequence[AptSource], files: Sequence[FileSpec],
     if packages:
         lines += ["apt-get update; \\", "apt-get install -y --no-install-recommends \\"]
         lines += [f"  {_apt_arg(p)}{'; ' if i == len(packages) - 1 else ' '}\\" for i, p in enumerate(packages)]
-        lines += t.text("_apt-clean.sh.in").splitlines()
-    return lines
+    if not lines:
+        return []
+    # dpkg -i of a keyring writes logs as apt does: keep before either, put back after both
+    return [*t.text("_apt-keep.sh.in").splitlines(), *lines, *t.text("_apt-clean.sh.in").splitlines()]
 
 
 def _requirement(p: PipPin) -> str:
@@ -247,7 +252,7 @@ def _requirement(p: PipPin) -> str:
 
 
 def _pip_install(python: str, constraint: PipConstraintPolicy, lines: Sequence[str], *, hashed: bool,
-                 find_links: bool) -> list[str]:
+                 find_links: Sequence[str]) -> list[str]:
     if not lines:
         return []
     out = ["printf '%s\\n' \\"]
@@ -255,10 +260,8 @@ def _pip_install(python: str, constraint: PipConstraintPolicy, lines: Sequence[s
     out += ["  > /tmp/buildctl-requirements.txt; \\"]
     # Debian-style bases mark the system Python externally managed (PEP 668); the image is ours to install into.
     env = "PIP_BREAK_SYSTEM_PACKAGES=1 " + ("PIP_CONSTRAINT= " if constraint is PipConstraintPolicy.UNSET else "")
-    opts = ["--no-index"]
-    if find_links:
-        opts += [f'--find-links "${WHEELHOUSE_ARG}"', "--only-binary=:all:"]
-    opts += ["--no-deps", "--no-cache-dir"]
+    opts = ["--no-index", *(f"--find-links {link}" for link in find_links), "--only-binary=:all:"]
+    opts += ["--no-deps", "--no-cache-dir", "--no-compile"]
     if hashed:
         opts.append("--require-hashes")
     out += [f"{env}{python} -m pip install {' '.join(opts)} -r /tmp/buildctl-requirements.txt; \\",
@@ -271,7 +274,7 @@ def _pip(python: str, constraint: PipConstraintPolicy, pins: Sequence[PipPin]) -
     # --require-hashes only where every pin has its hashes (all of them, once locked)
     hashed = bool(todo) and all(p.hashes for p in todo)
     return _pip_install(python, constraint, [shlex.quote(_requirement(p)) for p in todo], hashed=hashed,
-                        find_links=True)
+                        find_links=[f'"${WHEELHOUSE_ARG}"'])
 
 
 # ----------------------------------------------------------------------------------------- kinds
@@ -294,6 +297,7 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
         return Rendered(dockerfile=fill("cudnn.Dockerfile.in", t.text("cudnn.Dockerfile.in"), {
             "from": parent_ref, "copy": _copy(ctx), "apt_sources": _apt_sources([spec.source] if spec.source else [], spec.files),
             "packages": _apt_arg(AptPin(name=spec.package, version=spec.apt_version)),
+            "apt_keep": t.text("_apt-keep.sh.in").splitlines(),
             "apt_clean": t.text("_apt-clean.sh.in").splitlines(), "cleanup": _cleanup(spec.cleanup),
             "settle": _settle(t)}), context=tuple(ctx))
     if isinstance(spec, SystemNodeSpec):
@@ -330,26 +334,28 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
         env = [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())]
         if spec.parallel_env:
             env.append(f'export {spec.parallel_env}="${{BUILDCTL_JOBS:-1}}"')
+        wheel_ctx = [ContextFile(path="rootfs/wheel/", wheel=spec.component)]
         script = fill("wheel.sh.in", t.text("wheel.sh.in"), {
             "epoch": str(EPOCH), "env": env, "command": spec.command})
-        dockerfile = fill("wheel.Dockerfile.in", t.text("wheel.Dockerfile.in"), {"wheel": "wheel/"})
-        return Rendered(dockerfile=dockerfile, script=script,
-                        context=(ContextFile(path="wheel/", wheel=spec.component),))
+        dockerfile = fill("wheel.Dockerfile.in", t.text("wheel.Dockerfile.in"), {"copy": _copy(wheel_ctx)})
+        return Rendered(dockerfile=dockerfile, script=script, context=tuple(wheel_ctx))
     if isinstance(spec, AssembleNodeSpec):
         ctx = [ContextFile(path=f"rootfs{tr.path}", tree=tr.component) for tr in spec.trees]
         lines = []
+        links = []
         for w in spec.wheels:
             wf = (wheels or {}).get(w.component)
+            links.append(f'"${{{WHEELHOUSE_ARG}}}components/{w.component}/"')
             if wf is None:
-                lines.append(f'"${{{WHEELHOUSE_ARG}}}components/{w.component}/<built by wheel:{w.component}>'
-                             f' --hash=sha256:<known after the compile>"')
+                lines.append(f"'{w.dist or w.component}==<built by wheel:{w.component}>"
+                             " --hash=sha256:<known after the compile>'")
             else:
-                lines.append(f'"${{{WHEELHOUSE_ARG}}}components/{w.component}/{wf.filename}'
-                             f' --hash=sha256:{wf.sha256}"')
+                name, version, _, _ = parse_wheel_filename(wf.filename)
+                lines.append(shlex.quote(f"{name}=={version} --hash=sha256:{wf.sha256}"))
         env = [f"ENV {k}={_env_value(v)}" for k, v in sorted(spec.env.items())]
         return Rendered(dockerfile=fill("assemble.Dockerfile.in", t.text("assemble.Dockerfile.in"), {
             "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH),
-            "pip": _pip_install(spec.python, spec.constraint, lines, hashed=True, find_links=False),
+            "pip": _pip_install(spec.python, spec.constraint, lines, hashed=True, find_links=links),
             "cleanup": _cleanup(spec.cleanup), "settle": _settle(t), "env": env}),
             context=tuple(ctx), wheelhouse=bool(lines))
     if isinstance(spec, EntrypointNodeSpec):

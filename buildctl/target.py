@@ -54,11 +54,12 @@ def mirror_ref(ref: str, mirrors: dict[str, str] | None) -> str:
 
 
 def load(project: Path, config: Config, stack: str, variant: str | None, *, registry: str | None = None,
-         local_only: bool = False, skip_smoke: bool = False) -> Target:
+         local_only: bool = False, skip_smoke: bool = False, lock_override: Lock | None = None) -> Target:
+    """``lock_override``: build from this lock instead of pins/STACK.lock.json (`buildctl repro --relock`)."""
     path = pins.find(project / "pins", stack)
     manifest = pins.load(path)
     v = pins.select_variant(manifest, variant)
-    lock = lockfile.read(lockfile.lock_path(path))
+    lock = lock_override or lockfile.read(lockfile.lock_path(path))
     if lock is not None and lock.stack != manifest.stack:
         raise UsageError(f"{lockfile.lock_path(path)} is the lock of stack {lock.stack!r}, not {manifest.stack!r}",
                          fix=f"re-create it with `buildctl lock {manifest.stack}`")

@@ -20,10 +20,17 @@ SETTLE = """\
     rm -f /tmp/.buildctl-stamp; \\
     touch -h -d @315532800 /tmp
 """
-APT_CLEAN = """\
-    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb \\
+APT_KEEP = """\
+    byproducts='/var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb /var/cache/apt/archives/lock \\
       /var/cache/apt/archives/partial/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \\
-      /var/cache/debconf/*-old /var/cache/ldconfig/aux-cache; \\
+      /var/cache/debconf/*-old /var/cache/ldconfig/aux-cache'; \\
+    kept=; for p in $byproducts; do if [ -e "$p" ] || [ -L "$p" ]; then kept="$kept ${p#/}"; fi; done; \\
+    tar -C / -cpf /tmp/.buildctl-kept.tar --files-from /dev/null $kept; \\
+"""
+APT_CLEAN = """\
+    rm -rf $byproducts; \\
+    tar -C / -xpf /tmp/.buildctl-kept.tar; \\
+    rm -f /tmp/.buildctl-kept.tar; \\
 """
 HB, HC, HD, HE = ("sha256:" + c * 64 for c in "bcde")
 
@@ -43,10 +50,11 @@ def test_cudnn(gs: Any) -> None:
     assert out.dockerfile == """\
 # cudnn: the pinned cuDNN from its apt source, directly on the base (rendered by buildctl/render.py)
 FROM reg/stack/cudnn-parent:k
-COPY rootfs/usr/share/keyrings/ /usr/share/keyrings/
+COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
-    export DEBIAN_FRONTEND=noninteractive; \\
+    export DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1; \\
+""" + APT_KEEP + """\
     printf '%s\\n' 'deb [signed-by=/usr/share/keyrings/cuda.gpg] https://repo.example/sbsa /' > /etc/apt/sources.list.d/buildctl-cuda.list; \\
     apt-get update; \\
     apt-get install -y --no-install-recommends libcudnn9-cuda-13=9.14.0.64-1; \\
@@ -62,12 +70,13 @@ def test_system(gs: Any) -> None:
     assert out.dockerfile == """\
 # system: downloads, removals, apt sources and packages (rendered by buildctl/render.py)
 FROM reg/stack/system-parent:k
-COPY rootfs/usr/bin/ /usr/bin/
+COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
-    export DEBIAN_FRONTEND=noninteractive; \\
+    export DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1; \\
     PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip uninstall -y old-core; \\
     rm -rf /opt/old-tree; \\
+""" + APT_KEEP + """\
     apt-get update; \\
     apt-get install -y --no-install-recommends \\
       curl=8.5.0-2 \\
@@ -98,17 +107,17 @@ def test_python(gs: Any) -> None:
 # (rendered by buildctl/render.py)
 FROM reg/stack/python-parent:k
 ARG BUILDCTL_WHEELHOUSE
-COPY rootfs/usr/local/lib/ /usr/local/lib/
+COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
-    export SOURCE_DATE_EPOCH=315532800; \\
+    export PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
     python3 /usr/local/lib/buildctl-protect.py snapshot torch 'nvidia-*' > /tmp/buildctl-protected.json; \\
     printf '%s\\n' \\
       'black==24.4.2 --hash={HB}' \\
       'click==8.1.7 --hash={HC}' \\
       'einops==0.8.0 --hash={HD}' \\
       > /tmp/buildctl-requirements.txt; \\
-    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --require-hashes -r /tmp/buildctl-requirements.txt; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
     rm -f /tmp/buildctl-requirements.txt; \\
     python3 /usr/local/lib/buildctl-protect.py check /tmp/buildctl-protected.json; \\
     rm -f /tmp/buildctl-protected.json; \\
@@ -142,7 +151,7 @@ def test_python_without_lock_has_no_hash_mode(gs: Any) -> None:
       einops \\
       setuptools==69.5.1 \\
       > /tmp/buildctl-requirements.txt; \\
-    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir -r /tmp/buildctl-requirements.txt; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile -r /tmp/buildctl-requirements.txt; \\
 """ in text
 
 
@@ -155,11 +164,11 @@ FROM reg/stack/compile-env:engine-parent:k
 ARG BUILDCTL_WHEELHOUSE
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
-    export DEBIAN_FRONTEND=noninteractive SOURCE_DATE_EPOCH=315532800; \\
+    export DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
     printf '%s\\n' \\
       'mathdx==25.1.1 --hash={HE}' \\
       > /tmp/buildctl-requirements.txt; \\
-    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --require-hashes -r /tmp/buildctl-requirements.txt; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
     rm -f /tmp/buildctl-requirements.txt; \\
     rm -rf /root/.cache /tmp/*; \\
 """ + SETTLE
@@ -169,10 +178,11 @@ RUN set -eu; \\
 # runtime layers (rendered by buildctl/render.py)
 FROM reg/stack/compile-env:kernels-parent:k
 ARG BUILDCTL_WHEELHOUSE
-COPY rootfs/usr/share/keyrings/ /usr/share/keyrings/
+COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
-    export DEBIAN_FRONTEND=noninteractive SOURCE_DATE_EPOCH=315532800; \\
+    export DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
+""" + APT_KEEP + """\
     printf '%s\\n' 'deb [signed-by=/usr/share/keyrings/cuda.gpg] https://repo.example/sbsa /' > /etc/apt/sources.list.d/buildctl-cuda.list; \\
     apt-get update; \\
     apt-get install -y --no-install-recommends \\
@@ -205,9 +215,9 @@ pip wheel --no-build-isolation --no-deps -w /out .
 # wheel: the compiled wheel alone, so that another builder pulls it instead of compiling
 # (rendered by buildctl/render.py)
 FROM scratch
-COPY wheel/ /wheel/
+COPY rootfs/ /
 """
-    assert out.context == (ContextFile(path="wheel/", wheel="engine"),)
+    assert out.context == (ContextFile(path="rootfs/wheel/", wheel="engine"),)
 
 
 def test_assemble_with_and_without_wheels(gs: Any) -> None:
@@ -218,15 +228,15 @@ def test_assemble_with_and_without_wheels(gs: Any) -> None:
 # environment (rendered by buildctl/render.py)
 FROM reg/stack/assemble-parent:k
 ARG BUILDCTL_WHEELHOUSE
-COPY rootfs/opt/trainer/ /opt/trainer/
+COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
-    export SOURCE_DATE_EPOCH=315532800; \\
+    export PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
     printf '%s\\n' \\
-      "${{BUILDCTL_WHEELHOUSE}}components/engine/{wf.filename} --hash=sha256:{"ab" * 32}" \\
-      "${{BUILDCTL_WHEELHOUSE}}components/kernels/<built by wheel:kernels> --hash=sha256:<known after the compile>" \\
+      'engine-core==2.10.0 --hash=sha256:{"ab" * 32}' \\
+      'kernels==<built by wheel:kernels> --hash=sha256:<known after the compile>' \\
       > /tmp/buildctl-requirements.txt; \\
-    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --no-deps --no-cache-dir --require-hashes -r /tmp/buildctl-requirements.txt; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
     rm -f /tmp/buildctl-requirements.txt; \\
     rm -rf /root/.cache /tmp/*; \\
 """ + SETTLE + """\
@@ -242,7 +252,7 @@ def test_entrypoint(gs: Any) -> None:
     assert out.dockerfile == """\
 # entrypoint: the launch script, built only after the smoke gate passed (rendered by buildctl/render.py)
 FROM reg/stack/entrypoint-parent:k
-COPY rootfs/usr/local/bin/ /usr/local/bin/
+COPY rootfs/ /
 WORKDIR /opt/trainer
 ENTRYPOINT ["/usr/local/bin/buildctl-launch"]
 CMD []
@@ -355,5 +365,8 @@ def test_copy_lines() -> None:
     files = [ContextFile(path="rootfs/opt/demo/a.deb", download="a"), ContextFile(path="rootfs/opt/demo/b.tgz", download="b"),
              ContextFile(path="rootfs/tmp/k.deb", download="k"), ContextFile(path="rootfs/usr/bin/yq", download="yq"),
              ContextFile(path="rootfs/opt/tree", tree="t"), ContextFile(path="wheel/", wheel="w")]
-    assert render._copy(files) == ["COPY rootfs/opt/demo/ /opt/demo/", "COPY rootfs/opt/tree/ /opt/tree/",
-                                   "COPY rootfs/tmp/k.deb /tmp/k.deb", "COPY rootfs/usr/bin/ /usr/bin/"]
+    # one COPY of the whole tree: every folder on the way is copied with its mtime and mode (dir_mode)
+    assert render._copy(files) == ["COPY rootfs/ /"]
+    assert render._copy([ContextFile(path="other/x", text="")]) == []
+    assert [render.dir_mode(p) for p in ("tmp", "var/tmp", "root", "opt", "opt/demo", "root/x")] == [
+        0o1777, 0o1777, 0o700, 0o755, 0o755, 0o755]
