@@ -223,12 +223,15 @@ def main(argv: list[str] | None = None) -> int:
             for ref in reversed(made):
                 if ref != base:
                     engine.remove_image(ref, force=True)
-            # the monolithic build's stage images (untagged, marked by the label): ours to remove
+            # the monolithic build's stage images (untagged, marked by the label): ours to remove; an image
+            # with children cannot go before them, so remove in passes until none is left
             docker = shutil.which("docker") or "/usr/bin/docker"
-            ids = subprocess.run([docker, "images", "-aq", "--filter", f"label=io.buildctl.bench={run_id}"],
-                                 capture_output=True, text=True, check=False).stdout.split()
-            if ids:
-                subprocess.run([docker, "rmi", "-f", *dict.fromkeys(ids)], capture_output=True, check=False)
+            for _ in range(20):
+                ids = subprocess.run([docker, "images", "-aq", "--filter", f"label=io.buildctl.bench={run_id}"],
+                                     capture_output=True, text=True, check=False).stdout.split()
+                if not ids:
+                    break
+                subprocess.run([docker, "rmi", *dict.fromkeys(ids)], capture_output=True, check=False)
             shutil.rmtree(work, ignore_errors=True)
         engine.close()
 

@@ -137,6 +137,16 @@ class Demo:
         change(data["variants"]["default"])
         self.lock.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
+    def drop_prs(self, component: str, manifest_text: str) -> None:
+        """``component`` without its PRs, in the manifest (``manifest_text`` removed) and in the lock."""
+        self.edit_manifest(manifest_text, "")
+
+        def change(v: dict[str, Any]) -> None:
+            c = v["components"][component]
+            c["prs"] = {}
+            c["tree"] = c["commit"]  # nothing applied: the tree is the commit
+        self.edit_lock(change)
+
 
 @pytest.fixture
 def demo(demo_lock: str, registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, image_cleanup: Any) -> Demo:
@@ -199,14 +209,7 @@ def test_one_component_rebuilds_only_its_nodes(demo: Demo, engine: Engine, capsy
     before = demo.target().graph
 
     # the compiled component without its PR: its wheel and what installs it, nothing else
-    demo.edit_manifest("    prs:\n      - {number: 7, head: 639a2e3db57db370ff716cec8923ea5bea2e9003}   # adds clamp()\n",
-                       "")
-
-    def drop_pr(v: dict[str, Any]) -> None:
-        c = v["components"]["fastmath"]
-        c["prs"] = {}
-        c["tree"] = c["commit"]
-    demo.edit_lock(drop_pr)
+    demo.drop_prs("fastmath", "    prs:\n      - {number: 7, head: 639a2e3db57db370ff716cec8923ea5bea2e9003}   # adds clamp()\n")
     capsys.readouterr()
     assert cli.main(["--project", str(demo.root), "plan", "demo", "--json"]) == 0
     plan = {n["name"]: n for n in json.loads(capsys.readouterr().out)["nodes"]}
@@ -223,15 +226,9 @@ def test_one_component_rebuilds_only_its_nodes(demo: Demo, engine: Engine, capsy
     assert out.stdout.strip() == "False"
 
     # the source-tree component: only assemble and the entrypoint
-    demo.edit_manifest("      - {number: 3, head: a0e8f9b0511cbd794f941565f63c65c62fd8f6ec}   # adds --recompute-granularity\n",
-                       "")
-    demo.edit_manifest("    - --recompute-granularity: selective\n", "")
-
-    def drop_trainer_pr(v: dict[str, Any]) -> None:
-        c = v["components"]["demo-trainer"]
-        c["prs"] = {}
-        c["tree"] = c["commit"]
-    demo.edit_lock(drop_trainer_pr)
+    demo.drop_prs("demo-trainer",
+                  "      - {number: 3, head: a0e8f9b0511cbd794f941565f63c65c62fd8f6ec}   # adds --recompute-granularity\n")
+    demo.edit_manifest("    - --recompute-granularity: selective\n", "")  # the flag PR 3 adds
     report = demo.build([engine])
     assert sorted(report.built) == ["assemble", "entrypoint"]
 
@@ -376,15 +373,9 @@ def test_a_second_engine_pulls_what_the_first_built(demo: Demo, engine: Engine, 
 
     # change the source tree: the second engine builds assemble + entrypoint and takes the compiled
     # wheel from its image in the registry instead of compiling it
-    demo.edit_manifest("      - {number: 3, head: a0e8f9b0511cbd794f941565f63c65c62fd8f6ec}   # adds --recompute-granularity\n",
-                       "")
-    demo.edit_manifest("    - --recompute-granularity: selective\n", "")
-
-    def drop_trainer_pr(v: dict[str, Any]) -> None:
-        c = v["components"]["demo-trainer"]
-        c["prs"] = {}
-        c["tree"] = c["commit"]
-    demo.edit_lock(drop_trainer_pr)
+    demo.drop_prs("demo-trainer",
+                  "      - {number: 3, head: a0e8f9b0511cbd794f941565f63c65c62fd8f6ec}   # adds --recompute-granularity\n")
+    demo.edit_manifest("    - --recompute-granularity: selective\n", "")  # the flag PR 3 adds
     base_env(demo.monkeypatch, demo.root.parent / "cache-second-2")
     report = demo.build([second_engine])
     assert sorted(report.built) == ["assemble", "entrypoint"]
