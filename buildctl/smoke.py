@@ -28,6 +28,7 @@ from xml.etree import ElementTree as ET
 
 from buildctl.entrypoint import PATH_REF, arg_key, effective_args, select_profile
 from buildctl.errors import Location, ManifestError, SmokeFailed, UsageError
+from buildctl.imageview import RunOutcome
 from buildctl.lockfile import VariantLock, canonical, write_atomic
 from buildctl.model import SMOKE_CHECKS, GpuTier, InstallKind, Manifest, SmokeCheckName, Variant
 
@@ -390,20 +391,6 @@ class ImageLabels(Protocol):
 
     @property
     def labels(self) -> Mapping[str, str]: ...
-
-
-class RunOutcome(Protocol):
-    @property
-    def exit_code(self) -> int: ...
-
-    @property
-    def stdout(self) -> str: ...
-
-    @property
-    def stderr(self) -> str: ...
-
-    @property
-    def timed_out(self) -> bool: ...
 
 
 class SmokeEngine(Protocol):
