@@ -48,7 +48,7 @@ demo-down:
 # The main job on the embedded demo stack: engine, demo base and registry 127.0.0.1:5000 (kept running;
 # `make demo-down` stops them), then the nightly job. The host CA bundle is handed to lock-time pip runs
 # (a TLS-intercepting proxy's CA lives there); it never reaches a layer.
-demo: install demo-up
+demo: demo-up
 	BUILDCTL_CA_BUNDLE=$${BUILDCTL_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt} $(BUILDCTL) nightly demo
 
 image:
