@@ -242,17 +242,20 @@ def test_a_failed_node_leaves_no_tag_and_a_rerun_resumes(demo: Demo, engine: Eng
     log = Path(failed.value.what.split("full log: ")[1])
     assert "compiling" in log.read_text()
     t = demo.target()
+    # Which of system/python finished before the compile failed depends on timing (they run beside it);
+    # what does not: compile-env finished (the compile ran in it), and every tagged node has its record.
     done = {n for n in ("system", "python", "compile-env:fastmath") if engine.image_exists(t.refs[n])}
+    assert "compile-env:fastmath" in done
     for name in ("wheel:fastmath", "assemble", "entrypoint"):
         assert not engine.image_exists(t.refs[name]), name
         assert engine.registry_digest(t.refs[name]) is None, name
     assert not (demo.config().cache.wheels / "fastmath" / t.graph.node("wheel:fastmath").key).exists()
     records = RecordStore(state_root(demo.config().cache)).load_all(t.graph)
-    assert set(records) == done == {"system", "python", "compile-env:fastmath"}
+    assert set(records) == done
 
     demo.edit_manifest("command: echo compiling; exit 3", "command: pip wheel --no-build-isolation --no-deps -w /out .")
     report = demo.build([engine])
-    assert sorted(report.built) == ["assemble", "entrypoint", "wheel:fastmath"]  # resumed after compile-env
+    assert sorted(report.built) == sorted(set(ALL) - done)  # resumed: only what had not completed
     assert outcomes(report)["compile-env:fastmath"] == "cached"
 
 
@@ -430,13 +433,15 @@ def test_an_interrupted_build_tags_nothing_unfinished_and_resumes(demo: Demo, en
             docker_cli("rm", "-f", cid, check=False)
     assert proc.returncode == 130, err
     assert "interrupted" in err
-    for name in ("system", "python", "compile-env:fastmath"):
-        assert engine.image_exists(t.refs[name]), name
+    # system/python run beside the compile: whether they finished before Ctrl-C depends on timing
+    done = {n for n in ("system", "python", "compile-env:fastmath") if engine.image_exists(t.refs[n])}
+    assert "compile-env:fastmath" in done
     for name in ("wheel:fastmath", "assemble", "entrypoint"):
         assert not engine.image_exists(t.refs[name]), name
         assert engine.registry_digest(t.refs[name]) is None, name
     assert not (demo.config().cache.wheels / "fastmath" / t.graph.node("wheel:fastmath").key).exists()
+    assert set(RecordStore(state_root(demo.config().cache)).load_all(t.graph)) == done
 
     report = demo.build([engine])
-    assert sorted(report.built) == ["assemble", "entrypoint", "wheel:fastmath"]
+    assert sorted(report.built) == sorted(set(ALL) - done)
     assert outcomes(report)["compile-env:fastmath"] == "cached"
