@@ -63,6 +63,17 @@ def no_gpu(name: str, ctx: Context) -> CheckResult:
     return skipped(name, f"no GPU: {reason}", gpu=(gpu.info if gpu else {}))
 
 
+def gpu_tier_repeats(name: str, run: CheckFn) -> CheckFn:
+    """The GPU-tier part of a check that runs the same way as on the build host, given a GPU."""
+
+    def gpu(ctx: Context, sec: Section) -> CheckResult:
+        if ctx.gpu is None or not ctx.gpu.available:
+            return no_gpu(name, ctx)
+        return run(ctx, sec)
+
+    return gpu
+
+
 def import_failure(name: str, ctx: Context, what: str, res: ProbeResult, **details: Any) -> CheckResult:
     """A failed import: failed with Python's text, or deferred to the GPU tier when it needs a device."""
     from smoke.report import failed

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from smoke.checks import Context, no_gpu
+from smoke.checks import Context, gpu_tier_repeats
 from smoke.expect import Section
 from smoke.report import CheckResult, failed, passed, skipped
 
@@ -96,11 +96,5 @@ def _run(ctx: Context, sec: Section) -> CheckResult:
                   + f", nvcc at {details.get('nvcc', {}).get('path')}, JIT folder writable", **details)
 
 
-def build(ctx: Context, sec: Section) -> CheckResult:
-    return _run(ctx, sec)
-
-
-def gpu(ctx: Context, sec: Section) -> CheckResult:
-    if ctx.gpu is None or not ctx.gpu.available:
-        return no_gpu(NAME, ctx)
-    return _run(ctx, sec)
+build = _run
+gpu = gpu_tier_repeats(NAME, _run)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from smoke.checks import Context, no_gpu
+from smoke.checks import Context, gpu_tier_repeats
 from smoke.expect import Section, SectionError
 from smoke.report import CheckResult, failed, passed, skipped
 
@@ -44,11 +44,5 @@ def _run(ctx: Context, sec: Section) -> CheckResult:
     return passed(NAME, f"{len(rows)} import(s) succeeded: " + ", ".join(r["import"] for r in rows), **details)
 
 
-def build(ctx: Context, sec: Section) -> CheckResult:
-    return _run(ctx, sec)
-
-
-def gpu(ctx: Context, sec: Section) -> CheckResult:
-    if ctx.gpu is None or not ctx.gpu.available:
-        return no_gpu(NAME, ctx)
-    return _run(ctx, sec)
+build = _run
+gpu = gpu_tier_repeats(NAME, _run)

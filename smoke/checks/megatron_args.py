@@ -9,7 +9,7 @@ the GPU tier, where it runs again with the real driver.
 
 from __future__ import annotations
 
-from smoke.checks import Context, import_failure, no_gpu
+from smoke.checks import Context, gpu_tier_repeats, import_failure
 from smoke.expect import Section
 from smoke.report import CheckResult, failed, passed
 
@@ -32,11 +32,5 @@ def _run(ctx: Context, sec: Section) -> CheckResult:
     return import_failure(NAME, ctx, f"importing {module} ({res.data.get('stage', '')})", res, **details)
 
 
-def build(ctx: Context, sec: Section) -> CheckResult:
-    return _run(ctx, sec)
-
-
-def gpu(ctx: Context, sec: Section) -> CheckResult:
-    if ctx.gpu is None or not ctx.gpu.available:
-        return no_gpu(NAME, ctx)
-    return _run(ctx, sec)
+build = _run
+gpu = gpu_tier_repeats(NAME, _run)
