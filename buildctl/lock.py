@@ -27,9 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, Protocol, assert_never
 
+from debian.debian_support import Version as DebianVersion
 from packaging.utils import canonicalize_name
 
-from buildctl import aptver
 from buildctl.config import Config
 from buildctl.errors import BuildctlError, LockDrift, LockError, SourceError, UnreachableError
 from buildctl.lockfile import (
@@ -381,8 +381,49 @@ def check_protected(m: Manifest, installs: Iterable[PipInstall], installed: Mapp
             )
 
 
+def newest_first(package: str, versions: Iterable[str], *, where: str) -> list[str]:
+    """``versions`` as dpkg orders them (python-debian's ``Version``), newest first."""
+    try:
+        return sorted(set(versions), key=DebianVersion, reverse=True)
+    except ValueError as exc:  # a version that is not a Debian version at all
+        raise LockError(f"apt package {package}: {where} offers a version that is not a Debian version",
+                        why=str(exc), fix="check the apt sources configured for it (apt.repos)") from exc
+
+
+def select_apt(package: str, pattern: str, available: Iterable[str], *, where: str) -> str:
+    """The exact version to lock for ``package`` given the manifest's ``pattern``.
+
+    ``pattern`` is an exact version, ``*`` (any: the highest offered) or a glob such as ``1.6*``
+    (the highest offered version that matches). ``where`` names the base image for messages.
+    """
+    offered = newest_first(package, available, where=where)
+    if not offered:
+        raise LockError(
+            f"apt package {package} is not offered by the apt sources of {where}",
+            why="apt-cache madison lists no version of it (a typo, a virtual package, or a repository "
+                "that is not configured)",
+            fix="check the package name, or add its repository under apt.repos in the manifest",
+        )
+    if "*" not in pattern and "?" not in pattern:
+        if pattern in offered:
+            return pattern
+        raise LockError(
+            f"apt package {package}={pattern} is not offered by {where}",
+            why=f"offered versions: {', '.join(offered[:8])}",
+            fix=f"pin one of the offered versions, or a pattern such as {package}={pattern.split('-')[0]}*",
+        )
+    matching = [v for v in offered if fnmatch.fnmatchcase(v, pattern)]
+    if not matching:
+        raise LockError(
+            f"no version of apt package {package} matches {pattern!r} in {where}",
+            why=f"offered versions: {', '.join(offered[:8])}",
+            fix="change the version pattern in the manifest to one of these",
+        )
+    return matching[0]
+
+
 def resolve_apt(packages: Iterable[tuple[str, str]], offered: Mapping[str, Sequence[str]], *, where: str) -> dict[str, str]:
-    return {name: aptver.select(name, pattern, offered.get(name, ()), where=where) for name, pattern in packages}
+    return {name: select_apt(name, pattern, offered.get(name, ()), where=where) for name, pattern in packages}
 
 
 # ------------------------------------------------------------------------------------------ resolve

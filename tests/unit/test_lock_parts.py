@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import aptver
 from buildctl.config import CacheLayout, Config
 from buildctl.engine import RunResult
 from buildctl.errors import LockError, UnreachableError
 from buildctl.inbase import CA_PATH, MARK, parse_output, probe_env, request_json
 from buildctl.index import IndexFile, parse_project_page, redact, select_files
-from buildctl.lock import ImageRef, ProbeRequest, repo_location
+from buildctl.lock import DebianVersion, ImageRef, ProbeRequest, newest_first, repo_location, select_apt
 
 # ------------------------------------------------------------------------------------------ apt
 
@@ -32,22 +31,28 @@ from buildctl.lock import ImageRef, ProbeRequest, repo_location
     ("2.36-9+deb12u4", "2.36-9+deb12u10", -1),
 ])
 def test_debian_version_order(a: str, b: str, sign: int) -> None:
-    got = aptver.compare(a, b)
-    assert (got > 0) - (got < 0) == sign
-    back = aptver.compare(b, a)
-    assert (back > 0) - (back < 0) == -sign
+    va, vb = DebianVersion(a), DebianVersion(b)  # what the lock orders apt versions by (python-debian)
+    assert ((va > vb) - (va < vb), (vb > va) - (vb < va)) == (sign, -sign)
+    if sign:
+        newer = a if sign > 0 else b
+        assert newest_first("p", [a, b], where="img")[0] == newer
 
 
 def test_select_patterns() -> None:
     offered = ["1.6-2.1", "1.6-2.1+deb12u1", "1.7.1-1", "1.6~rc1-1"]
-    assert aptver.select("jq", "1.6*", offered, where="img") == "1.6-2.1+deb12u1"
-    assert aptver.select("jq", "*", offered, where="img") == "1.7.1-1"
-    assert aptver.select("jq", "1.6-2.1", offered, where="img") == "1.6-2.1"
+    assert select_apt("jq", "1.6*", offered, where="img") == "1.6-2.1+deb12u1"
+    assert select_apt("jq", "*", offered, where="img") == "1.7.1-1"
+    assert select_apt("jq", "1.6-2.1", offered, where="img") == "1.6-2.1"
     with pytest.raises(LockError, match=r"apt package jq=1.5-1 is not offered by img") as exc:
-        aptver.select("jq", "1.5-1", offered, where="img")
+        select_apt("jq", "1.5-1", offered, where="img")
     assert "offered versions: 1.7.1-1, 1.6-2.1+deb12u1, 1.6-2.1, 1.6~rc1-1" in str(exc.value)
     with pytest.raises(LockError, match=r"apt package nope is not offered by the apt sources of img"):
-        aptver.select("nope", "*", [], where="img")
+        select_apt("nope", "*", [], where="img")
+
+
+def test_a_version_that_is_not_a_debian_version_is_a_lock_error() -> None:
+    with pytest.raises(LockError, match=r"apt package jq: img offers a version that is not a Debian version"):
+        select_apt("jq", "*", ["1.6-2.1", "not a version!"], where="img")
 
 
 # ------------------------------------------------------------------------------------------ refs
