@@ -2,7 +2,8 @@
 
 Prints one JSON report on stdout. Exit status: 0 every required check of the tier passed (or is
 unsupported by the hardware, or belongs to the other tier); 1 a required check did not; 2 the
-suite could not run (expect.json unreadable or wrong), with the report's "error" saying why.
+suite could not run (expect.json unreadable or wrong, or the --junit file cannot be written), with
+the report's "error" (and stderr) saying why.
 """
 
 from __future__ import annotations
@@ -20,12 +21,49 @@ from smoke.prober import SubprocessProber, SystemTools
 from smoke.report import TIERS, Report, junit_xml
 
 
-def _write(path: str, text: str) -> None:
-    if path == "-":
-        sys.stderr.write(text)
-        return
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+class _Junit:
+    """Where --junit goes. A temporary file beside it is made before anything runs, so that an
+    unwritable path is refused at once (exit 2); the XML replaces the path only when complete."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.tmp: str | None = None
+        if not path or path == "-":
+            return
+        if os.path.isdir(path):
+            raise OSError(f"--junit {path}: is a folder, not a file")
+        try:
+            fd, self.tmp = tempfile.mkstemp(prefix=".junit-", suffix=".part",
+                                            dir=os.path.dirname(os.path.abspath(path)))
+            os.close(fd)
+        except OSError as exc:
+            raise OSError(f"--junit {path}: cannot write there: {exc.strerror or exc}") from exc
+
+    def write(self, report: Report) -> None:
+        if not self.path:
+            return
+        text = junit_xml(report)
+        if self.tmp is None:
+            sys.stderr.write(text)
+            return
+        try:
+            with open(self.tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            raise OSError(f"--junit {self.path}: cannot write: {exc.strerror or exc}") from exc
+        finally:
+            if os.path.exists(self.tmp):
+                os.unlink(self.tmp)
+
+    def discard(self) -> None:
+        if self.tmp and os.path.exists(self.tmp):
+            os.unlink(self.tmp)
+
+
+def _cannot_run(tier: str, error: str) -> Report:
+    return Report(tier="gpu" if tier == "gpu" else "build", stack="", variant="", checks=(), python={},
+                  driver={}, started=runner.now_utc(), duration_s=0.0, error=error)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,23 +74,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=sys.executable, help="interpreter the probes run with (default: this one)")
     args = ap.parse_args(argv)
     try:
+        junit = _Junit(args.junit)
+    except OSError as exc:
+        sys.stderr.write(f"python3 -m smoke: {exc}\n")
+        sys.stdout.write(_cannot_run(args.tier, str(exc)).to_text())
+        return 2
+    try:
         expect = load(args.expect)
     except ExpectError as exc:
-        report = Report(tier=args.tier, stack="", variant="", checks=(), python={}, driver={},
-                        started=runner.now_utc(), duration_s=0.0, error=f"expect.json: {exc}")
+        report = _cannot_run(args.tier, f"expect.json: {exc}")
+        sys.stderr.write(f"python3 -m smoke: {report.error}\n")
         sys.stdout.write(report.to_text())
-        if args.junit:
-            _write(args.junit, junit_xml(report))
-        return 2
+        return _finish(junit, report, 2)
     tmp = tempfile.mkdtemp(prefix="smoke-")
     try:
         report = run(expect, args.tier, args.python, tmp)
+    except BaseException:
+        junit.discard()
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     sys.stdout.write(report.to_text())
-    if args.junit:
-        _write(args.junit, junit_xml(report))
-    return 0 if report.ok else 1
+    return _finish(junit, report, 0 if report.ok else 1)
+
+
+def _finish(junit: _Junit, report: Report, code: int) -> int:
+    try:
+        junit.write(report)
+    except OSError as exc:
+        sys.stderr.write(f"python3 -m smoke: {exc}\n")
+        return 2
+    return code
 
 
 def run(expect: Expect, tier: str, python: str, tmp: str) -> Report:

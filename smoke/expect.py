@@ -7,6 +7,7 @@ into a failed result that names the key, so that one bad section cannot hide the
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -27,6 +28,7 @@ CHECK_NAMES: tuple[str, ...] = (
 StubMode = Literal["auto", "always", "never"]
 STUB_MODES: tuple[StubMode, ...] = ("auto", "always", "never")
 DEFAULT_PROBE_TIMEOUT_S = 180.0
+MAX_PROBE_TIMEOUT_S = 86400.0  # a day: beyond that a value is a typo (or 1e999), not a limit
 
 
 class ExpectError(ValueError):
@@ -61,11 +63,32 @@ def _strs(value: Any, key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _str(data: Mapping[str, Any], key: str) -> str:
+    v = data.get(key, "")
+    if not isinstance(v, str):
+        raise ExpectError(f"{key}: expected a string, got {v!r}")
+    return v
+
+
+def probe_timeout(value: Any, key: str = "probe_timeout_s") -> float:
+    """A positive, finite number of seconds of at most a day (1e999 reads as infinity, NaN is no number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ExpectError(f"{key}: expected a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an integer too large for a float
+        seconds = math.inf
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_PROBE_TIMEOUT_S:
+        raise ExpectError(f"{key}: expected a number of seconds above 0 and at most {MAX_PROBE_TIMEOUT_S:.0f}, "
+                          f"got {value!r}")
+    return seconds
+
+
 def parse(data: Any) -> Expect:
     if not isinstance(data, dict):
         raise ExpectError(f"the top level must be an object, got {type(data).__name__}")
     schema = data.get("schema")
-    if schema != EXPECT_SCHEMA:
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema != EXPECT_SCHEMA:
         raise ExpectError(
             f"schema {schema!r} is not supported by this smoke suite (it reads schema {EXPECT_SCHEMA}); "
             "regenerate expect.json with the buildctl that copied this suite"
@@ -93,32 +116,50 @@ def parse(data: Any) -> Expect:
     gpu_tier = data.get("gpu_tier", "required")
     if gpu_tier not in ("required", "waived"):
         raise ExpectError(f"gpu_tier: expected 'required' or 'waived', got {gpu_tier!r}")
-    timeout = data.get("probe_timeout_s", DEFAULT_PROBE_TIMEOUT_S)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ExpectError(f"probe_timeout_s: expected a positive number, got {timeout!r}")
+    timeout = probe_timeout(data.get("probe_timeout_s", DEFAULT_PROBE_TIMEOUT_S))
     return Expect(
-        stack=str(data.get("stack", "")),
-        variant=str(data.get("variant", "")),
+        stack=_str(data, "stack"),
+        variant=_str(data, "variant"),
         required=required,
         gpu_tier=gpu_tier,
-        gpu_waiver=str(data.get("gpu_waiver", "")),
+        gpu_waiver=_str(data, "gpu_waiver"),
         python_path=_strs(data.get("python_path", []), "python_path"),
         driver_stub=stub,
         stub_paths=_strs(data.get("stub_paths", []), "stub_paths"),
-        probe_timeout_s=float(timeout),
+        probe_timeout_s=timeout,
         checks=checks,
     )
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def load(path: str) -> Expect:
+    """Read and check expect.json; every problem with the file is an ExpectError naming it."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read()
     except OSError as exc:
-        raise ExpectError(f"cannot read {path}: {exc}") from exc
+        raise ExpectError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ExpectError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from exc
+    try:
+        # NaN, Infinity and -Infinity are Python's extensions to JSON: refused like any other non-JSON
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ExpectError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from exc
-    return parse(data)
+    except ValueError as exc:
+        raise ExpectError(f"{path}: not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ExpectError(f"{path}: not valid JSON: nested too deeply") from exc
+    try:
+        return parse(data)
+    except ExpectError as exc:
+        raise ExpectError(f"{path}: {exc}") from exc
 
 
 class Section:

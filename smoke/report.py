@@ -114,32 +114,41 @@ def junit_xml(report: Report) -> str:
     """JUnit XML: one testcase per check; required checks that do not satisfy the tier are failures.
 
     A required check skipped without deferral is a failure here too (CI would otherwise count it
-    as passing); unsupported and deferred results are <skipped> with their reason.
+    as passing); unsupported and deferred results, and results of checks that are not required,
+    are <skipped> with their reason. A suite that could not run is one testcase ("expect") with an
+    <error>. The suite's counts are those of the testcases written.
     """
-    suite = ET.Element(
-        "testsuite",
-        name=f"smoke.{report.tier}",
-        tests=str(len(report.checks)),
-        failures=str(len(report.failed)),
-        errors="1" if report.error else "0",
-        skipped=str(sum(1 for c in report.checks if c.satisfied and c.status != "pass")),
-        time=f"{report.duration_s:.3f}",
-        timestamp=report.started,
-    )
+    cls = f"smoke.{report.tier}"
+    cases: list[ET.Element] = []
+    counts = {"failure": 0, "error": 0, "skipped": 0}
     if report.error:
-        case = ET.SubElement(suite, "testcase", classname=f"smoke.{report.tier}", name="expect")
+        case = ET.Element("testcase", classname=cls, name="expect")
         ET.SubElement(case, "error", message=report.error)
+        counts["error"] += 1
+        cases.append(case)
     for c in report.checks:
-        case = ET.SubElement(
-            suite, "testcase", classname=f"smoke.{report.tier}", name=c.name, time=f"{c.duration_s:.3f}"
-        )
+        case = ET.Element("testcase", classname=cls, name=c.name, time=f"{c.duration_s:.3f}")
         body = json.dumps(c.details, indent=2, sort_keys=True)
         if c.required and not c.satisfied:
             el = ET.SubElement(case, "failure", message=f"{c.status}: {c.summary}")
             el.text = body
+            counts["failure"] += 1
         elif c.status != "pass":
             note = "" if c.required else " (not required)"
             ET.SubElement(case, "skipped", message=f"{c.status}{note}: {c.summary}")
             ET.SubElement(case, "system-out").text = body
+            counts["skipped"] += 1
+        cases.append(case)
+    suite = ET.Element(
+        "testsuite",
+        name=cls,
+        tests=str(len(cases)),
+        failures=str(counts["failure"]),
+        errors=str(counts["error"]),
+        skipped=str(counts["skipped"]),
+        time=f"{report.duration_s:.3f}",
+        timestamp=report.started,
+    )
+    suite.extend(cases)
     ET.indent(suite)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"

@@ -122,7 +122,7 @@ def test_bad_expect_exits_2_with_a_report(tmp_path: Path) -> None:
     assert p.returncode == 2
     report = json.loads(p.stdout)
     assert report["ok"] is False
-    assert report["error"].startswith("expect.json: required: unknown check 'mxfp4'")
+    assert report["error"].startswith(f"expect.json: {exp}: required: unknown check 'mxfp4'")
 
 
 STUB_C = "int cuInit(unsigned int flags) { return 34; /* CUDA_ERROR_STUB_LIBRARY */ }\n"

@@ -136,7 +136,7 @@ def test_junit_exact_text() -> None:
     r = report(result("versions", "pass"), result("mxfp8", "unsupported"), result("imports", "fail"),
                result("arch", "skipped", required=False))
     assert junit_xml(r) == """<?xml version="1.0" encoding="utf-8"?>
-<testsuite name="smoke.build" tests="4" failures="1" errors="0" skipped="1" time="1.250" timestamp="2026-01-01T00:00:00Z">
+<testsuite name="smoke.build" tests="4" failures="1" errors="0" skipped="2" time="1.250" timestamp="2026-01-01T00:00:00Z">
   <testcase classname="smoke.build" name="versions" time="0.500" />
   <testcase classname="smoke.build" name="mxfp8" time="0.500">
     <skipped message="unsupported: mxfp8 unsupported" />
