@@ -30,7 +30,7 @@ from buildctl.entrypoint import PATH_REF, arg_key, effective_args, select_profil
 from buildctl.errors import Location, ManifestError, SmokeFailed, UsageError
 from buildctl.imageview import RunOutcome
 from buildctl.lockfile import VariantLock, canonical, write_atomic
-from buildctl.model import SMOKE_CHECKS, GpuTier, InstallKind, Manifest, SmokeCheckName, Variant
+from buildctl.model import SMOKE_CHECKS, Component, GpuTier, InstallKind, Manifest, SmokeCheckName, Variant
 
 EXPECT_LABEL = "io.buildctl.smoke.expect"  # the expectation, canonical JSON (or base64 of it)
 PYTHON_LABEL = "io.buildctl.smoke.python"  # the interpreter the training runs with (default python3)
@@ -141,6 +141,8 @@ def _section_versions(manifest: Manifest, lock: VariantLock | None) -> dict[str,
         locked = lock.components.get(c.name) if lock else None
         # The built component reports the prepared tree (commit + PRs + patches), see sources.py.
         sha = (locked.tree or locked.commit) if locked else (c.commit if not c.prs and not c.patches else None)
+        # Unlocked, a tree with PRs or patches on top has no commit yet: the suite reports it as not checked.
+        unlocked = None if sha else _unlocked_why(c)
         if c.install.kind is InstallKind.WHEEL:
             entry: dict[str, Any] = {"name": c.name, "dist": c.install.dist or c.name}
             if c.install.module:
@@ -151,8 +153,16 @@ def _section_versions(manifest: Manifest, lock: VariantLock | None) -> dict[str,
             entry = {"name": c.name, "path": c.install.path, "record": COMMIT_RECORD}
         if sha:
             entry["sha"] = sha
+        elif unlocked:
+            entry["unlocked"] = unlocked
         comps.append(entry)
     return {"distributions": dists, "components": comps}
+
+
+def _unlocked_why(c: Component) -> str:
+    on_top = [f"PR #{p.number}" for p in c.prs] + ([f"{len(c.patches)} patch(es)"] if c.patches else [])
+    return (f"the manifest pins {c.commit[:12]} with {', '.join(on_top)} on top; the commit of the prepared tree "
+            "is known only once `buildctl lock` has prepared it")
 
 
 def _entry_args(manifest: Manifest, profile: str | None) -> list[str]:

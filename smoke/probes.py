@@ -123,6 +123,49 @@ def probe_import(args: Mapping[str, Any]) -> dict[str, Any]:
     return {"ok": True, **info}
 
 
+def probe_module_dist(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Import a module (with the real driver on the GPU tier), and read its distribution's metadata.
+
+    The version comes from the distribution (``dist``, else the one that provides the module's
+    top-level package), never from ``__version__``: DeepEP has none, and a module can report another
+    version than the wheel that installed it. The metadata is read whether or not the import works,
+    and both answers come back.
+    """
+    module = str(args["module"])
+    top = module.partition(".")[0]
+    out: dict[str, Any] = {"ok": True, "module": module}
+    try:
+        providers = sorted(set(importlib.metadata.packages_distributions().get(top, [])))
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        providers = []
+    out["provided_by"] = providers
+    dist_name = str(args.get("dist") or (providers[0] if providers else ""))
+    out["dist"] = dist_name or None
+    dist: Any = None
+    if dist_name:
+        try:
+            dist = importlib.metadata.distribution(dist_name)
+            out["dist_version"] = str(dist.version)
+        except importlib.metadata.PackageNotFoundError:
+            out["dist_version"] = None
+    try:
+        mod = importlib.import_module(module)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        out.update(ok=False, error=error_info(exc))
+        return out
+    file = getattr(mod, "__file__", None)
+    out.update(file=file, module_version=_version_of(mod), libcuda=mapped("libcuda.so"))
+    files = [f for f in (dist.files or ()) if f.parts and f.parts[0].partition(".")[0] == top] if dist else []
+    if files and file:  # the distribution installs this package: is the imported file one of its own?
+        real = os.path.realpath(file)
+        out["file_in_dist"] = any(os.path.realpath(str(dist.locate_file(f))) == real for f in files)
+    return out
+
+
 def mapped(fragment: str) -> list[str]:
     """Files of this process whose name contains ``fragment`` (which libcuda got loaded: stub or driver)."""
     try:
@@ -484,6 +527,7 @@ def probe_megatron_args(args: Mapping[str, Any]) -> dict[str, Any]:
 PROBES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "distributions": probe_distributions,
     "import": probe_import,
+    "module_dist": probe_module_dist,
     "locate": probe_locate,
     "dist_files": probe_dist_files,
     "gpu": probe_gpu,

@@ -5,7 +5,13 @@ library is loaded). A wheel component's version carries its git SHA as the local
 (TE: ``2.10.0.dev0+d2945c6``; DeepEP: ``1.2.1+3f601f7``); a release wheel from PyPI has none.
 A source-tree component (Megatron-LM) records its commit in a file the assemble layer writes
 (``<path>/.buildctl-commit``), or, failing that, in the tree's own ``.git``.
-GPU tier: components that name an import ``module`` are imported and their ``__version__`` compared.
+GPU tier: components that name an import ``module`` are imported with the real driver, and the
+version of the distribution that installed them (its metadata, not ``__version__``: DeepEP has none)
+is compared as on the build tier. Every component gets its row, whatever happened to the others.
+
+An expectation made before locking may not know a component's commit (a tree with PRs merged gets
+its commit only when prepared): such an entry says ``"unlocked": "<why>"``, and the check then does
+not pass (skipped, not deferred) unless something else fails, saying which components are unlocked.
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ from smoke.checks import (
     Context,
     base_version_equal,
     canon,
-    import_failure,
     no_gpu,
     sha_matches,
     sha_of_local,
@@ -49,21 +54,11 @@ def _need(entry: Mapping[str, Any], key: str, where: str) -> str:
     return v
 
 
-def check_wheel(entry: Mapping[str, Any], dists: dict[str, list[dict[str, Any]]], where: str) -> dict[str, Any]:
-    name = _need(entry, "name", where)
-    dist = _need(entry, "dist", where)
-    copies = dists.get(canon(dist))
-    row: dict[str, Any] = {"component": name, "dist": dist, "expected_version": entry.get("version"),
-                           "expected_sha": entry.get("sha")}
-    if not copies:
-        row.update(ok=False, problem=f"distribution {dist!r} is not installed")
-        return row
-    seen = copies[0]["version"]
+def compare_version(seen: str, entry: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """What a component's installed version says against the entry's ``version`` and ``sha``."""
     base, local = split_version(seen)
     sha = sha_of_local(local)
-    row.update(seen_version=seen, seen_base=base, seen_sha=sha, path=copies[0].get("path"))
-    if len(copies) > 1:
-        row["also_installed"] = [c["version"] + " at " + str(c.get("path")) for c in copies[1:]]
+    facts: dict[str, Any] = {"seen_version": seen, "seen_base": base, "seen_sha": sha}
     problems = []
     want_version = entry.get("version")
     if want_version and not base_version_equal(str(want_version), base):
@@ -75,10 +70,42 @@ def check_wheel(entry: Mapping[str, Any], dists: dict[str, list[dict[str, Any]]]
                             f"{str(want_sha)[:12]}")
         elif not sha_matches(sha, str(want_sha)):
             problems.append(f"built from {sha}, expected {str(want_sha)[:12]}")
-    row["ok"] = not problems
+    return facts, problems
+
+
+def _unlocked(entry: Mapping[str, Any], where: str) -> str | None:
+    why = entry.get("unlocked")
+    if why is None or why is False:
+        return None
+    if not isinstance(why, str) or not why:
+        raise SectionError(f"checks.versions.{where}: 'unlocked' must be a non-empty string saying why, got {why!r}")
+    return why
+
+
+def _finish_row(row: dict[str, Any], problems: list[str], unlocked: str | None) -> dict[str, Any]:
+    row["ok"] = not problems and unlocked is None
     if problems:
         row["problem"] = "; ".join(problems)
+    if unlocked is not None:
+        row["unlocked"] = unlocked
     return row
+
+
+def check_wheel(entry: Mapping[str, Any], dists: dict[str, list[dict[str, Any]]], where: str) -> dict[str, Any]:
+    name = _need(entry, "name", where)
+    dist = _need(entry, "dist", where)
+    unlocked = _unlocked(entry, where)
+    copies = dists.get(canon(dist))
+    row: dict[str, Any] = {"component": name, "dist": dist, "expected_version": entry.get("version"),
+                           "expected_sha": entry.get("sha")}
+    if not copies:
+        return _finish_row(row, [f"distribution {dist!r} is not installed"], unlocked)
+    seen = copies[0]["version"]
+    facts, problems = compare_version(seen, entry)
+    row.update(facts, path=copies[0].get("path"))
+    if len(copies) > 1:
+        row["also_installed"] = [c["version"] + " at " + str(c.get("path")) for c in copies[1:]]
+    return _finish_row(row, problems, unlocked)
 
 
 def read_commit(ctx: Context, path: str, record: str) -> tuple[str | None, str]:
@@ -112,25 +139,23 @@ def read_commit(ctx: Context, path: str, record: str) -> tuple[str | None, str]:
 def check_tree(ctx: Context, entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     name = _need(entry, "name", where)
     path = _need(entry, "path", where)
-    want = entry.get("sha")  # absent before locking when PRs change the tree: presence is checked then
+    want = entry.get("sha")  # absent before locking when PRs change the tree: then 'unlocked' says so
+    unlocked = _unlocked(entry, where)
     record = str(entry.get("record") or COMMIT_RECORD)
     row: dict[str, Any] = {"component": name, "path": path, "expected_sha": want}
     if not os.path.isdir(ctx.path(path)):
-        row.update(ok=False, problem=f"{path} does not exist in the image")
-        return row
+        return _finish_row(row, [f"{path} does not exist in the image"], unlocked)
     seen, source = read_commit(ctx, path, record)
     row.update(seen_sha=seen, read_from=source)
-    if seen is None and want is None:
-        row.update(ok=True, note=f"no commit recorded ({source}); none expected before locking")
-    elif seen is None:
-        row.update(ok=False, problem=f"no commit recorded for {name}: {source}")
-    elif want is None:
-        row["ok"] = True
-    elif not sha_matches(seen, str(want)):
-        row.update(ok=False, problem=f"{name} at {path} is {seen[:12]}, expected {str(want)[:12]}")
-    else:
-        row["ok"] = True
-    return row
+    problems: list[str] = []
+    if seen is None:
+        problems.append(f"no commit recorded for {name}: {source}")
+    elif want is None and unlocked is None:
+        # an entry with neither a commit nor a reason is not an expectation buildctl writes
+        unlocked = "the expectation names no commit for it"
+    elif want is not None and not sha_matches(seen, str(want)):
+        problems.append(f"{name} at {path} is {seen[:12]}, expected {str(want)[:12]}")
+    return _finish_row(row, problems, unlocked)
 
 
 def build(ctx: Context, sec: Section) -> CheckResult:
@@ -165,11 +190,23 @@ def build(ctx: Context, sec: Section) -> CheckResult:
             comp_rows.append(check_tree(ctx, c, where))
         else:
             raise SectionError(f"checks.versions.{where}: a component needs 'dist' (a wheel) or 'path' (a source tree)")
-    problems = [r["problem"] for r in (*dist_rows, *comp_rows) if not r["ok"]]
     details = {"distributions": dist_rows, "components": comp_rows}
+    return outcome([*dist_rows, *comp_rows], details,
+                   f"{len(dist_rows)} distribution(s) and {len(comp_rows)} component(s) as locked")
+
+
+def outcome(rows: list[dict[str, Any]], details: dict[str, Any], ok_summary: str) -> CheckResult:
+    """fail when a row has a problem; else skipped (not a pass) when a row is unlocked; else pass."""
+    problems = [r["problem"] for r in rows if r.get("problem")]
+    unlocked = [r for r in rows if r.get("unlocked")]
+    also = ("; not checked, unlocked: " + "; ".join(f"{r['component']}: {r['unlocked']}" for r in unlocked)) if unlocked else ""
     if problems:
-        return failed(NAME, "; ".join(problems), **details)
-    return passed(NAME, f"{len(dist_rows)} distribution(s) and {len(comp_rows)} component(s) as locked", **details)
+        return failed(NAME, "; ".join(problems) + also, **details)
+    if unlocked:
+        return skipped(NAME, "the expectation is unlocked, so what was built cannot be checked against a commit: "
+                       + "; ".join(f"{r['component']}: {r['unlocked']}" for r in unlocked)
+                       + " (run `buildctl lock`, then rebuild or smoke with the locked expectation)", **details)
+    return passed(NAME, ok_summary, **details)
 
 
 def gpu(ctx: Context, sec: Section) -> CheckResult:
@@ -178,25 +215,39 @@ def gpu(ctx: Context, sec: Section) -> CheckResult:
         return skipped(NAME, "no component names an import module: nothing for the GPU tier", deferred="build")
     if ctx.gpu is None or not ctx.gpu.available:
         return no_gpu(NAME, ctx)
-    rows = []
-    for c in comps:
-        module = str(c["module"])
-        res = ctx.probe("import", {"module": module})
-        if not res.ok:
-            return import_failure(NAME, ctx, f"import {module}", res)
-        seen = res.data.get("version")
-        row: dict[str, Any] = {"component": c.get("name"), "module": module, "runtime_version": seen, "ok": True}
-        if seen is None:
-            row.update(ok=False, problem=f"{module} has no __version__")
-        else:
-            base, local = split_version(seen)
-            sha = sha_of_local(local)
-            if c.get("version") and not base_version_equal(str(c["version"]), base):
-                row.update(ok=False, problem=f"{module}.__version__ is {seen}, expected base {c['version']}")
-            elif c.get("sha") and (sha is None or not sha_matches(sha, str(c["sha"]))):
-                row.update(ok=False, problem=f"{module}.__version__ is {seen}, expected a build of {str(c['sha'])[:12]}")
-        rows.append(row)
-    problems = [r["problem"] for r in rows if not r["ok"]]
-    if problems:
-        return failed(NAME, "; ".join(problems), runtime=rows)
-    return passed(NAME, ", ".join(f"{r['module']} {r['runtime_version']}" for r in rows) + " as imported", runtime=rows)
+    rows = [runtime_row(ctx, c, f"components[{i}]") for i, c in enumerate(comps)]
+    return outcome(rows, {"runtime": rows},
+                   ", ".join(f"{r['module']} imports, {r['dist']} {r.get('seen_version')}" for r in rows)
+                   + " as locked (distribution metadata)")
+
+
+def runtime_row(ctx: Context, c: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """One component at the GPU tier: its module imports, and its distribution's version is the locked one."""
+    name = _need(c, "name", where)
+    module = _need(c, "module", where)
+    unlocked = _unlocked(c, where)
+    res = ctx.probe("module_dist", {"module": module, "dist": c.get("dist")})
+    data = res.data
+    row: dict[str, Any] = {"component": name, "module": module, "dist": data.get("dist") or c.get("dist"),
+                           "expected_version": c.get("version"), "expected_sha": c.get("sha"),
+                           "provided_by": data.get("provided_by"), "file": data.get("file"),
+                           "module_version": data.get("module_version")}
+    if "file_in_dist" in data:
+        row["file_in_dist"] = data["file_in_dist"]
+    problems: list[str] = []
+    if not res.ok:
+        text = res.error_text() or "the probe gave no answer"
+        row.update(error=res.error, probe=res.to_json())
+        problems.append(f"import {module} failed: {text}")
+    seen = data.get("dist_version")
+    if seen is None:
+        problems.append(f"no installed distribution {row['dist']!r} provides {module}" if row["dist"]
+                        else f"no installed distribution provides {module}")
+    else:
+        facts, more = compare_version(str(seen), c)
+        row.update(facts)
+        problems.extend(f"{row['dist']} {m}" for m in more)
+    if data.get("file_in_dist") is False:
+        problems.append(f"{module} was imported from {data.get('file')}, which distribution {row['dist']} "
+                        "did not install (another copy shadows it)")
+    return _finish_row(row, problems, unlocked)

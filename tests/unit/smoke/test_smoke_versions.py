@@ -111,13 +111,40 @@ def test_source_tree_without_record(suite: Suite) -> None:
     assert "no commit recorded for megatron-lm" in r.summary
 
 
-def test_source_tree_before_locking_needs_only_to_be_there(suite: Suite) -> None:
-    entry = {"name": "megatron-lm", "path": "/opt/megatron-lm"}
-    assert suite.check("versions", {"components": [entry]}).summary == "/opt/megatron-lm does not exist in the image"
-    (suite.image / "opt/megatron-lm").mkdir(parents=True)
+UNLOCKED = "the manifest pins d2945c6a571e with PR #2146, PR #2150 on top; the commit is known once locked"
+
+
+def test_source_tree_before_locking_is_not_a_pass(suite: Suite) -> None:
+    entry = {"name": "megatron-lm", "path": "/opt/megatron-lm", "unlocked": UNLOCKED}
+    assert suite.check("versions", {"components": [entry]}).summary.startswith(
+        "/opt/megatron-lm does not exist in the image")
+    tree = suite.image / "opt/megatron-lm"
+    tree.mkdir(parents=True)
+    (tree / ".buildctl-commit").write_text(MEGATRON_SHA + "\n")
     r = suite.check("versions", {"components": [entry]})
-    assert r.status == "pass", r.summary
-    assert r.details["components"][0]["note"].startswith("no commit recorded")
+    assert (r.status, r.deferred) == ("skipped", None)  # not satisfied: the tier does not pass on it
+    assert r.summary.startswith("the expectation is unlocked, so what was built cannot be checked against a commit: "
+                                f"megatron-lm: {UNLOCKED}")
+    # an entry with neither a commit nor a reason is not passed either
+    bare = suite.check("versions", {"components": [{"name": "megatron-lm", "path": "/opt/megatron-lm"}]})
+    assert bare.status == "skipped" and "megatron-lm: the expectation names no commit for it" in bare.summary
+
+
+def test_unlocked_wheel_is_not_a_pass_at_either_tier(suite: Suite) -> None:
+    """Unlocked, TE used to pass as '2.10.0 as imported': now it is reported as not checked."""
+    mimic.torch(suite.site)
+    mimic.transformer_engine(suite.site, layout="new", version="2.10.0")
+    entry = te_component(module="transformer_engine", unlocked=UNLOCKED)
+    for tier in ("build", "gpu"):
+        r = suite.check("versions", {"components": [entry]}, tier=tier, device=True)
+        assert (r.status, r.deferred) == ("skipped", None), (tier, r.summary)
+        assert f"transformer-engine: {UNLOCKED}" in r.summary
+        assert "as imported" not in r.summary
+    # beside a real mismatch the check fails, and still names what it could not check
+    mimic.dist_info(suite.site, "deep_ep", "1.2.1+1234abc")
+    r = suite.check("versions", {"components": [entry, {"name": "deepep", "dist": "deep_ep", "sha": DEEPEP_SHA}]})
+    assert r.status == "fail"
+    assert r.summary == f"built from 1234abc, expected 3f601f7ac1c0; not checked, unlocked: transformer-engine: {UNLOCKED}"
 
 
 def test_runtime_version_on_gpu_tier(suite: Suite) -> None:
@@ -126,11 +153,45 @@ def test_runtime_version_on_gpu_tier(suite: Suite) -> None:
     section = {"components": [te_component(module="transformer_engine", version="2.10.0.dev0", sha=TE_SHA)]}
     r = suite.check("versions", section, tier="gpu", device=True)
     assert r.status == "pass", r.summary
-    assert r.summary == "transformer_engine 2.10.0.dev0+d2945c6 as imported"
+    assert r.summary == "transformer_engine imports, transformer_engine 2.10.0.dev0+d2945c6 as locked (distribution metadata)"
     no_gpu = suite.check("versions", section, tier="gpu", device=False)
     assert no_gpu.status == "skipped"
     assert no_gpu.deferred is None
     assert no_gpu.summary.startswith("no GPU: no GPU device in this container")
+
+
+def test_gpu_tier_reads_distribution_metadata_not_dunder_version(suite: Suite) -> None:
+    """deep_ep has no __version__ (the H200 run: "deep_ep has no __version__"); its wheel's metadata has it."""
+    mimic.torch(suite.site)
+    mimic.deep_ep(suite.site, hybrid=True, version="1.2.1+3f601f7")
+    entry = {"name": "deepep-hybridep", "dist": "deep_ep", "module": "deep_ep", "sha": DEEPEP_SHA}
+    r = suite.check("versions", {"components": [entry]}, tier="gpu", device=True)
+    assert r.status == "pass", r.summary
+    (row,) = r.details["runtime"]
+    assert (row["seen_version"], row["seen_sha"], row["module_version"]) == ("1.2.1+3f601f7", "3f601f7", None)
+    # a __version__ that disagrees with the wheel does not decide it either
+    (suite.site / "deep_ep" / "__init__.py").write_text("__version__ = '9.9.9+0000000'\nclass HybridEPBuffer: pass\n")
+    r = suite.check("versions", {"components": [entry]}, tier="gpu", device=True)
+    assert r.status == "pass", r.summary
+    assert r.details["runtime"][0]["module_version"] == "9.9.9+0000000"
+
+
+def test_gpu_tier_keeps_every_row_when_an_import_fails(suite: Suite) -> None:
+    """With DeepEP missing, TE's mismatch against the pinned commit used to vanish from the report."""
+    mimic.torch(suite.site)
+    mimic.transformer_engine(suite.site, layout="new", version="2.10.0")
+    section = {"components": [
+        {"name": "deepep-hybridep", "dist": "deep_ep", "module": "deep_ep", "sha": DEEPEP_SHA},
+        te_component(module="transformer_engine", sha=TE_SHA),
+        {"name": "megatron-lm", "path": "/opt/megatron-lm", "sha": MEGATRON_SHA},  # no module: build tier's
+    ]}
+    r = suite.check("versions", section, tier="gpu", device=True)
+    assert r.status == "fail"
+    assert [row["component"] for row in r.details["runtime"]] == ["deepep-hybridep", "transformer-engine"]
+    assert r.summary == ("import deep_ep failed: ModuleNotFoundError: No module named 'deep_ep'; "
+                         "no installed distribution 'deep_ep' provides deep_ep; "
+                         "transformer_engine version 2.10.0 carries no +<git sha> (a release build?), "
+                         "expected a build of d2945c6a571e")
 
 
 # --------------------------------------------------------------------------------------------- cudnn
