@@ -201,18 +201,64 @@ def _canon(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+_REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _shared_objects(d: Any) -> list[str]:
+    return sorted(os.path.realpath(str(d.locate_file(f))) for f in (d.files or ())
+                  if f.name.endswith(".so") or ".so." in f.name)
+
+
+def _top_folders(d: Any) -> set[str]:
+    """The top-level folders a distribution installs into (its packages), from its RECORD."""
+    return {f.parts[0] for f in (d.files or ()) if len(f.parts) > 1 and not f.parts[0].endswith((".dist-info", ".data"))
+            and f.parts[0] != ".."}
+
+
 def probe_dist_files(args: Mapping[str, Any]) -> dict[str, Any]:
-    """The shared objects each named distribution installed (its RECORD), as absolute paths."""
+    """The shared objects each named distribution installed (its RECORD), as absolute paths.
+
+    A package can be split across distributions, as PyPI ships Transformer Engine: the
+    ``transformer_engine`` wheel holds the Python code, ``transformer_engine_cu13`` the core library
+    (in transformer_engine/wheel_lib/) and ``transformer_engine_torch`` the torch extension (a
+    top-level module). So the parts of a named distribution are followed too: installed
+    distributions that put files into its package folders, and those it requires (under any extra)
+    whose name extends its own (``transformer-engine-*``). Each part is listed with its files.
+    """
     wanted = {_canon(str(n)): str(n) for n in args["names"]}
-    found: dict[str, Any] = {n: None for n in wanted.values()}
-    for d in importlib.metadata.distributions():
-        name = d.metadata["Name"]
-        key = _canon(str(name)) if name else ""
-        if key not in wanted or found[wanted[key]] is not None:
+    installed: dict[str, Any] = {}
+    for each in importlib.metadata.distributions():
+        name = each.metadata["Name"]
+        if name and _canon(str(name)) not in installed:  # the first on sys.path wins, as for imports
+            installed[_canon(str(name))] = each
+    found: dict[str, Any] = {}
+    for key, label in wanted.items():
+        d = installed.get(key)
+        if d is None:
+            found[label] = None
             continue
-        sos = [str(d.locate_file(f)) for f in (d.files or ())
-               if f.name.endswith(".so") or ".so." in f.name]
-        found[wanted[key]] = {"version": str(d.version), "files": sorted(os.path.realpath(p) for p in sos)}
+        tops = _top_folders(d)
+        required = set()
+        for req in d.requires or ():
+            m = _REQ_NAME_RE.match(req)
+            if m and _canon(m.group(1)).startswith(key + "-"):
+                required.add(_canon(m.group(1)))
+        parts = []
+        for other_key, other in sorted(installed.items()):
+            if other_key == key:
+                continue
+            why = []
+            if other_key in required:
+                why.append(f"required by {label}")
+            shared = sorted(tops & _top_folders(other))
+            if shared:
+                why.append("installs into " + ", ".join(f"{t}/" for t in shared))
+            if why:
+                parts.append({"dist": str(other.metadata["Name"]), "version": str(other.version), "why": "; ".join(why),
+                              "files": _shared_objects(other)})
+        own = _shared_objects(d)
+        files = sorted(set(own).union(*(p["files"] for p in parts)))
+        found[label] = {"version": str(d.version), "files": files, "own_files": own, "parts": parts}
     return {"ok": True, "dists": found}
 
 

@@ -3,7 +3,9 @@
 DeepEP's hybrid_ep_cpp defaults TORCH_CUDA_ARCH_LIST to 10.0 when it is unset, so an H100/H200 image
 built without setting it gets a Blackwell-only extension that fails at its first kernel launch. This
 lists the cubins (``cuobjdump --list-elf``) and PTX (``--list-ptx``) of every shared object of the
-named modules, found on sys.path without importing them. PTX for an older architecture can be
+named modules, found on sys.path without importing them, and of the named distributions together
+with the distributions they are split into (PyPI's TE: transformer_engine_cu13 holds the core
+library, transformer_engine_torch the extension; see smoke.probes.probe_dist_files). PTX for an older architecture can be
 JIT-compiled at load time, which is reported but not counted as coverage. Build tier only; skipped,
 saying why, when the image has no cuobjdump.
 """
@@ -72,8 +74,10 @@ def _sources(ctx: Context, modules: tuple[str, ...], dists: tuple[str, ...]) -> 
             info = res.data["dists"].get(dist)
             if info is None:
                 problems.append(f"distribution {dist} is not installed")
-            else:
-                out[f"distribution {dist} {info['version']}"] = list(info["files"])
+                continue
+            parts = info.get("parts") or []
+            with_parts = (" with " + ", ".join(f"{p['dist']} {p['version']}" for p in parts)) if parts else ""
+            out[f"distribution {dist} {info['version']}{with_parts}"] = list(info["files"])
     return out, problems
 
 

@@ -95,6 +95,58 @@ def test_arch_by_distribution_reads_its_record(suite: Suite) -> None:
     assert missing.summary == "distribution transformer-engine is not installed"
 
 
+def split_te(suite: Suite, *, torch_part: bool = True) -> str:
+    """A MIMIC of how PyPI ships TE 2.10 (layout read off transformer_engine-2.10.0's wheel and the
+    H200 run): the transformer_engine wheel has Python code only and requires its parts under
+    extras; transformer_engine_cu13 puts the core library into transformer_engine/wheel_lib/;
+    transformer_engine_torch installs a top-level extension module. Returns the extension's name."""
+    ext = "transformer_engine_torch" + importlib.machinery.EXTENSION_SUFFIXES[0]
+    parts = {"transformer_engine": ("transformer_engine/__init__.py,,\n",
+                                    'Requires-Dist: transformer_engine_cu13==2.10.0; extra == "core-cu13"\n'
+                                    'Requires-Dist: transformer_engine_torch==2.10.0; extra == "pytorch"\n'
+                                    'Requires-Dist: transformer_engine_jax==2.10.0; extra == "jax"\n'),
+             "transformer_engine_cu13": ("transformer_engine/wheel_lib/libtransformer_engine.so,,\n", "")}
+    if torch_part:
+        parts["transformer_engine_torch"] = (f"{ext},,\n", "")
+    for dist, (record, requires) in parts.items():
+        info = suite.site / f"{dist}-2.10.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 2.10.0\n{requires}")
+        (info / "RECORD").write_text(record)
+        for line in record.splitlines():
+            mimic.write(suite.site, line.split(",")[0], "")
+    return ext
+
+
+def test_arch_follows_a_distribution_split_into_parts(suite: Suite) -> None:
+    """PyPI's TE: the named distribution has no shared object; its cu13 and torch parts have them."""
+    ext = split_te(suite)
+    suite.tools.outputs = {("--list-elf", "libtransformer_engine.so"): elf("sm_80 sm_90 sm_100"),
+                           ("--list-elf", ext): elf("sm_90")}
+    r = suite.check("arch", {"archs": ["9.0"], "dists": ["transformer_engine"]})
+    assert r.status == "pass", r.summary
+    label = ("distribution transformer_engine 2.10.0 with transformer_engine_cu13 2.10.0, "
+             "transformer_engine_torch 2.10.0")
+    assert [(row["of"], os.path.basename(row["file"])) for row in r.details["files"]] == [
+        (label, "libtransformer_engine.so"), (label, ext)]
+    # the torch part built for Blackwell only fails the Hopper variant, naming the file
+    suite.tools.outputs[("--list-elf", ext)] = elf("sm_100a")
+    r = suite.check("arch", {"archs": ["9.0"], "dists": ["transformer_engine"]})
+    assert r.status == "fail"
+    assert r.summary == f"{os.path.realpath(suite.site / ext)} has no code for 9.0 (sm_90); it has sm_100a"
+
+
+def test_arch_parts_found_by_shared_package_folder(suite: Suite) -> None:
+    """A part that the named distribution does not require is still followed when it installs into its package."""
+    split_te(suite, torch_part=False)
+    meta = suite.site / "transformer_engine-2.10.0.dist-info" / "METADATA"
+    meta.write_text("Metadata-Version: 2.1\nName: transformer_engine\nVersion: 2.10.0\n")  # no Requires-Dist
+    suite.tools.outputs = {("--list-elf", "libtransformer_engine.so"): elf("sm_90")}
+    r = suite.check("arch", {"archs": ["9.0"], "dists": ["transformer-engine"]})
+    assert r.status == "pass", r.summary
+    assert r.details["files"][0]["of"] == "distribution transformer-engine 2.10.0 with transformer_engine_cu13 2.10.0"
+
+
 def test_arch_without_cuobjdump_is_skipped_and_fails_the_tier(suite: Suite) -> None:
     suite.tools.path = None
     report = suite.run({"required": ["arch"], "checks": {"arch": SECTION}})
