@@ -27,6 +27,7 @@ SmokeCheckName = Literal[
     "protected",  # protected base packages unchanged
     "imports",  # the modules listed in smoke.imports import
     "mxfp8",  # MXFP8 recipe importable / supported
+    "fp8",  # the launch's FP8 recipe (--fp8-recipe/--fp8-format) importable / available on the GPU
     "attention",  # attention env agrees with the entrypoint
     "hybridep",  # deep_ep.HybridEPBuffer + Megatron HAVE_HYBRIDEP + nvcc + JIT dir
     "arch",  # compiled extensions carry the variant's GPU arch

@@ -230,6 +230,16 @@ def expect_for(manifest: Manifest, lock: VariantLock | None, variant: Variant, *
         need("imports", "smoke.imports lists no modules")
     if "mxfp8" in smoke.required:
         checks["mxfp8"] = {}
+    fp8_format = _flag_value(args, "--fp8-format")
+    if "fp8" in smoke.required or fp8_format:
+        if manifest.entrypoint is None:
+            need("fp8", "the stack has no entrypoint whose arguments name an FP8 recipe")
+        recipe = _flag_value(args, "--fp8-recipe") or "delayed"  # Megatron's default
+        fp8: dict[str, Any] = {"recipe": recipe, "archs": list(variant.gpu_archs),
+                               "source": f"the {manifest.stack} {variant.name} launch"}
+        if fp8_format:
+            fp8["format"] = fp8_format
+        checks["fp8"] = fp8
     if manifest.entrypoint is not None:
         backend = _flag_value(args, "--attention-backend")
         att: dict[str, Any] = {"use_flash_attn": "--use-flash-attn" in args}

@@ -20,6 +20,7 @@ CHECK_NAMES: tuple[str, ...] = (
     "protected",
     "imports",
     "mxfp8",
+    "fp8",
     "attention",
     "hybridep",
     "arch",

@@ -373,6 +373,66 @@ def probe_mxfp8_support(args: Mapping[str, Any]) -> dict[str, Any]:
         return failure(exc, tried=tried)
 
 
+# Megatron-LM's --fp8-recipe -> the TE recipe class it builds (megatron/core/fp8_utils.py at effebd81)
+# and the family of TE's support question for it (transformer_engine/pytorch/quantization.py).
+FP8_RECIPES: dict[str, tuple[str, str]] = {
+    "delayed": ("DelayedScaling", "fp8"),
+    "tensorwise": ("Float8CurrentScaling", "fp8"),
+    "blockwise": ("Float8BlockScaling", "fp8_block_scaling"),
+    "mxfp8": ("MXFP8BlockScaling", "mxfp8"),
+}
+# family -> (module, attribute, how to call it), newest API first (as MXFP8_APIS)
+FP8_SUPPORT_APIS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    family: (("transformer_engine.pytorch", f"is_{family}_available", "return_reason"),
+             ("transformer_engine.pytorch.quantization", f"check_{family}_support", "plain"),
+             ("transformer_engine.pytorch.fp8", f"check_{family}_support", "plain"))
+    for family in ("fp8", "fp8_block_scaling", "mxfp8")
+}
+
+
+def _ask_support(apis: tuple[tuple[str, str, str], ...], tried: list[str]) -> dict[str, Any] | None:
+    for module, attr, style in apis:
+        where = f"{module}.{attr}"
+        mod = _optional_module(module)
+        fn = getattr(mod, attr, None) if mod is not None else None
+        if fn is None:
+            tried.append(f"{where}: absent")
+            continue
+        answer = fn(return_reason=True) if style == "return_reason" else fn()
+        if isinstance(answer, tuple) and len(answer) == 2:
+            supported, reason = bool(answer[0]), str(answer[1])
+        else:
+            supported, reason = bool(answer), ""
+        return {"api": where + ("(return_reason=True)" if style == "return_reason" else "()"),
+                "supported": supported, "reason": reason}
+    return None
+
+
+def probe_fp8_support(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether TE can run the launch's FP8 recipe on this GPU, and its answer for every FP8 family."""
+    recipe = str(args["recipe"])
+    tried: list[str] = []
+    try:
+        torch = importlib.import_module("torch")
+
+        gpu = _torch_gpu(torch)
+        importlib.import_module("transformer_engine.pytorch")
+        families: dict[str, Any] = {}
+        for family, apis in FP8_SUPPORT_APIS.items():
+            families[family] = _ask_support(apis, tried if family == FP8_RECIPES[recipe][1] else [])
+        answer = families[FP8_RECIPES[recipe][1]]
+        if answer is None:
+            text = f"no {FP8_RECIPES[recipe][1]} support API in this Transformer Engine"
+            return {"ok": False, "tried": tried, "gpu": gpu, "families": families,
+                    "error": {"type": "LookupError", "message": text, "text": f"LookupError: {text}",
+                              "traceback": [], "needs_device": False}}
+        return {"ok": True, **answer, "tried": tried, "gpu": gpu, "families": families}
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc, tried=tried)
+
+
 def probe_mxfp8_linear(args: Mapping[str, Any]) -> dict[str, Any]:
     """A tiny te.Linear forward and backward under this TE version's autocast with the MXFP8 recipe.
 
@@ -386,12 +446,18 @@ def probe_mxfp8_linear(args: Mapping[str, Any]) -> dict[str, Any]:
         tep = importlib.import_module("transformer_engine.pytorch")
         recipe_mod = importlib.import_module("transformer_engine.common.recipe")
         name = str(args.get("recipe", "MXFP8BlockScaling"))
-        recipe = getattr(recipe_mod, name)()
+        fmt = args.get("format")  # Megatron's --fp8-format: e4m3 -> Format.E4M3, hybrid -> Format.HYBRID
+        if fmt:
+            recipe = getattr(recipe_mod, name)(fp8_format=getattr(recipe_mod.Format, str(fmt).upper()))
+            made = f"{name}(fp8_format=Format.{str(fmt).upper()})"
+        else:
+            recipe = getattr(recipe_mod, name)()
+            made = f"{name}()"
         if hasattr(tep, "autocast"):  # TE >= 2.9
-            api = f"transformer_engine.pytorch.autocast(recipe={name}())"
+            api = f"transformer_engine.pytorch.autocast(recipe={made})"
             ctx = tep.autocast(enabled=True, recipe=recipe)
         else:  # TE <= 2.8
-            api = f"transformer_engine.pytorch.fp8_autocast(fp8_recipe={name}())"
+            api = f"transformer_engine.pytorch.fp8_autocast(fp8_recipe={made})"
             ctx = tep.fp8_autocast(enabled=True, fp8_recipe=recipe)
         n_in, n_out, tokens = int(args.get("in", 128)), int(args.get("out", 128)), int(args.get("tokens", 32))
         stage = "te.Linear"
@@ -580,6 +646,7 @@ PROBES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "runtime": probe_runtime,
     "mxfp8_support": probe_mxfp8_support,
     "mxfp8_linear": probe_mxfp8_linear,
+    "fp8_support": probe_fp8_support,
     "attention": probe_attention,
     "hybridep": probe_hybridep,
     "megatron_args": probe_megatron_args,

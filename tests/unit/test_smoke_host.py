@@ -71,6 +71,9 @@ def test_expect_for_deepseek_hopper_without_lock() -> None:
     assert c["cudnn"] == {"version": "9.14.0.64", "package": "libcudnn9-cuda-13"}
     assert c["arch"] == {"archs": ["9.0"], "dists": ["transformer_engine", "deep_ep"]}
     assert c["hybridep"] == {"megatron": True}
+    # the launch's FP8 recipe, from the baked --fp8-recipe / --fp8-format, checked against the variant's GPUs
+    assert c["fp8"] == {"recipe": "mxfp8", "format": "e4m3", "archs": ["9.0"],
+                        "source": "the deepseek-v3-gb200 hopper launch"}
     assert c["attention"] == {"use_flash_attn": True}  # no --attention-backend: Megatron's default (auto)
     assert c["megatron-args"]["argv0"] == "pretrain_gpt.py"
     args = c["megatron-args"]["args"]

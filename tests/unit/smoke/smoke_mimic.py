@@ -125,12 +125,26 @@ def transformer_engine(root: Path, *, layout: str, version: str, dist: str = "tr
         __version__ = str(metadata.version({dist!r}))
     """)
     write(root, "transformer_engine/common/__init__.py", "")
-    recipes = "class DelayedScaling:\n    pass\n"
+    recipes = ("import enum\n\n\nclass Format(enum.Enum):\n    E4M3 = 'e4m3'\n    HYBRID = 'hybrid'\n\n\n"
+               "class _Recipe:\n    def __init__(self, fp8_format=Format.HYBRID, **kw):\n"
+               "        self.fp8_format = fp8_format\n\n\n"
+               "class DelayedScaling(_Recipe):\n    pass\n\n\nclass Float8CurrentScaling(_Recipe):\n    pass\n\n\n"
+               "class Float8BlockScaling(_Recipe):\n    pass\n")
     if recipe:
-        recipes += "\n\nclass MXFP8BlockScaling:\n    pass\n"
+        recipes += "\n\nclass MXFP8BlockScaling(_Recipe):\n    pass\n"
     write(root, "transformer_engine/common/recipe.py", recipes)
     support = """
         import torch
+
+        def check_fp8_support():
+            if torch.cuda.get_device_capability() >= (9, 0):
+                return True, ""
+            return False, "Device compute capability 8.9 or higher required for FP8 execution."
+
+        def check_fp8_block_scaling_support():
+            if torch.cuda.get_device_capability() >= (9, 0) and float(torch.version.cuda) >= 12.9:
+                return True, ""
+            return False, "FP8 block scaled GEMM requires compute capability 9.0 or higher and CUDA >= 12.9."
 
         def check_mxfp8_support():
             cc = torch.cuda.get_device_capability()
@@ -187,12 +201,21 @@ def transformer_engine(root: Path, *, layout: str, version: str, dist: str = "tr
         write(root, "transformer_engine/pytorch/__init__.py", """
             import torch
             from transformer_engine.pytorch.module import Linear
-            from transformer_engine.pytorch.quantization import check_mxfp8_support
+            from transformer_engine.pytorch.quantization import (
+                check_fp8_block_scaling_support, check_fp8_support, check_mxfp8_support)
             from transformer_engine.pytorch import _state
             from transformer_engine.pytorch.attention.dot_product_attention.utils import DotProductAttention
 
             def is_mxfp8_available(return_reason=False):
                 ok, reason = check_mxfp8_support()
+                return (ok, reason) if return_reason else ok
+
+            def is_fp8_available(return_reason=False):
+                ok, reason = check_fp8_support()
+                return (ok, reason) if return_reason else ok
+
+            def is_fp8_block_scaling_available(return_reason=False):
+                ok, reason = check_fp8_block_scaling_support()
                 return (ok, reason) if return_reason else ok
 
             def autocast(enabled=True, calibrating=False, recipe=None, amax_reduction_group=None):
