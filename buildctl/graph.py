@@ -28,11 +28,13 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import hashlib
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from buildctl.entrypoint import EntrypointFragment
@@ -96,6 +98,9 @@ class PipPin:
     spec: str = ""  # the manifest's specifier when not locked
     hashes: tuple[str, ...] = ()
     in_base: bool = False  # the base already satisfies it: nothing to install
+    download: str = ""  # the manifest download (install: pip) whose file this is, not the index's
+    filename: str = ""  # with download: the wheel's file name in the wheelhouse
+    url: str = field(default="", metadata=_nokey())  # with download: where the host fetches it (sha256 is the content)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +136,7 @@ class CudnnNodeSpec:
     source: AptSource | None
     files: tuple[FileSpec, ...]  # the source's keyring
     cleanup: tuple[str, ...]
+    recommends: bool = False  # apt installs recommended packages too (apt.recommends)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,6 +148,7 @@ class SystemNodeSpec:
     remove_paths: tuple[str, ...]
     cleanup: tuple[str, ...]
     python: str
+    recommends: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -376,13 +383,57 @@ def _satisfies(version: str, specifier: str) -> bool:
         return False
 
 
-def _pip_pins(reqs: Iterable[PipRequirement], locked: tuple[LockedPip, ...] | None) -> tuple[tuple[PipPin, ...], list[str]]:
-    """The pip set to install: every locked pin (dependencies included), plus what the lock lacks."""
+def runtime_requirements(manifest: Manifest) -> tuple[PipRequirement, ...]:
+    """The runtime pip requirements: the manifest's, then the compiled wheels' own (install.requires)."""
+    out = list(manifest.pip.requirements)
+    seen = {r.name for r in out}
+    for c in manifest.components:
+        for r in c.install.requires:
+            if r.name not in seen:
+                out.append(r)
+                seen.add(r.name)
+    return tuple(out)
+
+
+def download_wheel(d: Download, platform: str) -> tuple[str, str, str, str] | None:
+    """(canonical name, version, file name, url) of an ``install: pip`` download's wheel for ``platform``."""
+    u = d.for_platform(platform)
+    if u is None:
+        return None
+    path = urllib.parse.unquote(urllib.parse.urlsplit(u.url).path.rsplit("/", 1)[-1])
+    name, version, _, _ = parse_wheel_filename(path)  # the loader checked it parses
+    return str(name), str(version), path, u.url
+
+
+def _download_pin(d: Download, platform: str, vl: VariantLock | None) -> tuple[PipPin, str | None]:
+    w = download_wheel(d, platform)
+    assert w is not None and d.for_platform(platform) is not None
+    name, version, filename, url = w
+    u = d.for_platform(platform)
+    assert u is not None
+    sha = u.sha256 if u.sha256 != "compute" else None
+    ld = vl.downloads.get(d.name) if vl else None
+    if sha is None and ld is not None and ld.url == url:
+        sha = ld.sha256
+    pin = PipPin(name=name, version=version, hashes=(f"sha256:{sha}",) if sha else (), download=d.name,
+                 filename=filename, url=url)
+    return pin, None if sha else f"download {d.name} sha256"
+
+
+def _pip_pins(reqs: Iterable[PipRequirement], locked: tuple[LockedPip, ...] | None, *,
+              downloads: Iterable[PipPin] = ()) -> tuple[tuple[PipPin, ...], list[str]]:
+    """The pip set to install: every locked pin (dependencies included), plus what the lock lacks.
+
+    ``downloads``: wheels the manifest downloads (install: pip); each replaces the lock's pin of its name
+    (the lock resolved it from the same URL), so that the host serves the downloaded file.
+    """
     pins: dict[str, PipPin] = {}
     unlocked: list[str] = []
     by_name = {p.name: p for p in locked or ()}
     for p in locked or ():
         pins[p.name] = PipPin(name=p.name, version=p.version, hashes=tuple(sorted(p.hashes)), in_base=p.in_base)
+    for d in downloads:
+        pins[d.name] = d
     for r in reqs:
         lp = by_name.get(r.name)
         if lp is not None and _satisfies(lp.version, r.specifier):
@@ -487,7 +538,14 @@ def build(
 
     files: dict[str, FileSpec] = {}
     file_unlocked: dict[str, str] = {}
+    wheel_downloads: list[tuple[PipPin, str | None]] = []
     for d in manifest.downloads:
+        if d.install == "pip":
+            if d.for_platform(platform) is None:
+                warnings.append(f"download {d.name} has no URL for {platform}: not in this variant's images")
+            else:
+                wheel_downloads.append(_download_pin(d, platform, lock))
+            continue
         f, why = _file(d, platform, lock)
         if f is None:
             warnings.append(f"download {d.name} has no URL for {platform}: not in this variant's images")
@@ -509,7 +567,8 @@ def build(
         keyring = _keyrings([cudnn_source] if cudnn_source else [], files)
         add("cudnn", "cudnn", ("base",), CudnnNodeSpec(
             package=cudnn.package, version=cudnn.version, apt_version=pin.version, source=cudnn_source,
-            files=keyring, cleanup=cleanup), [why, *(file_unlocked.get(f.name) for f in keyring)])
+            files=keyring, cleanup=cleanup, recommends=manifest.apt.recommends),
+            [why, *(file_unlocked.get(f.name) for f in keyring)])
         below_system = "cudnn"
 
     # system: apt sources and packages, downloads, removals (what cuDNN's node already set up is not repeated)
@@ -520,10 +579,13 @@ def build(
     add("system", "system", (below_system,), SystemNodeSpec(
         files=sys_files, sources=sys_sources, apt=tuple(sorted((p for p, _ in apt_pins), key=lambda p: p.name)),
         remove_pip=tuple(manifest.remove.pip), remove_paths=tuple(manifest.remove.paths), cleanup=cleanup,
-        python=python), [*(w for _, w in apt_pins), *(file_unlocked.get(f.name) for f in sys_files)])
+        python=python, recommends=manifest.apt.recommends),
+        [*(w for _, w in apt_pins), *(file_unlocked.get(f.name) for f in sys_files)])
 
     # python
-    pins, pip_unlocked = _pip_pins(manifest.pip.requirements, lock.pip if lock else None)
+    pins, pip_unlocked = _pip_pins(runtime_requirements(manifest), lock.pip if lock else None,
+                                   downloads=[p for p, _ in wheel_downloads])
+    pip_unlocked += [why for _, why in wheel_downloads if why]
     add("python", "python", ("system",), PythonNodeSpec(
         python=python, constraint=manifest.pip.constraint, pins=pins, protect=tuple(manifest.protect.packages),
         replace=tuple(manifest.protect.replace), cleanup=cleanup), pip_unlocked)

@@ -30,6 +30,7 @@ from typing import Literal, Protocol, assert_never
 from debian.debian_support import Version as DebianVersion
 from packaging.utils import canonicalize_name
 
+from buildctl import graph
 from buildctl.config import Config
 from buildctl.errors import BuildctlError, LockDrift, LockError, SourceError, UnreachableError
 from buildctl.lockfile import (
@@ -302,7 +303,28 @@ def cudnn_pattern(m: Manifest, v: Variant) -> tuple[str, str] | None:
     return spec.package, spec.apt_version or f"{spec.version}-*"
 
 
-def probe_request(m: Manifest, v: Variant, keyrings: Mapping[str, bytes]) -> ProbeRequest:
+def download_wheels(m: Manifest, v: Variant, downloads: Mapping[str, LockedDownload]) -> dict[str, tuple[str, str]]:
+    """Canonical name -> (requirement line, sha256) of each ``install: pip`` download of the variant.
+
+    The line is a direct reference with the locked checksum (``name @ URL#sha256=...``): pip in the base
+    resolves the wheel together with the pip requirements, so that the wheel's own requirements are
+    locked with them, and checks that it installs in that base.
+    """
+    out: dict[str, tuple[str, str]] = {}
+    for d in m.downloads:
+        if d.install != "pip" or d.name not in downloads:
+            continue
+        w = graph.download_wheel(d, v.platform)
+        if w is None:
+            continue
+        name, _version, _filename, url = w
+        sha = downloads[d.name].sha256
+        out[name] = (f"{name} @ {url}#sha256={sha}", sha)
+    return out
+
+
+def probe_request(m: Manifest, v: Variant, keyrings: Mapping[str, bytes],
+                  wheels: Mapping[str, tuple[str, str]] | None = None) -> ProbeRequest:
     apt_names = [p.name for p in m.apt.packages]
     cud = cudnn_pattern(m, v)
     if cud:
@@ -325,7 +347,7 @@ def probe_request(m: Manifest, v: Variant, keyrings: Mapping[str, bytes]) -> Pro
                 if dest.endswith(".deb"):
                     debs.append(dest)
     return ProbeRequest(
-        pip=tuple(r.text for r in m.pip.requirements),
+        pip=(*(r.text for r in graph.runtime_requirements(m)), *(line for line, _ in (wheels or {}).values())),
         build_pip={c.name: tuple(r.text for r in c.build.requires) for c in m.components if c.build.requires},
         apt=tuple(dict.fromkeys(apt_names)),
         apt_sources=sources, files=files, apt_debs=tuple(debs),
@@ -335,12 +357,19 @@ def probe_request(m: Manifest, v: Variant, keyrings: Mapping[str, bytes]) -> Pro
 
 
 def pip_pins(requirements: Sequence[PipRequirement], installs: Iterable[PipInstall],
-             installed: Mapping[str, str], tags: Sequence[str], index: PackageIndex, *, where: str
-             ) -> tuple[LockedPip, ...]:
-    """What pip would install (exact version + file hashes) and the requirements the base satisfies."""
+             installed: Mapping[str, str], tags: Sequence[str], index: PackageIndex, *, where: str,
+             downloads: Mapping[str, str] | None = None) -> tuple[LockedPip, ...]:
+    """What pip would install (exact version + file hashes) and the requirements the base satisfies.
+
+    ``downloads``: canonical name -> sha256 of the wheels the manifest downloads: their hash is the
+    download's, not the index's (the index does not have them).
+    """
     out: dict[str, LockedPip] = {}
     for i in installs:
         name = canonicalize_name(i.name)
+        if downloads and name in downloads:
+            out[name] = LockedPip(name=name, version=i.version, hashes=(f"sha256:{downloads[name]}",))
+            continue
         hashes = set(index.file_hashes(name, i.version, tags))
         if i.sha256:
             hashes.add(f"sha256:{i.sha256}")
@@ -440,7 +469,8 @@ def resolve(m: Manifest, v: Variant, resolvers: Resolvers, config: Config, *,
     base, pull_ref = resolve_base(m.stack, v, resolvers.registry, config.registry_mirrors)
     components = {c.name: resolve_component(c, resolvers.git, base_dir) for c in m.components}
     downloads, keyrings = resolve_downloads(m, v, resolvers.fetch)
-    request = probe_request(m, v, keyrings)
+    wheels = download_wheels(m, v, downloads)
+    request = probe_request(m, v, keyrings, wheels)
     pip: tuple[LockedPip, ...] = ()
     build_pip: dict[str, tuple[LockedPip, ...]] = {}
     apt: dict[str, str] = {}
@@ -452,8 +482,8 @@ def resolve(m: Manifest, v: Variant, resolvers: Resolvers, config: Config, *,
             raise LockError(f"{m.stack}/{v.name}: the base's python is {result.python}, the variant says {v.python}",
                             fix=f"set variants.{v.name}.python: \"{'.'.join(result.python.split('.')[:2])}\"")
         check_protected(m, result.pip, result.installed, where=where)
-        pip = pip_pins(m.pip.requirements, result.pip, result.installed_after_remove, result.tags,
-                       resolvers.index, where=where)
+        pip = pip_pins(graph.runtime_requirements(m), result.pip, result.installed_after_remove, result.tags,
+                       resolvers.index, where=where, downloads={n: sha for n, (_, sha) in wheels.items()})
         for c in m.components:
             if c.build.requires:
                 build_pip[c.name] = pip_pins(c.build.requires, result.build_pip.get(c.name, ()),

@@ -32,6 +32,7 @@ SmokeCheckName = Literal[
     "hybridep",  # deep_ep.HybridEPBuffer + Megatron HAVE_HYBRIDEP + nvcc + JIT dir
     "arch",  # compiled extensions carry the variant's GPU arch
     "megatron-args",  # baked arguments parse with Megatron's parser
+    "requirements",  # pip check in the image reports nothing the base did not (our layers broke no requirement)
 ]
 SMOKE_CHECKS: tuple[str, ...] = typing.get_args(SmokeCheckName)
 
@@ -133,17 +134,25 @@ class AptPackage:
 class AptSpec:
     repos: tuple[AptRepo, ...] = ()
     packages: tuple[AptPackage, ...] = ()
+    recommends: bool = field(
+        default=False,
+        metadata=_doc("install recommended packages too (plain `apt-get install`, as the DeepSeek guide and "
+                      "verl's recipe do); false: --no-install-recommends"),
+    )
     at: Location = loc()
 
 
 @dataclass(frozen=True, kw_only=True)
 class Download:
     name: str
-    dest: str = field(metadata=_doc("absolute path in the image"))
+    dest: str = field(default="", metadata=_doc("install: file: absolute path in the image (install: pip: none)"))
     mode: str = "0644"
     urls: Mapping[str, PlatformUrl] = field(metadata=_doc("platform (or 'any') -> url + sha256"))
     install: Literal["file", "pip"] = field(
-        default="file", metadata=_doc("file: placed at dest; pip: a wheel pip-installed by the python node")
+        default="file",
+        metadata=_doc("file: placed at dest; pip: a wheel (the URL's last part is its file name) that the lock "
+                      "resolves with the pip requirements (its own requirements locked with them) and the "
+                      "python node pip-installs from the host's wheelhouse by name, version and sha256"),
     )
     at: Location = loc()
 
@@ -241,6 +250,17 @@ class ComponentInstall:
     path: str | None = field(default=None, metadata=_doc("source-tree only: where the tree goes"))
     dist: str | None = field(default=None, metadata=_doc("distribution name of the wheel (for version checks)"))
     module: str | None = field(default=None, metadata=_doc("import name (for smoke checks)"))
+    requires: tuple[PipRequirement, ...] = field(
+        default=(),
+        metadata=_doc("the wheel's own requirements (its Requires-Dist): resolved and locked with the runtime pip "
+                      "requirements (the lock marks those the base satisfies), installed by the python node; "
+                      "the wheel itself is installed --no-deps"),
+    )
+    provided: tuple[str, ...] = field(
+        default=(),
+        metadata=_doc("requirements of the wheel that the base provides and the stack protects (torch): "
+                      "not resolved; the requirements smoke check proves them satisfied in the image"),
+    )
     at: Location = loc()
 
 

@@ -15,6 +15,7 @@ import hashlib
 import re
 import types
 import typing
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from enum import Enum
 from pathlib import Path
@@ -22,7 +23,8 @@ from typing import Any
 
 import yaml
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion
 
 from buildctl import model
 from buildctl.errors import Location, ManifestError, ManifestErrors, UsageError
@@ -361,6 +363,40 @@ class _Loader:
 # ------------------------------------------------------------------------------------ semantic checks
 
 
+DIST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
+
+def wheel_of_url(url: str) -> tuple[str, str, str] | None:
+    """(canonical name, version, file name) of the wheel a URL's last path component names, or None."""
+    filename = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+    try:
+        name, version, _build, _tags = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
+    return str(name), str(version), filename
+
+
+def _pip_download(d: model.Download, err: Any) -> None:
+    """install: pip: every URL names a wheel file, all of one distribution; nothing is placed at a dest."""
+    if d.dest:
+        err(d.at, f"download {d.name}: install: pip takes no dest (pip installs the wheel)",
+            fix="remove dest; the wheel's file name is the last part of its URL")
+    names = set()
+    for u in d.urls.values():
+        w = wheel_of_url(u.url)
+        if w is None:
+            err(u.at, f"download {d.name}: install: pip needs a wheel URL, and {u.url!r} does not end in a wheel "
+                      "file name (name-version-python-abi-platform.whl)",
+                fix="point the URL at the .whl file itself, or use install: file")
+            continue
+        if not re.match(r"^[A-Za-z0-9._+-]+\.whl$", w[2]):
+            err(u.at, f"download {d.name}: wheel file name {w[2]!r} holds characters pip would not write")
+        names.add(w[0])
+    if len(names) > 1:
+        err(d.at, f"download {d.name}: the platforms' wheels are of different distributions ({', '.join(sorted(names))})")
+
+
+
 def _semantic(m: Manifest, ld: _Loader, base_dir: Path) -> None:
     def err(at: Location, what: str, fix: str = "") -> None:
         ld.errors.append(ManifestError(at, what, fix=fix))
@@ -405,8 +441,10 @@ def _semantic(m: Manifest, ld: _Loader, base_dir: Path) -> None:
             err(repo.at, f"apt repo {repo.name}: keyring {repo.keyring!r} is not a download")
 
     for d in m.downloads:
-        if not d.dest.startswith("/"):
+        if d.install == "file" and not d.dest.startswith("/"):
             err(d.at, f"download {d.name}: dest {d.dest!r} must be an absolute path")
+        if d.install == "pip":
+            _pip_download(d, err)
         if not re.match(r"^0?[0-7]{3}$", d.mode):
             err(d.at, f"download {d.name}: mode {d.mode!r} is not an octal mode like '0755'")
         for plat, u in d.urls.items():
@@ -445,6 +483,18 @@ def _semantic(m: Manifest, ld: _Loader, base_dir: Path) -> None:
                 elif hashlib.sha256(f.read_bytes()).hexdigest() != patch.sha256:
                     err(patch.at, f"component {c.name}: patch {patch.file} does not match its sha256",
                         fix="update the sha256 if the change to the patch was intended")
+        seen_req: set[str] = set()
+        for req in c.install.requires:
+            if req.name in seen_req:
+                err(req.at, f"component {c.name}: install.requires lists {req.name!r} twice")
+            seen_req.add(req.name)
+        for prov in c.install.provided:
+            if not DIST_RE.match(prov):
+                err(c.install.at, f"component {c.name}: install.provided {prov!r} is not a distribution name")
+            elif canonicalize_name(prov) in seen_req:
+                err(c.install.at, f"component {c.name}: {prov!r} is both in install.requires and install.provided")
+        if (c.install.requires or c.install.provided) and c.install.kind is not InstallKind.WHEEL:
+            err(c.install.at, f"component {c.name}: install.requires and install.provided belong to a wheel install")
         if c.install.kind is InstallKind.SOURCE_TREE and not c.install.path:
             err(c.install.at, f"component {c.name}: a source-tree install needs install.path")
         if c.install.path and not c.install.path.startswith("/"):

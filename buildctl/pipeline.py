@@ -189,6 +189,7 @@ class _Build:
         self.prepared: dict[str, Path] = {}  # component -> exported source tree
         self.downloads: dict[str, Path] = {}  # download name -> verified file
         self.pip: dict[str, Path] = {}  # "name==version" -> wheel file
+        self.pip_files: dict[str, Path] = {}  # wheel file name -> a downloaded wheel (install: pip), verified
         self.wheels: dict[str, Path] = {}  # component -> its compiled wheel file
         self.busy: dict[str, int] = {e.name: 0 for e in self.engines}
         self.lock = threading.Lock()
@@ -382,8 +383,22 @@ class _Build:
             return
         self.progress.node("python" if actions.get("python") == "build" else next(
             n for n, a in actions.items() if a == "build"), "wheels", f"{len(pins)} pip wheel(s) on the host")
+        # wheels the manifest downloads (install: pip): fetched and verified like any download, served by file name
+        downloaded = [p for p in pins.values() if p.download]
+        if downloaded:
+            fetcher = HttpFetcher(ca_bundle=self.config.ca_bundle, timeout=self.config.network_timeout)
+            folder = self.config.cache.downloads / "files"
+            folder.mkdir(parents=True, exist_ok=True)
+            for p in downloaded:
+                assert p.hashes, "a locked graph has every checksum"
+                sha = p.hashes[0].removeprefix("sha256:")
+                dest = folder / sha
+                if not (dest.is_file() and wheelhouse.sha256_file(dest) == sha):
+                    self._download(fetcher, FileSpec(name=p.download, dest="", mode="0644", sha256=sha, url=p.url), dest)
+                self.pip_files[p.filename] = dest
         self.pip = wheelhouse.download(
-            sorted(pins.values(), key=lambda p: (p.name, p.version or "")), folder=self.config.cache.downloads / "pip",
+            sorted((p for p in pins.values() if not p.download), key=lambda p: (p.name, p.version or "")),
+            folder=self.config.cache.downloads / "pip",
             python=self.t.variant.python, platform=self.g.platform, config=self.config,
             log_file=self.log_file("pip-download"))
 
@@ -422,7 +437,7 @@ class _Build:
     def _wheelhouse(self) -> Iterator[str]:
         root = Path(tempfile.mkdtemp(prefix="wheelhouse-", dir=self.scratch))
         try:
-            wheelhouse.link_tree(root, {p.name: p for p in self.pip.values()})
+            wheelhouse.link_tree(root, {**{p.name: p for p in self.pip.values()}, **self.pip_files})
             with wheelhouse.serve(root) as url:
                 self._wheelhouse_root = root
                 yield url

@@ -65,6 +65,9 @@ RENDER_VERSION = "2"  # bump when this module's output changes for the same inpu
 EPOCH = 315532800  # 1980-01-01T00:00:00Z: mtime of every path a node creates
 WHEELHOUSE_ARG = "BUILDCTL_WHEELHOUSE"  # http://127.0.0.1:PORT/ of the host's wheelhouse, per build
 PROTECT_PATH = "/usr/local/lib/buildctl-protect.py"  # in a folder every base has
+# The base's own `pip check`, recorded by the system node before any layer of ours changes a package: the
+# requirements smoke check fails only on what our layers broke, not on what the base ships inconsistent.
+PIP_CHECK_BASE = "/usr/local/lib/buildctl-pip-check-base.txt"
 
 KIND_FILES: Mapping[str, tuple[str, ...]] = {
     "cudnn": ("cudnn.Dockerfile.in",),
@@ -233,11 +236,15 @@ def _apt_arg(p: AptPin) -> str:
     return p.name if p.version == "*" else shlex.quote(f"{p.name}={p.version}")
 
 
+def _apt_install(recommends: bool) -> str:
+    return "apt-get install -y" if recommends else "apt-get install -y --no-install-recommends"
+
+
 def _apt(t: Templates, sources: Sequence[AptSource], files: Sequence[FileSpec],
-         packages: Sequence[AptPin]) -> list[str]:
+         packages: Sequence[AptPin], *, recommends: bool = False) -> list[str]:
     lines = _apt_sources(sources, files)
     if packages:
-        lines += ["apt-get update; \\", "apt-get install -y --no-install-recommends \\"]
+        lines += ["apt-get update; \\", f"{_apt_install(recommends)} \\"]
         lines += [f"  {_apt_arg(p)}{'; ' if i == len(packages) - 1 else ' '}\\" for i, p in enumerate(packages)]
     if not lines:
         return []
@@ -296,6 +303,7 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
         ctx = _rootfs(spec.files)
         return Rendered(dockerfile=fill("cudnn.Dockerfile.in", t.text("cudnn.Dockerfile.in"), {
             "from": parent_ref, "copy": _copy(ctx), "apt_sources": _apt_sources([spec.source] if spec.source else [], spec.files),
+            "install": _apt_install(spec.recommends),
             "packages": _apt_arg(AptPin(name=spec.package, version=spec.apt_version)),
             "apt_keep": t.text("_apt-keep.sh.in").splitlines(),
             "apt_clean": t.text("_apt-clean.sh.in").splitlines(), "cleanup": _cleanup(spec.cleanup),
@@ -306,8 +314,9 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
                   f"{' '.join(shlex.quote(p) for p in spec.remove_pip)}; \\"
                   ] if spec.remove_pip else []
         remove += _cleanup(spec.remove_paths)
+        baseline = [f"{spec.python} -m pip check --disable-pip-version-check > {PIP_CHECK_BASE} 2>&1 || true; \\"]
         return Rendered(dockerfile=fill("system.Dockerfile.in", t.text("system.Dockerfile.in"), {
-            "from": parent_ref, "copy": _copy(ctx), "remove": remove, "apt": _apt(t, spec.sources, spec.files, spec.apt),
+            "from": parent_ref, "copy": _copy(ctx), "pip_check_base": baseline, "remove": remove, "apt": _apt(t, spec.sources, spec.files, spec.apt, recommends=spec.recommends),
             "cleanup": _cleanup(spec.cleanup), "settle": _settle(t)}), context=tuple(ctx))
     if isinstance(spec, PythonNodeSpec):
         ctx = []

@@ -31,6 +31,7 @@ from buildctl.errors import Location, ManifestError, SmokeFailed, UsageError
 from buildctl.imageview import RunOutcome
 from buildctl.lockfile import VariantLock, canonical, write_atomic
 from buildctl.model import SMOKE_CHECKS, Component, GpuTier, InstallKind, Manifest, SmokeCheckName, Variant
+from buildctl.render import PIP_CHECK_BASE
 
 EXPECT_LABEL = "io.buildctl.smoke.expect"  # the expectation, canonical JSON (or base64 of it)
 PYTHON_LABEL = "io.buildctl.smoke.python"  # the interpreter the training runs with (default python3)
@@ -255,6 +256,8 @@ def expect_for(manifest: Manifest, lock: VariantLock | None, variant: Variant, *
         if not variant.gpu_archs or not wheels:
             need("arch", "the variant names no gpu_archs or the stack compiles no wheel")
         checks["arch"] = {"archs": list(variant.gpu_archs), "dists": wheels}
+    if "requirements" in smoke.required:
+        checks["requirements"] = {"baseline": PIP_CHECK_BASE}
     megatron = manifest.entrypoint.megatron if manifest.entrypoint else None
     if megatron is not None and manifest.entrypoint is not None:
         script = next((w for w in manifest.entrypoint.command if w.endswith(".py")), manifest.entrypoint.command[-1])

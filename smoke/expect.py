@@ -25,6 +25,7 @@ CHECK_NAMES: tuple[str, ...] = (
     "hybridep",
     "arch",
     "megatron-args",
+    "requirements",
 )
 StubMode = Literal["auto", "always", "never"]
 STUB_MODES: tuple[StubMode, ...] = ("auto", "always", "never")

@@ -636,8 +636,27 @@ def probe_megatron_args(args: Mapping[str, Any]) -> dict[str, Any]:
             "attention_backend": str(values.get("attention_backend")) if "attention_backend" in values else None}
 
 
+def probe_pip_check(args: Mapping[str, Any]) -> dict[str, Any]:
+    """``python -m pip check`` of this interpreter, and the base's run recorded in the image (``baseline``)."""
+    import subprocess
+
+    baseline_file = str(args.get("baseline") or "")
+    baseline = None
+    if baseline_file:
+        try:
+            with open(baseline_file, encoding="utf-8", errors="replace") as f:
+                baseline = f.read()
+        except OSError:
+            baseline = None
+    p = subprocess.run([sys.executable, "-m", "pip", "check", "--disable-pip-version-check"],
+                       capture_output=True, text=True, timeout=float(args.get("timeout", 120)), check=False)
+    return {"ok": True, "returncode": p.returncode, "output": p.stdout + p.stderr, "baseline": baseline,
+            "baseline_file": baseline_file}
+
+
 PROBES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "distributions": probe_distributions,
+    "pip_check": probe_pip_check,
     "import": probe_import,
     "module_dist": probe_module_dist,
     "locate": probe_locate,

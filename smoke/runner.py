@@ -22,6 +22,7 @@ from smoke.checks import (
     megatron_args,
     mxfp8,
     protected,
+    requirements,
     versions,
 )
 from smoke.driver import Driver
@@ -40,6 +41,7 @@ CHECKS: dict[str, Check] = {
     "hybridep": Check(name="hybridep", build=hybridep.build, gpu=hybridep.gpu),
     "arch": Check(name="arch", build=arch.build, gpu=None),
     "megatron-args": Check(name="megatron-args", build=megatron_args.build, gpu=megatron_args.gpu),
+    "requirements": Check(name="requirements", build=requirements.build, gpu=None),
 }
 
 

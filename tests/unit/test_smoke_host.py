@@ -43,7 +43,7 @@ def test_expect_for_the_demo_stack() -> None:
     e = smoke.expect_for(m, demo_lock(), m.variant("default"), base_packages={"PyYAML": "6.0", "pip": "23.0.1"})
     assert e.suite_json() == {
         "schema": 1, "stack": "demo", "variant": "default",
-        "required": ["versions", "protected", "imports"],
+        "required": ["versions", "protected", "imports", "requirements"],
         "gpu_tier": "waived", "gpu_waiver": "the demo stack has no GPU code",
         "python_path": ["/opt/demo-trainer"], "driver_stub": "auto",
         "checks": {
@@ -51,6 +51,7 @@ def test_expect_for_the_demo_stack() -> None:
                           "use_flash_attn": False},
             "imports": {"modules": ["fastmath", "six", "tomli", "yaml"]},
             "protected": {"patterns": ["PyYAML"], "replace": [], "base": {"PyYAML": "6.0", "pip": "23.0.1"}},
+            "requirements": {"baseline": "/usr/local/lib/buildctl-pip-check-base.txt"},
             "versions": {
                 "distributions": [{"name": "six", "version": "1.16.0"}, {"name": "tomli", "version": "2.0.1"}],
                 "components": [

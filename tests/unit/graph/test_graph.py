@@ -103,7 +103,7 @@ def test_inputs_content(gs: Any) -> None:
         "sources": [],
         "apt": {"curl": {"version": "8.5.0-2"}, "gdb": {"version": "13.1-3"}, "tmux": {"version": "3.4-1"}},
         "remove_pip": ["old-core"], "remove_paths": ["/opt/old-tree"], "cleanup": ["/root/.cache", "/tmp/*"],
-        "python": "python3",
+        "python": "python3", "recommends": False,
     }
     py = g.node("python").inputs
     assert py["constraint"] == "unset"
@@ -327,7 +327,7 @@ def test_a_stale_lock_entry_counts_as_unlocked(gs: Any) -> None:
     g = gs.make(m2, lk)
     assert g.node("python").unlocked == ("pip black==24.8.0 (hashes)",)
     assert g.node("python").inputs["pins"]["black"] == {"version": "24.8.0", "spec": "", "hashes": [],
-                                                        "in_base": False}
+                                                        "in_base": False, "download": "", "filename": ""}
     m3 = with_component(m, "engine", prs=(PullRequest(number=2146),))
     assert gs.make(m3, lk).node("wheel:engine").unlocked == ("source engine (commit d2945c6 + PRs 2146)",)
     m4 = replace(m, variants=tuple(replace(v, image=v.image + "-new") if v.name == "gpu13" else v

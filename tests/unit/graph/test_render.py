@@ -74,6 +74,7 @@ COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1; \\
+    python3 -m pip check --disable-pip-version-check > /usr/local/lib/buildctl-pip-check-base.txt 2>&1 || true; \\
     PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip uninstall -y old-core; \\
     rm -rf /opt/old-tree; \\
 """ + APT_KEEP + """\
