@@ -118,23 +118,30 @@ class Facts:
             self.items.append(item)
 
 
+def _expand(word: str, args: dict[str, str]) -> str:
+    return re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: args.get(m.group(1), m.group(0)), word)
+
+
 def dockerfile_items(f: Facts, text: str) -> None:
+    args: dict[str, str] = {}
     for line in logical_lines(text):
         word, _, rest = line.partition(" ")
         word = word.upper()
         rest = rest.strip()
-        f.step = line[:100]
+        f.step = line[:60]
         if word == "FROM":
             f.add("base", rest.split()[0])
         elif word == "ENV":
             for k, v in _env_pairs(rest):
                 f.add("env", f"{k}={v}")
         elif word == "ARG":
-            f.add("arg", rest.split("=", 1)[0])
+            name, _, value = rest.partition("=")
+            args[name] = _expand(value.strip().strip('"'), args)
+            f.add("arg", f"{name}={args[name]}")
         elif word == "WORKDIR":
             f.add("workdir", rest)
         elif word == "RUN":
-            run_items(f, rest)
+            run_items(f, rest, args)
 
 
 def _env_pairs(rest: str) -> list[tuple[str, str]]:
@@ -144,12 +151,19 @@ def _env_pairs(rest: str) -> list[tuple[str, str]]:
     return [(w.partition("=")[0], w.partition("=")[2]) for w in shlex.split(rest)]
 
 
-def run_items(f: Facts, run: str) -> None:
+def run_items(f: Facts, run: str, args: dict[str, str]) -> None:
     unset_constraint = False
-    for words in commands(run):
-        env, words = _env_prefix(words)
+    cmds = [_env_prefix(w) for w in commands(run)]
+    # a RUN that compiles (an env-prefixed pip install) installs its other pip packages for that compile
+    compiles = any(env and words[:1] == ["pip"] for env, words in cmds)
+    for env, words in cmds:
+        if ">" in words:
+            words = words[:words.index(">")]  # `{ echo ...; } > FILE`: the apt-sources step, recorded by its cp
+        words = [_expand(w, args) for w in words]
         if not words:
             continue
+        if words[0] == "apt-get" and "install" in words:
+            words = ["apt-get", "install", *(w for w in words[1:] if w != "install")]
         if words[0] == "unset" and "PIP_CONSTRAINT" in words:
             unset_constraint = True
             continue
@@ -166,10 +180,12 @@ def run_items(f: Facts, run: str) -> None:
         elif words[0] in ("pip", "python", "python3"):
             pip = words[words.index("pip"):] if "pip" in words else words
             if pip[1:2] == ["install"]:
-                args = pip[2:]
-                opts = [a for a in args if a.startswith("-")]
-                for name in _pip_names(args):
-                    kind = "pip-build" if env else "pip"
+                opts = [a for a in pip[2:] if a.startswith("-")]
+                for name in _pip_names(pip[2:]):
+                    if name.endswith(".whl"):
+                        f.add("pip-wheel", name)
+                        continue
+                    kind = "pip-build" if env or compiles else "pip"
                     f.add(kind, name, unset_constraint=unset_constraint or None, env=env or None,
                           options=[o for o in opts if o not in ("--no-cache-dir",)] or None)
                 for k, v in env.items():
@@ -231,7 +247,7 @@ def guide_items(f: Facts, text: str) -> None:
 
 def bert_script_items(f: Facts, text: str) -> None:
     for line in logical_lines(text):
-        f.step = line[:100]
+        f.step = line[:60]
         if line.startswith("export "):
             f.add("runtime-env", line.removeprefix("export ").strip())
         elif line.startswith("torchrun"):
