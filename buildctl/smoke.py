@@ -187,6 +187,30 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
     return None
 
 
+# Megatron-LM's defaults (megatron/training/arguments.py at effebd81) for the MoE shape the hybridep
+# round trip scales down; hidden size, experts and sequence length have none that would mean MoE.
+_MOE_FLAGS = {"hidden_size": ("--hidden-size", None), "num_experts": ("--num-experts", None),
+              "expert_model_parallel_size": ("--expert-model-parallel-size", 1),
+              "moe_router_topk": ("--moe-router-topk", 2), "moe_hybridep_num_sms": ("--moe-hybridep-num-sms", 16),
+              "seq_length": ("--seq-length", None), "micro_batch_size": ("--micro-batch-size", 1)}
+
+
+def _moe_shape(args: Sequence[str]) -> dict[str, int] | None:
+    """The launch's MoE shape for the hybridep round trip, or None when the arguments do not give one."""
+    out: dict[str, int] = {}
+    for key, (flag, default) in _MOE_FLAGS.items():
+        value = _flag_value(args, flag)
+        if value is None:
+            if default is None:
+                return None
+            out[key] = default
+        elif value.isdigit():
+            out[key] = int(value)
+        else:
+            return None
+    return out
+
+
 def expect_for(manifest: Manifest, lock: VariantLock | None, variant: Variant, *,
                base_packages: Mapping[str, str] | None = None, profile: str | None = None) -> Expectation:
     """The expectation for one variant's image, from the manifest and (when there is one) its lock.
@@ -251,6 +275,9 @@ def expect_for(manifest: Manifest, lock: VariantLock | None, variant: Variant, *
         need("attention", "the stack has no entrypoint")
     if "hybridep" in smoke.required:
         checks["hybridep"] = {"megatron": manifest.entrypoint is not None and manifest.entrypoint.megatron is not None}
+        roundtrip = _moe_shape(args)
+        if roundtrip is not None:
+            checks["hybridep"]["roundtrip"] = roundtrip
     if "arch" in smoke.required:
         wheels = [c.install.dist or c.name for c in manifest.components if c.install.kind is InstallKind.WHEEL]
         if not variant.gpu_archs or not wheels:

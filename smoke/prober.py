@@ -7,9 +7,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -65,6 +67,27 @@ class ProbeResult:
 class Prober(Protocol):
     def probe(self, name: str, args: Mapping[str, Any], *, env: Mapping[str, str] | None = None,
               stub: bool = True) -> ProbeResult: ...
+
+    def probe_ranks(self, name: str, args: Mapping[str, Any], *, ranks: int, timeout: float) -> list[ProbeResult]:
+        """One probe in ``ranks`` processes at once, one GPU each, joined by torch.distributed on localhost."""
+        ...
+
+
+# NVLink multicast stays off in every rank (NCCL NVLS, PyTorch symmetric memory, NVSHMEM): on shared
+# multi-GPU hosts a program that uses it can take the host's GPUs out of service.
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def rank_env(rank: int, ranks: int, port: int) -> dict[str, str]:
+    """What torch.distributed's env:// rendezvous reads, one GPU per rank, and multicast off."""
+    return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(ranks), "LOCAL_WORLD_SIZE": str(ranks),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **NO_MULTICAST}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,20 +165,83 @@ class SubprocessProber:
                     exit_code=None, timed_out=True, stderr_tail=_tail(err), how=how)
             except OSError as exc:
                 return ProbeResult(data=probes.failure(exc, stage="start"), exit_code=127, how=how)
-            if os.path.exists(out_path):
-                with open(out_path, encoding="utf-8") as f:
-                    data = json.load(f)
-                return ProbeResult(data=data, exit_code=p.returncode, stderr_tail=_tail(p.stderr), how=how)
-            # The process died before answering (a crash inside a native library, most often).
-            code = p.returncode
-            what = (f"killed by signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
-                    else f"exit status {code}")
-            lines = _tail(p.stderr)
-            text = f"ProbeDied: probe {name} {what} before answering" + (f"; last output: {lines[-1]}" if lines else "")
-            return ProbeResult(
-                data={"ok": False, "error": {"type": "ProbeDied", "message": text, "text": text, "traceback": lines,
-                                             "needs_device": probes.needs_device("\n".join(lines))}},
-                exit_code=code, stderr_tail=lines, how=how)
+            return _answer(name, out_path, p.returncode, p.stderr, how)
+
+    def probe_ranks(self, name: str, args: Mapping[str, Any], *, ranks: int, timeout: float) -> list[ProbeResult]:
+        """``ranks`` processes of the probe at once (the real driver, no stub), env:// rendezvous on a free
+        localhost port; all are ended when one outlives ``timeout``."""
+        port = free_port()
+        with tempfile.TemporaryDirectory(prefix="smoke-ranks-", dir=self.tmp) as d:
+            args_path = os.path.join(d, "args.json")
+            with open(args_path, "w", encoding="utf-8") as f:
+                json.dump(dict(args), f)
+            procs: list[tuple[subprocess.Popen[str], str, str]] = []
+            try:
+                for rank in range(ranks):
+                    out_path = os.path.join(d, f"out-{rank}.json")
+                    err = open(os.path.join(d, f"err-{rank}.txt"), "w+", encoding="utf-8")  # noqa: SIM115
+                    argv = [self.python, "-c", BOOT.format(parent=SUITE_PARENT), name, args_path, out_path]
+                    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=d,
+                                         env=self.env_for(rank_env(rank, ranks, port), stub=False),
+                                         start_new_session=True)
+                    err.close()
+                    procs.append((p, out_path, os.path.join(d, f"err-{rank}.txt")))
+            except OSError as exc:
+                for p, _, _ in procs:
+                    _end(p)
+                return [ProbeResult(data=probes.failure(exc, stage="start"), exit_code=127, how="ranks")] * ranks
+            deadline = time.monotonic() + timeout
+            timed_out = False
+            for p, _, _ in procs:
+                try:
+                    p.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    break
+            if timed_out:
+                for p, _, _ in procs:
+                    _end(p)
+            results = []
+            for rank, (p, out_path, err_path) in enumerate(procs):
+                with open(err_path, encoding="utf-8", errors="replace") as f:
+                    stderr = f.read()
+                how = f"{self.python} (probe {name}, rank {rank} of {ranks}, MASTER_PORT {port})"
+                if timed_out and not os.path.exists(out_path):
+                    text = f"Timeout: rank {rank} of probe {name} had not answered after {timeout:.0f} s"
+                    results.append(ProbeResult(
+                        data={"ok": False, "error": {"type": "Timeout", "message": text, "text": text,
+                                                     "traceback": [], "needs_device": False}},
+                        exit_code=None, timed_out=True, stderr_tail=_tail(stderr), how=how))
+                else:
+                    results.append(_answer(name, out_path, p.returncode, stderr, how))
+            return results
+
+
+def _end(p: subprocess.Popen[str]) -> None:
+    """End a rank and whatever it started (its own process session)."""
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            p.kill()
+    p.wait()
+
+
+def _answer(name: str, out_path: str, code: int | None, stderr: str, how: str) -> ProbeResult:
+    """The probe's answer file, or what its death says (a crash inside a native library, most often)."""
+    if os.path.exists(out_path):
+        with open(out_path, encoding="utf-8") as f:
+            data = json.load(f)
+        return ProbeResult(data=data, exit_code=code, stderr_tail=_tail(stderr), how=how)
+    code = -1 if code is None else code
+    what = (f"killed by signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
+            else f"exit status {code}")
+    lines = _tail(stderr)
+    text = f"ProbeDied: probe {name} {what} before answering" + (f"; last output: {lines[-1]}" if lines else "")
+    return ProbeResult(
+        data={"ok": False, "error": {"type": "ProbeDied", "message": text, "text": text, "traceback": lines,
+                                     "needs_device": probes.needs_device("\n".join(lines))}},
+        exit_code=code, stderr_tail=lines, how=how)
 
 
 class InProcessProber:
@@ -163,6 +249,11 @@ class InProcessProber:
 
     def __init__(self, *, python_path: Sequence[str] = ()) -> None:
         self.python_path = list(python_path)
+
+    def probe_ranks(self, name: str, args: Mapping[str, Any], *, ranks: int, timeout: float) -> list[ProbeResult]:
+        text = f"RuntimeError: the in-process prober cannot start {ranks} ranks of probe {name}"
+        return [ProbeResult(data={"ok": False, "error": {"type": "RuntimeError", "message": text, "text": text,
+                                                           "traceback": [], "needs_device": False}})] * ranks
 
     def probe(self, name: str, args: Mapping[str, Any], *, env: Mapping[str, str] | None = None,
               stub: bool = True) -> ProbeResult:

@@ -601,6 +601,135 @@ def probe_hybridep(args: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _jit_files(folder: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d, _dirs, files in os.walk(folder):
+        for f in files:
+            path = os.path.join(d, f)
+            try:
+                out[os.path.relpath(path, folder)] = os.path.getsize(path)
+            except OSError:
+                continue
+    return out
+
+
+def probe_hybridep_roundtrip(args: Mapping[str, Any]) -> dict[str, Any]:
+    """One rank of the HybridEP round trip: HybridEPBuffer built as Megatron's flex dispatcher builds it,
+    one dispatch and one combine on random tokens, combine(dispatch(x)) == x as Megatron's test checks it.
+
+    Mirrors megatron/core/transformer/moe/fused_a2a.py (init_hybrid_ep_buffer, HybridEPDispatch,
+    HybridEPCombine) and tests/unit_tests/transformer/moe/test_token_dispatcher.py
+    (dispatcher_dropless_test: probs of 1/topk, the permuted tokens scaled by their probs, the
+    combined tokens compared with torch.testing.assert_close at bf16's default tolerance) at
+    Megatron-LM effebd81, against deep_ep/hybrid_ep_buffer.py of DeepEP 3f601f7. The first round
+    JIT-compiles HybridEP's kernels (into <deep_ep>/build/jit); a second round on the same routing
+    shows what is left once they are cached, so the difference is the compile time.
+    Started by the suite's launcher (prober.probe_ranks): RANK, WORLD_SIZE, LOCAL_RANK, MASTER_* set.
+    """
+    import datetime
+    import time
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    out: dict[str, Any] = {"ok": False, "rank": rank, "world_size": world}
+    stage = "import torch"
+    try:
+        torch = importlib.import_module("torch")
+        dist = importlib.import_module("torch.distributed")
+        torch.cuda.set_device(local)
+        out["device"] = {"index": local, "name": str(torch.cuda.get_device_name(local))}
+        stage = "init_process_group(nccl)"
+        t = time.monotonic()
+        dist.init_process_group(backend="nccl", init_method="env://", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=float(args.get("timeout_s", 300))))
+        group = dist.new_group(ranks=list(range(world)))
+        out["init_s"] = round(time.monotonic() - t, 3)
+        stage = "from deep_ep import HybridEPBuffer"
+        deep_ep = importlib.import_module("deep_ep")
+        jit_dir = os.path.join(os.path.dirname(os.path.abspath(str(deep_ep.__file__))), "build", "jit")
+        before = _jit_files(jit_dir)
+        hidden, tokens = int(args["hidden_size"]), int(args["tokens"])
+        experts_per_rank, topk = int(args["experts_per_rank"]), int(args["topk"])
+        num_experts = experts_per_rank * world
+        sms = int(torch.cuda.get_device_properties(local).multi_processor_count)
+        num_sms = min(int(args["num_sms"]), sms)
+        out["config"] = {"hidden_size": hidden, "tokens_per_rank": tokens, "experts_per_rank": experts_per_rank,
+                         "num_experts": num_experts, "topk": topk, "num_sms": num_sms, "device_sms": sms,
+                         "dtype": "bfloat16", "probs": "float32", "pad_multiple": None}
+        stage = "HybridEPBuffer(...)"
+        t = time.monotonic()
+        # as init_hybrid_ep_buffer: seq_len is the tokens per rank, fp8 dispatch off
+        buffer = deep_ep.HybridEPBuffer(group=group, hidden_dim=hidden, max_num_of_tokens_per_rank=tokens,
+                                        num_local_experts=experts_per_rank, use_fp8=False,
+                                        num_sms_dispatch_api=num_sms, num_sms_combine_api=num_sms)
+        torch.cuda.synchronize()
+        out["buffer_s"] = round(time.monotonic() - t, 3)
+        stage = "random tokens and routing"
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(1000 + rank)
+        x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+        scores = torch.rand(tokens, num_experts, device="cuda", generator=gen)
+        chosen = torch.topk(scores, topk, dim=-1).indices
+        routing_map = torch.zeros(tokens, num_experts, device="cuda", dtype=torch.bool).scatter(1, chosen, True)
+        probs = torch.ones(tokens, num_experts, device="cuda", dtype=torch.float32) / topk
+
+        def round_trip() -> tuple[Any, dict[str, Any]]:
+            t0 = time.monotonic()
+            dispatched, dispatched_probs, _, tokens_per_expert, handle = buffer.dispatch_with_permute(
+                hidden=x, routing_map=routing_map, probs=probs, scaling_factor=None,
+                num_of_experts_per_rank=experts_per_rank, pad_multiple=None, num_dispatched_tokens=None,
+                num_permuted_tokens=None, use_host_meta=True)
+            torch.cuda.synchronize()
+            t1 = time.monotonic()
+            permuted = (dispatched * dispatched_probs.unsqueeze(-1)).to(torch.bfloat16)
+            combined, _ = buffer.combine_with_unpermute(hidden=permuted, handle=handle, pad_multiple=None,
+                                                        num_dispatched_tokens=None)
+            torch.cuda.synchronize()
+            t2 = time.monotonic()
+            return combined, {"dispatch_s": round(t1 - t0, 3), "combine_s": round(t2 - t1, 3),
+                              "received_tokens": int(dispatched.shape[0]),
+                              "tokens_per_expert": [int(v) for v in tokens_per_expert.tolist()]}
+
+        stage = "first dispatch + combine (JIT-compiles HybridEP's kernels)"
+        combined, first = round_trip()
+        after = _jit_files(jit_dir)
+        stage = "second dispatch + combine (kernels cached)"
+        combined2, second = round_trip()
+        stage = "combine(dispatch(x)) == x"
+        diff = (combined.float() - x.float()).abs()
+        out["check"] = {"how": "torch.testing.assert_close(combined, x) (bf16 defaults: rtol 1.6e-2, atol 1e-5), "
+                               "as Megatron's dispatcher_dropless_test",
+                        "max_abs_diff": float(diff.max().item()), "mean_abs_diff": float(diff.mean().item()),
+                        "second_round_equal": bool(torch.equal(combined, combined2))}
+        try:
+            torch.testing.assert_close(combined, x)
+            out["check"]["ok"] = True
+        except AssertionError as exc:
+            out["check"].update(ok=False, message=str(exc).strip().splitlines()[:6])
+        new = {k: v for k, v in after.items() if before.get(k) != v}
+        out["timing"] = {"first": first, "second": second,
+                         "jit_s": round(first["dispatch_s"] + first["combine_s"]
+                                        - second["dispatch_s"] - second["combine_s"], 3)}
+        out["jit"] = {"dir": jit_dir, "files_before": len(before), "files_after": len(after),
+                      "new_files": sorted(new)[:40], "new_bytes": sum(new.values()),
+                      "writable": os.access(jit_dir if os.path.isdir(jit_dir) else os.path.dirname(jit_dir), os.W_OK)}
+        stage = "barrier"
+        dist.barrier(group=group)
+        out["ok"] = bool(out["check"]["ok"])
+        try:
+            dist.destroy_process_group()
+        except BaseException as exc:  # tearing down is not what is checked
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+        return out
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        out.update(failure(exc, stage=stage))
+        out["rank"] = rank
+        return out
+
+
 def probe_megatron_args(args: Mapping[str, Any]) -> dict[str, Any]:
     """Parse the baked arguments with the pinned Megatron-LM's own parser (parse_args, no validation)."""
     module = str(args.get("module", "megatron.training.arguments"))
@@ -668,6 +797,7 @@ PROBES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "fp8_support": probe_fp8_support,
     "attention": probe_attention,
     "hybridep": probe_hybridep,
+    "hybridep_roundtrip": probe_hybridep_roundtrip,
     "megatron_args": probe_megatron_args,
 }
 

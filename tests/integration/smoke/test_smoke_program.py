@@ -157,3 +157,36 @@ def test_driver_stub_stands_in_for_libcuda_in_probes_only(tmp_path: Path) -> Non
     (imports,) = report["checks"]
     assert (imports["status"], imports["deferred"]) == ("skipped", "gpu")
     assert "libcuda.so.1: cannot open shared object file" in imports["summary"]
+
+
+RANK_ENV = """
+import os
+# MIMIC module: reports the rendezvous environment the launcher gave its rank
+__version__ = "/".join(os.environ.get(k, "-") for k in (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS"))
+"""
+
+
+def test_rank_launcher_starts_two_processes_and_ends_them_on_timeout(tmp_path: Path) -> None:
+    """The suite's own launcher of ranks (prober.probe_ranks), real processes, with a MIMIC module as the probe's
+    subject: each rank gets its own RANK/LOCAL_RANK, one localhost rendezvous, and NVLink multicast off."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from smoke.driver import Driver
+        from smoke.prober import SubprocessProber
+    finally:
+        sys.path.pop(0)
+    site = tmp_path / "site"
+    mimic.write(site, "rankenv/__init__.py", RANK_ENV)
+    mimic.write(site, "hangs/__init__.py", "import time\nwhile True:\n    time.sleep(1)\n")
+    drv = Driver(device=True, stub=None, stub_dir=None, mode="never", note="test")
+    prober = SubprocessProber(python=sys.executable, python_path=[str(site)], driver=drv, timeout=60,
+                              base_env={"PATH": os.environ["PATH"], "NCCL_NVLS_ENABLE": "1"}, tmp=str(tmp_path))
+    results = prober.probe_ranks("import", {"module": "rankenv"}, ranks=2, timeout=60)
+    assert [r.data["version"] for r in results] == ["0/0/2/127.0.0.1/0/1/1", "1/1/2/127.0.0.1/0/1/1"]
+    assert all("MASTER_PORT" in r.how for r in results)
+
+    results = prober.probe_ranks("import", {"module": "hangs"}, ranks=2, timeout=2)
+    assert [r.timed_out for r in results] == [True, True]
+    assert results[1].error_text() == "Timeout: rank 1 of probe import had not answered after 2 s"

@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:
 from smoke import runner  # noqa: E402
 from smoke.driver import Driver  # noqa: E402
 from smoke.expect import parse  # noqa: E402
-from smoke.prober import InProcessProber, ToolResult  # noqa: E402
+from smoke.prober import InProcessProber, ProbeResult, ToolResult  # noqa: E402
 from smoke.report import CheckResult, Report  # noqa: E402
 
 
@@ -42,6 +42,22 @@ def driver(*, device: bool = False, stub: bool = False) -> Driver:
                   stub_dir="/tmp/stub" if stub else None, mode="auto", note="test")
 
 
+class RanksProber(InProcessProber):
+    """In-process probes, and a FAKE of the multi-rank launcher: each rank answers what the test set."""
+
+    def __init__(self, *, python_path: Sequence[str], answers: Sequence[Mapping[str, Any]] | None,
+                 calls: list[dict[str, Any]]) -> None:
+        super().__init__(python_path=python_path)
+        self.answers = answers
+        self.calls = calls
+
+    def probe_ranks(self, name: str, args: Mapping[str, Any], *, ranks: int, timeout: float) -> list[ProbeResult]:
+        self.calls.append({"name": name, "args": dict(args), "ranks": ranks, "timeout": timeout})
+        if self.answers is None:
+            return super().probe_ranks(name, args, ranks=ranks, timeout=timeout)
+        return [ProbeResult(data=dict(a), how=f"fake rank {i}") for i, a in enumerate(self.answers)]
+
+
 @dataclass
 class Suite:
     """Runs checks of one expectation in-process over the mimic trees of a test."""
@@ -49,11 +65,14 @@ class Suite:
     site: Path  # where mimic modules and dist-infos go (first on sys.path for the probes)
     image: Path  # the "image" root for file checks (dpkg status, headers, CUDA_HOME, source trees)
     tools: FakeTools = field(default_factory=FakeTools)
+    rank_answers: Sequence[Mapping[str, Any]] | None = None  # what the fake launcher's ranks answer
+    rank_calls: list[dict[str, Any]] = field(default_factory=list)
 
     def run(self, expect: Mapping[str, Any], *, tier: str = "build", device: bool = False,
             env: Mapping[str, str] | None = None) -> Report:
         exp = parse({"schema": 1, "stack": "t", "variant": "v", **expect})
-        prober = InProcessProber(python_path=[str(self.site), *exp.python_path])
+        prober = RanksProber(python_path=[str(self.site), *exp.python_path], answers=self.rank_answers,
+                             calls=self.rank_calls)
         return runner.run(exp, "gpu" if tier == "gpu" else "build", prober=prober, tools=self.tools,
                           driver=driver(device=device), env=dict(env or {}), root=str(self.image))
 

@@ -33,7 +33,7 @@ def dist_info(root: Path, name: str, version: str) -> None:
 
 
 def torch(root: Path, *, available: bool = True, capability: tuple[int, int] = (9, 0),
-          name: str = "NVIDIA H200", cudnn: int = 91400, version: str = "2.9.0+mimic") -> None:
+          name: str = "NVIDIA H200", cudnn: int = 91400, version: str = "2.9.0+mimic", count: int = 1) -> None:
     """A torch mimic: just the calls the probes make (cuda queries, randn, a tensor with backward)."""
     write(root, "torch/__init__.py", f"""
         # MIMIC of torch for smoke unit tests: not torch.
@@ -87,7 +87,7 @@ def torch(root: Path, *, available: bool = True, capability: tuple[int, int] = (
 
             @staticmethod
             def device_count():
-                return 1 if {available!r} else 0
+                return {count!r} if {available!r} else 0
 
             @staticmethod
             def get_device_name(i=0):
