@@ -371,3 +371,20 @@ def test_copy_lines() -> None:
     assert render._copy([ContextFile(path="other/x", text="")]) == []
     assert [render.dir_mode(p) for p in ("tmp", "var/tmp", "root", "opt", "opt/demo", "root/x")] == [
         0o1777, 0o1777, 0o700, 0o755, 0o755, 0o755]
+
+
+def test_deepseek_wheel_scripts_carry_what_their_compiles_need() -> None:
+    """The rendered compile scripts of the deepseek-v3-gb200 hopper variant, as the H200 run compiled them
+    (tests/data/gpu/): DeepEP with NVSHMEM under CUDA 13 needs CPATH at CCCL's headers; TE's compile-env
+    installs nvidia-mathdx (TE's CMake asks pip for it) before the wheel node runs TE's build."""
+    from buildctl import pins
+    from buildctl.entrypoint import render_entrypoint_fragment
+
+    m = pins.load(IMAGES.parent / "pins" / "deepseek-v3-gb200.yaml")
+    v = m.variant("hopper")
+    gr = graph.build(m, None, v, templates=T.digests(), extras=Extras(entrypoint=render_entrypoint_fragment(m, v)))
+    deepep = render.render(gr.node("wheel:deepep-hybridep"), templates=T, parent_ref="p:k").script or ""
+    assert "export CPATH=/usr/local/cuda/include/cccl\n" in deepep
+    assert "export TORCH_CUDA_ARCH_LIST=9.0\n" in deepep
+    te_env = render.render(gr.node("compile-env:transformer-engine"), templates=T, parent_ref="p:k").dockerfile
+    assert "nvidia-mathdx==25.1.1" in te_env
