@@ -171,9 +171,9 @@ def manifest_findings(m: Manifest, vlock: VariantLock | None, variant: Variant,
             fix="pin cudnn.apt_version exactly"))
     if "@sha256:" not in variant.image:
         out.append(Finding(
-            rule="manifest-base", status=status(vlock is not None and vlock.base.ref == variant.image),
+            rule="manifest-base", status=status(vlock is not None and vlock.base is not None and vlock.base.ref == variant.image),
             where=f"{m.path or 'manifest'}: variants.{variant.name}.image",
-            what=f"base {variant.image} is a tag" + (f"; the lock pins {vlock.base.digest}" if vlock else ""),
+            what=f"base {variant.image} is a tag" + (f"; the lock pins {vlock.base.digest}" if vlock and vlock.base else ""),
             node="base", fix="the lock pins the digest; write image@sha256:... for the inputs level without it"))
     for d in m.downloads:
         u = d.for_platform(variant.platform)

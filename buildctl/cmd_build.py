@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl import argslint, target
+from buildctl import argslint, lockfile, target
 from buildctl import pipeline as pipeline_types
 from buildctl import plan as planmod
 from buildctl.errors import UsageError
@@ -73,7 +73,8 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     engine = make_engine(ctx, args.engine)
     try:
         p = planmod.make(t.graph, refs=t.refs, engine=engine, records=RecordStore(state_root(ctx.config.cache)).load_all(t.graph),
-                         registry=t.registry, emulation=emulation_registered(engine.address, t.variant.platform))
+                         registry=t.registry, emulation=emulation_registered(engine.address, t.variant.platform),
+                         missing=t.vlock.missing if t.vlock else None)
     finally:
         engine.close()
     notes = list(p.notes)
@@ -100,6 +101,10 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
         detail = "; ".join(n.why) if n.why else n.note
         if n.node.unlocked:
             detail = (detail + "; " if detail else "") + "unlocked: " + ", ".join(n.node.unlocked)
+        elif n.provisional:
+            detail = (detail + "; " if detail else "") + "own inputs locked"
+        if n.provisional and n.waits_for:
+            detail += "; waits for " + ", ".join(n.waits_for)
         rows.append((n.node.name, key, n.state, detail))
     ctx.ui.table(title, ("node", "key", "state", "why"), rows)
     if any(n.provisional for n in p.nodes):
@@ -163,6 +168,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
         for w in written:
             ctx.ui.print(f"  {w}")
         return 0
+    lockfile.refuse_partial(t.lock, t.variant.name, action="build", lock_file=str(lockfile.lock_path(t.manifest_path)))
     lint_before_build(ctx, t)
     engines = [make_engine(ctx, url, name=f"engine{i}" if len(args.engine) > 1 else "default")
                for i, url in enumerate(args.engine or [None])]

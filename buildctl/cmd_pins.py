@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from buildctl import pins
 from buildctl.errors import ManifestError, ManifestErrors
-from buildctl.model import Download, Manifest, Variant
+from buildctl.model import Change, Download, Manifest, Variant
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
@@ -76,19 +76,23 @@ def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None,
     comps = []
     for c in m.components:
         lc = locked.get("components", {}).get(c.name, {})
+        locked_changes: list[dict[str, Any]] = list(lc.get("changes", []))
+        locked_prs = {x["number"]: x for x in locked_changes if x.get("kind") == "pr"}
         comps.append({
             "name": c.name,
             "repo": c.repo,
-            "commit": lc.get("commit", c.commit),
-            "commit_locked": "commit" in lc,
+            "commit": lc.get("base", c.commit),
+            "commit_locked": "base" in lc,
             "branch": c.branch,
             "prs": [{"number": pr.number,
-                     "head": lc.get("prs", {}).get(str(pr.number), pr.head)} for pr in c.prs],
+                     "head": locked_prs.get(pr.number, {}).get("head", pr.head)} for pr in c.prs],
+            "changes": [_change(ch, locked_changes) for ch in c.steps],
+            "dragged": lc.get("dragged", []),
             "patches": [p.file for p in c.patches],
             "tree": lc.get("tree"),
             "branch_head": lc.get("branch_head") or None,
             "submodules": lc.get("submodules", {}),
-            "patch_sha256": lc.get("patches", {}),
+            "patch_sha256": {x["file"]: x["sha256"] for x in locked_changes if x.get("kind") == "patch"},
             "build_pip_locked": locked.get("build_pip", {}).get(c.name, []),
             "build_apt_locked": locked.get("build_apt", {}).get(c.name, {}),
             "install": c.install.kind.value + (f" at {c.install.path}" if c.install.path else ""),
@@ -105,6 +109,7 @@ def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None,
         "base": {"alias": m.base.alias, "image": v.image, "digest": locked.get("base", {}).get("digest"),
                  "platform": v.platform, "cuda": v.cuda, "gpu_archs": list(v.gpu_archs), "python": v.python},
         "locked": lock is not None and bool(locked),
+        "missing": dict(locked.get("missing", {})),
         "lock": None if not locked else {
             "resolved_at": locked.get("resolved_at", ""),
             "manifest_sha256": (lock or {}).get("manifest_sha256"),
@@ -129,6 +134,40 @@ def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None,
             "args": len(m.entrypoint.args), "profiles": list(m.entrypoint.profiles)},
         "smoke": {"required": list(m.smoke.required), "gpu_tier": m.smoke.gpu_tier.value},
     }
+
+
+def _change(ch: Change, locked: list[dict[str, Any]]) -> dict[str, Any]:
+    """One manifest change with what the lock recorded for it (the exact commits of a PR)."""
+    if ch.commit is not None:
+        return {"kind": "commit", "sha": ch.commit}
+    if ch.patch is not None:
+        return {"kind": "patch", "file": ch.patch, "sha256": ch.sha256}
+    lk = next((x for x in locked if x.get("kind") == "pr" and x.get("number") == ch.pr), None)
+    out: dict[str, Any] = {"kind": "pr", "number": ch.pr, "head": (lk or {}).get("head", ch.head),
+                           "apply": ch.apply, "target": ch.target, "locked": lk is not None}
+    if lk is not None:
+        out.update(commits=lk.get("commits", []), skipped_merges=lk.get("skipped_merges", []),
+                   empty=lk.get("empty", []), merged_upstream=lk.get("merged_upstream"))
+    return out
+
+
+def _change_text(ch: dict[str, Any]) -> str:
+    if ch["kind"] == "commit":
+        return f"cherry-pick {ch['sha']}"
+    if ch["kind"] == "patch":
+        return f"patch {ch['file']}"
+    text = f"PR #{ch['number']} {ch['head'] or '(head resolved by lock)'}"
+    if ch["apply"] == "merge":
+        text += " (apply: merge)"
+    if ch.get("locked"):
+        text += (f"\n  {len(ch['commits'])} own commit(s)" + (" merged" if ch["apply"] == "merge" else " picked")
+                 + (f", {len(ch['skipped_merges'])} merge(s) of {ch['target']} skipped" if ch["skipped_merges"] else ""))
+        mu = ch.get("merged_upstream")
+        if mu:
+            text += f"\n  merged upstream ({mu['how']}{' ' + mu['commit'][:12] if mu.get('commit') else ''})"
+        if ch["empty"]:
+            text += f"\n  {len(ch['empty'])} pick(s) changed nothing (already in the base)"
+    return text
 
 
 def _download(d: Download, platform: str, locked: dict[str, Any]) -> dict[str, Any]:
@@ -168,10 +207,15 @@ def show(args: argparse.Namespace, ctx: Context) -> int:
             commit += f"\ntree {c['tree']}"
         commit += "".join(f"\nsubmodule {sp} {sha}" for sp, sha in sorted(c["submodules"].items()))
         rows.append([c["name"], commit,
-                     "\n".join(f"#{p['number']} {p['head'] or '(head resolved by lock)'}" for p in c["prs"]) or "-",
+                     "\n".join(_change_text(ch) for ch in c["changes"]) or "-",
                      c["install"], " ".join(f"{k}={val}" for k, val in sorted(c["build_env"].items())) or "-"])
     if rows:
-        ui.table("git components", ["name", "commit", "PRs (head)", "install", "build env"], rows)
+        ui.table("git components", ["name", "base commit", "changes (in order)", "install", "build env"], rows)
+    for c in info["components"]:
+        for d in c["dragged"]:
+            ui.print(f"{c['name']}: {d['by']} drags in {d['sha'][:12]} {d['subject']} (not the base's, not its own)")
+    for section, why in sorted(info["missing"].items()):
+        ui.warn(f"partial lock: {section} is not locked: {why}")
     build_rows = [[c["name"], ", ".join(f"{p['name']}=={p['version']}" for p in c["build_pip_locked"])
                    or ", ".join(c["build_requires"]) or "-",
                    ", ".join(f"{n}={ver}" for n, ver in sorted(c["build_apt_locked"].items())) or "-"]

@@ -135,6 +135,7 @@ def publish(ctx: Context, t: target.Target, *, registry_arg: str | None, moving:
     """Push a built variant: nodes by content tag, the final image by its public tag and ``extra_tags``
     (immutable), then, with ``promote``, the ``moving`` tags (only past a passed smoke gate).
     Shared by `buildctl push` and `buildctl nightly`."""
+    lockfile.refuse_partial(t.lock, t.variant.name, action="push", lock_file=str(lockfile.lock_path(t.manifest_path)))
     if t.registry is None:
         raise UsageError(f"no registry to push {t.manifest.stack} to",
                          fix="pass --registry HOST:PORT, set `registry` in the configuration, or add push.registry "

@@ -38,7 +38,7 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from buildctl.entrypoint import EntrypointFragment
-from buildctl.lockfile import LockedComponent, LockedPip, VariantLock, canonical
+from buildctl.lockfile import LockedComponent, LockedPick, LockedPip, LockedPr, VariantLock, canonical
 from buildctl.model import (
     AptPackage,
     AptRepo,
@@ -325,6 +325,12 @@ class Graph:
                 todo.extend(self.node(p).parents)
         return out
 
+    def waits_for(self, name: str) -> tuple[str, ...]:
+        """The unlocked inputs of this node's ancestors, as "node: input", in graph order: what its key
+        still waits for even when its own inputs are locked."""
+        up = self.ancestors(name)
+        return tuple(f"{n.name}: {u}" for n in self.nodes if n.name in up for u in n.unlocked)
+
     def provisional(self, name: str) -> bool:
         """True when this key will change once locked (own or an ancestor's inputs are unlocked)."""
         return any(self.node(n).unlocked for n in (name, *self.ancestors(name)))
@@ -464,12 +470,12 @@ def _file(d: Download, platform: str, vl: VariantLock | None) -> tuple[FileSpec 
 def _source(c: Component, lc: LockedComponent | None) -> tuple[SourceSpec, str | None]:
     if lc is not None and lc.tree and _lock_matches(c, lc):
         return SourceSpec(tree=lc.tree), None
-    if len(c.commit) == 40 and not c.prs and not c.patches:
+    if len(c.commit) == 40 and not c.steps:
         return SourceSpec(tree=c.commit), None  # nothing to apply: the tree is the commit itself
     prs = tuple(f"{pr.number}@{pr.head}" if pr.head else str(pr.number) for pr in c.prs)
     patches = tuple(f"{p.file}@{p.sha256}" for p in c.patches)
     what = f"source {c.name} (commit {c.commit}"
-    what += f" + PRs {', '.join(str(pr.number) for pr in c.prs)})" if c.prs else ")"
+    what += f" + {', '.join(ch.label() for ch in c.steps)})" if c.steps else ")"
     return SourceSpec(tree=None, repo=c.repo, commit=c.commit, prs=prs, patches=patches), what
 
 
@@ -477,11 +483,19 @@ def _lock_matches(c: Component, lc: LockedComponent) -> bool:
     """Whether a locked component still describes what the manifest asks for."""
     if not lc.commit.startswith(c.commit) or lc.repo != c.repo:
         return False
-    if list(lc.prs) != [str(pr.number) for pr in c.prs]:
+    if len(lc.changes) != len(c.steps):
         return False
-    if any(pr.head and not lc.prs[str(pr.number)].startswith(pr.head) for pr in c.prs):
-        return False
-    return dict(lc.patches) == {p.file: p.sha256 for p in c.patches}
+    for mc, ch in zip(c.steps, lc.changes, strict=True):
+        if isinstance(ch, LockedPick):
+            if mc.commit != ch.sha:
+                return False
+        elif isinstance(ch, LockedPr):
+            if mc.pr != ch.number or mc.apply != ch.mode or mc.target != ch.target or (
+                    mc.head and not ch.head.startswith(mc.head)):
+                return False
+        elif (mc.patch, mc.sha256) != (ch.file, ch.sha256):
+            return False
+    return True
 
 
 def _sources(repos: Iterable[AptRepo], platform: str) -> tuple[AptSource, ...]:
@@ -530,7 +544,7 @@ def build(
         return node
 
     # base
-    digest = lock.base.digest if lock and lock.base.ref == variant.image else None
+    digest = lock.base.digest if lock and lock.base and lock.base.ref == variant.image else None
     if "@sha256:" in variant.image:
         digest = variant.image.split("@", 1)[1]
     add("base", "base", (), BaseNodeSpec(image=variant.image, digest=digest, platform=platform),

@@ -32,13 +32,19 @@ from packaging.utils import canonicalize_name
 
 from buildctl import graph
 from buildctl.config import Config
-from buildctl.errors import BuildctlError, LockDrift, LockError, SourceError, UnreachableError
+from buildctl.errors import BuildctlError, EngineError, LockDrift, LockError, SourceError, UnreachableError
 from buildctl.lockfile import (
+    DraggedCommit,
     Lock,
     LockedBase,
+    LockedChange,
     LockedComponent,
     LockedDownload,
+    LockedPatch,
+    LockedPick,
     LockedPip,
+    LockedPr,
+    PrMode,
     VariantLock,
 )
 from buildctl.model import SHA256_COMPUTE, Component, Manifest, PipConstraintPolicy, PipRequirement, Variant
@@ -64,12 +70,24 @@ class GitResolver(Protocol):
 
     def pr_head(self, repo: str, number: int) -> str: ...
 
-    def submodules(self, repo: str, commit: str) -> Mapping[str, str]: ...
-
-    def tree(self, repo: str, commit: str, prs: Sequence[tuple[int, str]],
-             patches: Sequence[tuple[str, Path, str]]) -> str:
-        """The commit made by applying ``prs`` (number, head) and ``patches`` (name, file, sha256)."""
+    def pr_change(self, repo: str, base: str, number: int, head: str, *, target: str = "main",
+                  mode: PrMode = "own-commits") -> tuple[LockedPr, tuple[DraggedCommit, ...]]:
+        """The PR's own commits (and, mode merge, what the merge drags in besides)."""
         ...
+
+    def apply(self, repo: str, commit: str, changes: Sequence[LockedChange], patch_paths: Mapping[str, Path]
+              ) -> Applied:
+        """Apply the changes in order: the resulting commit, empty picks, gitlinks of the result."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Applied:
+    """What applying a component's changes gave."""
+
+    tree: str
+    empty: tuple[str, ...] = ()  # upstream commits whose pick changed nothing
+    gitlinks: Mapping[str, str] = field(default_factory=dict)  # submodule path -> SHA in `tree`
 
 
 class Fetcher(Protocol):
@@ -233,31 +251,75 @@ def _in_component(c: Component, exc: BuildctlError) -> BuildctlError:
     return type(exc)(what, why=exc.why, fix=exc.fix)
 
 
-def resolve_component(c: Component, git: GitResolver, base_dir: Path) -> LockedComponent:
+def resolve_component(c: Component, git: GitResolver, base_dir: Path,
+                      notes: list[str] | None = None) -> LockedComponent:
+    """Lock one git component: base commit, each change exactly (a PR's commits), the resulting tree,
+    what changes drag in, submodule gitlinks. ``notes`` collects what the user must hear (a PR merged
+    upstream, picks that changed nothing)."""
     repo = repo_location(c.repo, base_dir)
+    notes = notes if notes is not None else []
     try:
         commit = git.resolve_commit(repo, c.commit, branch=c.branch)
         branch_head = git.branch_head(repo, c.branch) if c.branch else ""
-        prs: dict[str, str] = {}
-        for pr in c.prs:
-            head = git.pr_head(repo, pr.number)
-            if pr.head and not head.startswith(pr.head):
-                raise LockDrift(
-                    f"PR #{pr.number} has moved: its head is now {head}, the manifest reviewed {pr.head}",
-                    why="someone pushed to the PR since its head was written into the manifest",
-                    fix=f"review the new commits, then set prs: [{{number: {pr.number}, head: {head}}}] "
-                        "(or drop head: to follow the PR)",
-                )
-            prs[str(pr.number)] = head
-        patch_files = [(p.file, base_dir / p.file) for p in c.patches]
-        patches = {name: _sha256_file(f) for name, f in patch_files}
-        submodules = dict(git.submodules(repo, commit)) if c.submodules else {}
-        tree = git.tree(repo, commit, [(pr.number, prs[str(pr.number)]) for pr in c.prs],
-                        [(name, f, patches[name]) for name, f in patch_files]) if prs or patches else commit
+        changes: list[LockedChange] = []
+        dragged: list[DraggedCommit] = []
+        patch_paths: dict[str, Path] = {}
+        for ch in c.steps:
+            if ch.commit is not None:
+                changes.append(LockedPick(sha=git.resolve_commit(repo, ch.commit)))
+            elif ch.pr is not None:
+                head = git.pr_head(repo, ch.pr)
+                if ch.head and not head.startswith(ch.head):
+                    raise LockDrift(
+                        f"PR #{ch.pr} has moved: its head is now {head}, the manifest reviewed {ch.head}",
+                        why="someone pushed to the PR since its head was written into the manifest",
+                        fix=f"review the new commits, then set head: {head} for PR #{ch.pr} "
+                            "(or drop head: to follow the PR)",
+                    )
+                pr, drags = git.pr_change(repo, commit, ch.pr, head, target=ch.target, mode=ch.apply)
+                changes.append(pr)
+                dragged += drags
+            else:
+                assert ch.patch is not None
+                path = base_dir / ch.patch
+                changes.append(LockedPatch(file=ch.patch, sha256=_sha256_file(path)))
+                patch_paths[ch.patch] = path
+        applied = git.apply(repo, commit, changes, patch_paths)
     except (SourceError, UnreachableError, LockError) as exc:
         raise _in_component(c, exc) from exc
-    return LockedComponent(name=c.name, repo=c.repo, commit=commit, prs=prs, patches=patches,
-                           submodules=submodules, tree=tree, branch_head=branch_head)
+    final: list[LockedChange] = []
+    for lc in changes:
+        if isinstance(lc, LockedPr):
+            empty = tuple(s for s in lc.commits if s in applied.empty)
+            lc = dataclasses.replace(lc, empty=empty)
+            notes.extend(pr_notes(c.name, lc))
+        elif isinstance(lc, LockedPick) and lc.sha in applied.empty:
+            notes.append(f"{c.name}: commit {lc.sha[:12]} changed nothing: the base has its change already")
+        final.append(lc)
+    return LockedComponent(name=c.name, repo=c.repo, commit=commit, changes=tuple(final), dragged=tuple(dragged),
+                           submodules=dict(applied.gitlinks) if c.submodules else {}, tree=applied.tree,
+                           branch_head=branch_head)
+
+
+def pr_notes(component: str, pr: LockedPr) -> list[str]:
+    """What a user must be told about how a PR was applied (never silent about applying nothing)."""
+    out: list[str] = []
+    where = f"{component}: PR #{pr.number}"
+    mu = pr.merged_upstream
+    if mu is not None and mu.how == "merge":
+        out.append(f"{where} is merged into {pr.target} already (merge commit {mu.commit[:12]}): applied as its "
+                   f"{len(pr.commits)} commit(s) {mu.commit[:12]}^1..{mu.commit[:12]}^2")
+    elif mu is not None:
+        out.append(f"{where} is in {pr.target} already with the same commits (fast-forward or rebase merge): "
+                   "it has no commits of its own, nothing is applied for it")
+    elif pr.mode == "own-commits" and not pr.commits:
+        out.append(f"{where} has no commits of its own (its head is on {pr.target}): nothing is applied for it")
+    if pr.empty and pr.mode == "own-commits":
+        all_empty = len(pr.empty) == len(pr.commits)
+        out.append(f"{where}: {'all' if all_empty else len(pr.empty)} of its {len(pr.commits)} commit(s) changed "
+                   "nothing: the base has their change already (merged upstream by squash or rebase?)"
+                   + (" - the PR adds nothing to this tree" if all_empty else ""))
+    return out
 
 
 def _sha256_file(path: Path) -> str:
@@ -270,12 +332,15 @@ def _sha256_file(path: Path) -> str:
 # ------------------------------------------------------------------------------------------ downloads
 
 
-def resolve_downloads(m: Manifest, v: Variant, fetch: Fetcher) -> tuple[dict[str, LockedDownload], dict[str, bytes]]:
+def resolve_downloads(m: Manifest, v: Variant, fetch: Fetcher, *, names: set[str] | None = None
+                      ) -> tuple[dict[str, LockedDownload], dict[str, bytes]]:
     """(locked downloads for the variant's platform, contents of the apt keyrings by download name)."""
     keyrings = {r.keyring for r in m.apt.repos if r.keyring}
     locked: dict[str, LockedDownload] = {}
     contents: dict[str, bytes] = {}
     for d in m.downloads:
+        if names is not None and d.name not in names:
+            continue
         pu = d.for_platform(v.platform)
         if pu is None:
             continue
@@ -462,44 +527,134 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+# Section groups `lock --only` picks from (a partial lock records the rest as not asked).
+GROUPS = ("base", "git", "downloads", "packages")
+
+
+def _sections_of_packages(m: Manifest, v: Variant) -> list[str]:
+    """The lock sections the in-base probe fills for this variant."""
+    out = []
+    if m.apt.packages or m.cudnn_for(v) is not None:
+        out.append("apt")
+    if any(c.build.apt for c in m.components):
+        out.append("build_apt")
+    if m.pip.requirements:
+        out.append("pip")
+    if any(c.build.requires for c in m.components):
+        out.append("build_pip")
+    return out
+
+
+def _why(exc: BuildctlError) -> str:
+    return exc.what + (f" ({exc.why})" if exc.why else "")
+
+
 def resolve(m: Manifest, v: Variant, resolvers: Resolvers, config: Config, *,
-            now: Callable[[], datetime] = _now) -> VariantLock:
-    """Pin every floating value of variant ``v``; raises (and returns nothing) on any failure."""
+            now: Callable[[], datetime] = _now, partial: bool = False, only: Iterable[str] | None = None,
+            notes: list[str] | None = None) -> VariantLock:
+    """Pin every floating value of variant ``v``; raises (and returns nothing) on any failure.
+
+    ``partial``: a section whose host cannot be reached (UnreachableError; for the in-base probe also an
+    engine that is not there) is recorded in ``missing`` with the reason instead of failing the lock.
+    ``only``: resolve these groups (GROUPS) alone; the others are recorded as not asked (needs partial).
+    """
     base_dir = Path(m.path).parent if m.path else Path.cwd()
-    base, pull_ref = resolve_base(m.stack, v, resolvers.registry, config.registry_mirrors)
-    components = {c.name: resolve_component(c, resolvers.git, base_dir) for c in m.components}
-    downloads, keyrings = resolve_downloads(m, v, resolvers.fetch)
+    wanted = set(GROUPS if only is None else only)
+    not_asked = f"not asked (lock --only {','.join(sorted(wanted))})"
+    missing: dict[str, str] = {}
+
+    def tolerate(section: str, exc: BuildctlError) -> None:
+        if not partial or not isinstance(exc, UnreachableError | EngineError):
+            raise exc
+        missing[section] = _why(exc)
+
+    base: LockedBase | None = None
+    pull_ref = ""
+    if "base" in wanted:
+        try:
+            base, pull_ref = resolve_base(m.stack, v, resolvers.registry, config.registry_mirrors)
+        except BuildctlError as exc:
+            tolerate("base", exc)
+    else:
+        missing["base"] = not_asked
+    components: dict[str, LockedComponent] = {}
+    for c in m.components:
+        if "git" not in wanted:
+            missing[f"components.{c.name}"] = not_asked
+            continue
+        try:
+            components[c.name] = resolve_component(c, resolvers.git, base_dir, notes)
+        except BuildctlError as exc:
+            tolerate(f"components.{c.name}", exc)
+    downloads: dict[str, LockedDownload] = {}
+    keyrings: dict[str, bytes] = {}
+    for d in m.downloads:
+        if "downloads" not in wanted:
+            if d.for_platform(v.platform) is not None:
+                missing[f"downloads.{d.name}"] = not_asked
+            continue
+        try:
+            got, content = resolve_downloads(m, v, resolvers.fetch, names={d.name})
+        except BuildctlError as exc:
+            tolerate(f"downloads.{d.name}", exc)
+            continue
+        downloads.update(got)
+        keyrings.update(content)
     wheels = download_wheels(m, v, downloads)
     request = probe_request(m, v, keyrings, wheels)
     pip: tuple[LockedPip, ...] = ()
     build_pip: dict[str, tuple[LockedPip, ...]] = {}
     apt: dict[str, str] = {}
     build_apt: dict[str, dict[str, str]] = {}
-    if request.needed:
+    probe_sections = _sections_of_packages(m, v)
+    blocked = ""
+    if "packages" not in wanted:
+        blocked = not_asked
+    elif base is None and request.needed:
+        blocked = f"resolved inside the base image, which is not locked ({missing.get('base', '')})"
+    elif request.needed:
+        lacking = [r.keyring for r in m.apt.repos if r.keyring and f"downloads.{r.keyring}" in missing]
+        wheels_missing = [d.name for d in m.downloads if d.install == "pip" and f"downloads.{d.name}" in missing]
+        if lacking and any(s in probe_sections for s in ("apt", "build_apt")):
+            blocked = f"needs the apt keyring download {', '.join(lacking)}, which is not locked"
+        elif wheels_missing:
+            blocked = f"resolved together with the wheel download {', '.join(wheels_missing)}, which is not locked"
+    if blocked:
+        missing.update({s: blocked for s in probe_sections})
+    elif request.needed:
+        assert base is not None
         where = f"{v.image} ({v.platform})"
-        result = resolvers.in_base.probe(image=pull_ref, platform=v.platform, request=request)
-        if result.python and not (result.python + ".").startswith(v.python + "."):
-            raise LockError(f"{m.stack}/{v.name}: the base's python is {result.python}, the variant says {v.python}",
-                            fix=f"set variants.{v.name}.python: \"{'.'.join(result.python.split('.')[:2])}\"")
-        check_protected(m, result.pip, result.installed, where=where)
-        pip = pip_pins(graph.runtime_requirements(m), result.pip, result.installed_after_remove, result.tags,
-                       resolvers.index, where=where, downloads={n: sha for n, (_, sha) in wheels.items()})
-        for c in m.components:
-            if c.build.requires:
-                build_pip[c.name] = pip_pins(c.build.requires, result.build_pip.get(c.name, ()),
-                                             result.installed, result.tags, resolvers.index,
-                                             where=f"{where}, build requirements of {c.name}")
-        wanted = [(p.name, p.version) for p in m.apt.packages]
-        cud = cudnn_pattern(m, v)
-        if cud:
-            wanted.append(cud)
-        apt = resolve_apt(wanted, result.apt, where=where)
-        for c in m.components:
-            if c.build.apt:
-                build_apt[c.name] = resolve_apt([(p.name, p.version) for p in c.build.apt], result.apt,
-                                                where=f"{where}, build dependencies of {c.name}")
+        try:
+            result = resolvers.in_base.probe(image=pull_ref, platform=v.platform, request=request)
+        except BuildctlError as exc:
+            tolerate("packages", exc)
+            why = missing.pop("packages")
+            missing.update({s: why for s in probe_sections})
+        else:
+            if result.python and not (result.python + ".").startswith(v.python + "."):
+                raise LockError(f"{m.stack}/{v.name}: the base's python is {result.python}, the variant says {v.python}",
+                                fix=f"set variants.{v.name}.python: \"{'.'.join(result.python.split('.')[:2])}\"")
+            check_protected(m, result.pip, result.installed, where=where)
+            pip = pip_pins(graph.runtime_requirements(m), result.pip, result.installed_after_remove, result.tags,
+                           resolvers.index, where=where, downloads={n: sha for n, (_, sha) in wheels.items()})
+            for c in m.components:
+                if c.build.requires:
+                    build_pip[c.name] = pip_pins(c.build.requires, result.build_pip.get(c.name, ()),
+                                                 result.installed, result.tags, resolvers.index,
+                                                 where=f"{where}, build requirements of {c.name}")
+            wanted_apt = [(p.name, p.version) for p in m.apt.packages]
+            cud = cudnn_pattern(m, v)
+            if cud:
+                wanted_apt.append(cud)
+            apt = resolve_apt(wanted_apt, result.apt, where=where)
+            for c in m.components:
+                if c.build.apt:
+                    build_apt[c.name] = resolve_apt([(p.name, p.version) for p in c.build.apt], result.apt,
+                                                    where=f"{where}, build dependencies of {c.name}")
+    if missing and not partial:
+        raise LockError(f"{m.stack}/{v.name}: --only leaves sections unlocked", fix="add --partial")
     return VariantLock(base=base, apt=apt, build_apt=build_apt, downloads=downloads, pip=pip,
-                       build_pip=build_pip, components=components,
+                       build_pip=build_pip, components=components, missing=missing,
                        resolved_at=now().strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
@@ -519,12 +674,16 @@ class LockOutcome:
     unchanged: tuple[str, ...]  # resolved variants whose content did not change
     stale: tuple[str, ...]  # variants kept from a lock of an older manifest
     dropped: tuple[str, ...]  # variants no longer in the manifest, removed from the lock
+    notes: tuple[str, ...] = ()  # how changes were applied, where the user must hear it (merged PRs, empty picks)
 
 
 def lock_stack(m: Manifest, manifest_sha256: str, variants: Sequence[str], resolvers: Resolvers, config: Config,
-               existing: Lock | None, *, now: Callable[[], datetime] = _now) -> LockOutcome:
+               existing: Lock | None, *, now: Callable[[], datetime] = _now, partial: bool = False,
+               only: Iterable[str] | None = None) -> LockOutcome:
     """The new lock: ``variants`` resolved, every other variant's entry kept as it was."""
-    resolved = {name: resolve(m, m.variant(name), resolvers, config, now=now) for name in variants}
+    notes: list[str] = []
+    resolved = {name: resolve(m, m.variant(name), resolvers, config, now=now, partial=partial, only=only,
+                              notes=notes) for name in variants}
     known = {v.name for v in m.variants}
     kept = dict(existing.variants) if existing is not None and existing.stack == m.stack else {}
     dropped = tuple(sorted(n for n in kept if n not in known))
@@ -540,14 +699,15 @@ def lock_stack(m: Manifest, manifest_sha256: str, variants: Sequence[str], resol
     stale = tuple(sorted(n for n in merged if n not in resolved and existing is not None
                          and existing.manifest_sha256 != manifest_sha256))
     return LockOutcome(lock=Lock(stack=m.stack, manifest_sha256=manifest_sha256, variants=merged),
-                       resolved=resolved, unchanged=tuple(unchanged), stale=stale, dropped=dropped)
+                       resolved=resolved, unchanged=tuple(unchanged), stale=stale, dropped=dropped,
+                       notes=tuple(dict.fromkeys(notes)))
 
 
 # ------------------------------------------------------------------------------------------ drift
 
 
-DriftKind = Literal["manifest", "variant", "base", "component", "commit", "branch", "pr", "submodule",
-                    "patch", "tree", "download", "pip", "build-pip", "apt", "build-apt"]
+DriftKind = Literal["manifest", "variant", "base", "component", "commit", "branch", "pr", "pick", "submodule",
+                    "patch", "tree", "download", "pip", "build-pip", "apt", "build-apt", "missing"]
 
 NONE = "(none)"
 
@@ -589,7 +749,9 @@ class Drift:
                 text = f"apt {s}: {o} -> {n}"
             case "component":
                 text = f"component {s}: {o} -> {n}"
-            case "submodule" | "build-pip" | "build-apt":
+            case "missing":
+                text = f"{s}: {o} -> {n}"
+            case "submodule" | "build-pip" | "build-apt" | "pick":
                 text = f"{s}: {o} -> {n}"
             case _:
                 assert_never(self.kind)
@@ -640,7 +802,15 @@ def _diff_component(variant: str, name: str, a: LockedComponent, b: LockedCompon
     if a.branch_head != b.branch_head:
         out.append(Drift(variant=variant, kind="branch", subject=f"{c}: branch", old=a.branch_head or NONE,
                          new=b.branch_head or NONE))
+    if a.picks != b.picks:
+        out.append(Drift(variant=variant, kind="pick", subject=f"{c}: cherry-picks",
+                         old=", ".join(x[:12] for x in a.picks) or NONE, new=", ".join(x[:12] for x in b.picks) or NONE))
     out += _diff_map(variant, "pr", f"{c}: PR #", a.prs, b.prs)
+    for number, head in b.prs.items():
+        pa, pb = a.pr(int(number)), b.pr(int(number))
+        if pa is not None and pb is not None and pa.head == head and (pa.mode, pa.commits) != (pb.mode, pb.commits):
+            out.append(Drift(variant=variant, kind="pr", subject=f"{c}: PR #{number} commits applied",
+                             old=f"{pa.mode}: {len(pa.commits)} commit(s)", new=f"{pb.mode}: {len(pb.commits)} commit(s)"))
     out += _diff_map(variant, "patch", f"{c}: patch ", a.patches, b.patches)
     out += _diff_map(variant, "submodule", f"{c}: submodule ", a.submodules, b.submodules)
     # The tree follows from commit, PRs and patches; report it only when nothing above explains it.
@@ -652,10 +822,20 @@ def _diff_component(variant: str, name: str, a: LockedComponent, b: LockedCompon
 def diff_variant(variant: str, old: VariantLock, new: VariantLock) -> list[Drift]:
     """Every difference between two locks of one variant, in a fixed order."""
     out: list[Drift] = []
-    if old.base.ref != new.base.ref:
-        out.append(Drift(variant=variant, kind="base", subject="reference", old=old.base.ref, new=new.base.ref))
-    elif old.base.digest != new.base.digest:
-        out.append(Drift(variant=variant, kind="base", subject=new.base.ref, old=old.base.digest, new=new.base.digest))
+    ob, nb = old.base, new.base
+    if ob is None or nb is None:
+        if ob != nb:
+            out.append(Drift(variant=variant, kind="base", subject="digest", old=ob.digest if ob else NONE,
+                             new=nb.digest if nb else NONE))
+    elif ob.ref != nb.ref:
+        out.append(Drift(variant=variant, kind="base", subject="reference", old=ob.ref, new=nb.ref))
+    elif ob.digest != nb.digest:
+        out.append(Drift(variant=variant, kind="base", subject=nb.ref, old=ob.digest, new=nb.digest))
+    for sec in sorted(set(old.missing) | set(new.missing)):
+        if (sec in old.missing) != (sec in new.missing):
+            out.append(Drift(variant=variant, kind="missing", subject=f"section {sec}",
+                             old="not locked" if sec in old.missing else "locked",
+                             new="not locked" if sec in new.missing else "locked"))
     for name in sorted(set(old.components) | set(new.components)):
         a, b = old.components.get(name), new.components.get(name)
         if a is None or b is None:

@@ -1,14 +1,44 @@
 """The lock file (pins/<stack>.lock.json): data model, canonical JSON, atomic write.
 
-Format (schema 1), keys sorted, two-space indent, one trailing newline:
+Format (schema 2), keys sorted, two-space indent, one trailing newline::
 
-    {"schema": 1, "stack": "demo", "manifest_sha256": "<sha256 of the manifest file>",
-     "variants": {"<name>": {"base": {...}, "apt": {...}, "downloads": {...}, "pip": [...],
-                             "build_pip": {...}, "components": {...}, "resolved_at": "..."}}}
+    {"schema": 2, "stack": "demo", "manifest_sha256": "<sha256 of the manifest file>",
+     "variants": {"<name>": {
+        "base": {"ref": ..., "digest": "sha256:...", "platform": ...},     # absent when not locked (partial)
+        "apt": {...}, "build_apt": {...}, "downloads": {...}, "pip": [...], "build_pip": {...},
+        "components": {"<name>": {
+            "repo": "<as in the manifest>",
+            "base": "<full SHA of the base commit>",
+            "branch_head": "<head of the manifest's branch when locked>",   # informational
+            "changes": [                                                    # applied in this order
+              {"kind": "commit", "sha": "<full SHA>"},                      # an upstream commit, cherry-picked
+              {"kind": "pr", "number": 2146, "head": "<full SHA>", "mode": "own-commits" | "merge",
+               "target": "main",                                            # the branch the PR targets
+               "commits": ["<full SHA>", ...],                              # exactly what was applied, in order
+               "skipped_merges": [...],                                     # merges of the target left out
+               "empty": [...],                                              # picks that changed nothing
+               "merged_upstream": {"how": "merge" | "squash-or-rebase", "commit": "<M or ''>"}},  # optional
+              {"kind": "patch", "file": "<relative path>", "sha256": "<hex>"}],
+            "dragged": [{"sha": ..., "subject": ..., "by": "PR #2146"}],   # commits a change brings that
+                                                                            # are neither the base's nor its own
+            "submodules": {"<path>": "<gitlink SHA in the resulting tree>"},
+            "tree": "<SHA of the commit made by applying the changes (== base when none)>"}},
+        "missing": {"<section>": "<why it is not locked>"},                 # partial locks only
+        "resolved_at": "..."}}}
+
+Sections, as ``missing`` names them: ``base``, ``apt``, ``build_apt``, ``pip``, ``build_pip``,
+``downloads.<name>``, ``components.<name>``. A lock with any ``missing`` entry is *partial*
+(``buildctl lock --partial``): ``plan`` uses what it has, ``build``/``push``/``nightly`` refuse it.
 
 ``resolved_at`` and each component's ``branch_head`` are informational and excluded from
 ``VariantLock.digest()``, the value that node keys and image tags use, so that re-locking with nothing
 changed (or with only a branch head moved) keeps every key.
+
+Extending the schema (other issues add sections this way; no schema bump is needed for it): add a field
+with an empty default to ``VariantLock`` (or ``LockedComponent``), write it in ``to_json`` ONLY when it is
+non-empty (``_optional``), and read it with ``.get`` in ``from_json``. Locks written before the section
+existed then load unchanged and keep their digest; a lock that uses it gets a new digest, as it should.
+Bump ``SCHEMA`` only for a change an older reader would misread (a renamed or re-typed key).
 """
 
 from __future__ import annotations
@@ -20,11 +50,14 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from buildctl.errors import LockError
 
-SCHEMA = 1
+SCHEMA = 2
+
+PrMode = Literal["own-commits", "merge"]
+PR_MODES: tuple[PrMode, ...] = ("own-commits", "merge")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,45 +84,176 @@ class LockedDownload:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LockedPick:
+    """An upstream commit cherry-picked onto the base."""
+
+    sha: str  # full SHA
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "commit", "sha": self.sha}
+
+    def label(self) -> str:
+        return f"commit {self.sha[:12]}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergedUpstream:
+    """A PR found already merged into its target when locked."""
+
+    how: Literal["merge", "squash-or-rebase"]
+    commit: str = ""  # the merge commit M (how == "merge"); its commits are M^1..M^2
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockedPr:
+    """A pull request, with exactly the commits that were applied."""
+
+    number: int
+    head: str  # full SHA of refs/pull/N/head when locked
+    mode: PrMode = "own-commits"
+    target: str = "main"
+    # own-commits: the commits cherry-picked, in order; merge: the PR's own commits that the merge brings
+    commits: tuple[str, ...] = ()
+    skipped_merges: tuple[str, ...] = ()  # own-commits: merges of the target branch left out
+    empty: tuple[str, ...] = ()  # picks that changed nothing (their change is in the base already)
+    merged_upstream: MergedUpstream | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": "pr", "number": self.number, "head": self.head, "mode": self.mode,
+                               "target": self.target, "commits": list(self.commits),
+                               "skipped_merges": list(self.skipped_merges), "empty": list(self.empty)}
+        if self.merged_upstream is not None:
+            out["merged_upstream"] = {"how": self.merged_upstream.how, "commit": self.merged_upstream.commit}
+        return out
+
+    def label(self) -> str:
+        return f"PR #{self.number}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockedPatch:
+    file: str  # as written in the manifest (relative to it)
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "patch", "file": self.file, "sha256": self.sha256}
+
+    def label(self) -> str:
+        return f"patch {self.file}"
+
+
+LockedChange = LockedPick | LockedPr | LockedPatch
+
+
+@dataclass(frozen=True, kw_only=True)
+class DraggedCommit:
+    """A commit a change brings that the base does not have and that is not the change's own."""
+
+    sha: str
+    subject: str
+    by: str  # the change's label, e.g. "PR #2146"
+
+
+@dataclass(frozen=True, kw_only=True)
 class LockedComponent:
     name: str
     repo: str
-    commit: str  # full 40-hex SHA of the manifest's commit
-    prs: Mapping[str, str] = field(default_factory=dict)  # PR number (as text) -> head SHA
-    patches: Mapping[str, str] = field(default_factory=dict)  # patch file -> sha256
-    submodules: Mapping[str, str] = field(default_factory=dict)  # path -> SHA at `commit`
-    tree: str = ""  # SHA of the commit made by applying prs and patches (== commit when none)
+    commit: str  # full 40-hex SHA of the base commit (JSON key "base")
+    changes: tuple[LockedChange, ...] = ()  # applied in order
+    dragged: tuple[DraggedCommit, ...] = ()
+    submodules: Mapping[str, str] = field(default_factory=dict)  # path -> gitlink SHA in `tree`
+    tree: str = ""  # SHA of the commit made by applying the changes (== commit when none)
     # Head of the manifest's `branch` when locked: only what `lock --check` compares to say that the
     # branch moved. Not an input of any build (the commit is), so VariantLock.digest() leaves it out.
     branch_head: str = ""
 
+    @property
+    def prs(self) -> dict[str, str]:
+        """PR number (as text) -> head SHA, in order."""
+        return {str(c.number): c.head for c in self.changes if isinstance(c, LockedPr)}
+
+    @property
+    def patches(self) -> dict[str, str]:
+        """Patch file -> sha256, in order."""
+        return {c.file: c.sha256 for c in self.changes if isinstance(c, LockedPatch)}
+
+    @property
+    def picks(self) -> tuple[str, ...]:
+        return tuple(c.sha for c in self.changes if isinstance(c, LockedPick))
+
+    def pr(self, number: int) -> LockedPr | None:
+        return next((c for c in self.changes if isinstance(c, LockedPr) and c.number == number), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"repo": self.repo, "base": self.commit, "changes": [c.to_json() for c in self.changes],
+                "dragged": [{"sha": d.sha, "subject": d.subject, "by": d.by} for d in self.dragged],
+                "submodules": dict(sorted(self.submodules.items())), "tree": self.tree,
+                "branch_head": self.branch_head}
+
+    @staticmethod
+    def from_json(name: str, c: Mapping[str, Any]) -> LockedComponent:
+        return LockedComponent(
+            name=name, repo=c["repo"], commit=c["base"], changes=tuple(_change_from(x) for x in c.get("changes", [])),
+            dragged=tuple(DraggedCommit(sha=d["sha"], subject=d.get("subject", ""), by=d.get("by", ""))
+                          for d in c.get("dragged", [])),
+            submodules=dict(c.get("submodules", {})), tree=c.get("tree", ""), branch_head=c.get("branch_head", ""))
+
+
+def _change_from(d: Mapping[str, Any]) -> LockedChange:
+    kind = d["kind"]
+    if kind == "commit":
+        return LockedPick(sha=d["sha"])
+    if kind == "patch":
+        return LockedPatch(file=d["file"], sha256=d["sha256"])
+    if kind == "pr":
+        mu = d.get("merged_upstream")
+        mode = d.get("mode", "own-commits")
+        if mode not in PR_MODES:
+            raise TypeError(f"PR mode {mode!r}")
+        return LockedPr(number=int(d["number"]), head=d["head"], mode=mode, target=d.get("target", "main"),
+                        commits=tuple(d.get("commits", ())), skipped_merges=tuple(d.get("skipped_merges", ())),
+                        empty=tuple(d.get("empty", ())),
+                        merged_upstream=MergedUpstream(how=mu["how"], commit=mu.get("commit", "")) if mu else None)
+    raise TypeError(f"change kind {kind!r}")
+
+
+def _optional(out: dict[str, Any], key: str, value: Any) -> None:
+    """Write an optional section only when it holds something (see the module docstring)."""
+    if value:
+        out[key] = value
+
 
 @dataclass(frozen=True, kw_only=True)
 class VariantLock:
-    base: LockedBase
+    base: LockedBase | None  # None: not locked (a partial lock; ``missing["base"]`` says why)
     apt: Mapping[str, str] = field(default_factory=dict)  # package -> exact version (runtime + cudnn)
     build_apt: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # component -> package -> version
     downloads: Mapping[str, LockedDownload] = field(default_factory=dict)
     pip: tuple[LockedPip, ...] = ()
     build_pip: Mapping[str, tuple[LockedPip, ...]] = field(default_factory=dict)  # component -> pins
     components: Mapping[str, LockedComponent] = field(default_factory=dict)
+    missing: Mapping[str, str] = field(default_factory=dict)  # section -> why it is not locked (partial)
     resolved_at: str = ""
 
+    @property
+    def partial(self) -> bool:
+        return bool(self.missing)
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            "base": {"ref": self.base.ref, "digest": self.base.digest, "platform": self.base.platform},
+        out: dict[str, Any] = {
             "apt": dict(sorted(self.apt.items())),
             "build_apt": {c: dict(sorted(p.items())) for c, p in sorted(self.build_apt.items())},
             "downloads": {n: {"url": d.url, "sha256": d.sha256, "computed": d.computed}
                           for n, d in sorted(self.downloads.items())},
             "pip": [_pip_json(p) for p in self.pip],
             "build_pip": {c: [_pip_json(p) for p in ps] for c, ps in sorted(self.build_pip.items())},
-            "components": {n: {"repo": c.repo, "commit": c.commit, "prs": dict(c.prs),
-                               "patches": dict(c.patches), "submodules": dict(c.submodules), "tree": c.tree,
-                               "branch_head": c.branch_head}
-                           for n, c in sorted(self.components.items())},
+            "components": {n: c.to_json() for n, c in sorted(self.components.items())},
             "resolved_at": self.resolved_at,
         }
+        if self.base is not None:
+            out["base"] = {"ref": self.base.ref, "digest": self.base.digest, "platform": self.base.platform}
+        _optional(out, "missing", dict(sorted(self.missing.items())))
+        return out
 
     def digest(self) -> str:
         """Hash of what was resolved (not when): the 'lock hash' in tags and labels."""
@@ -101,20 +265,20 @@ class VariantLock:
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> VariantLock:
-        b = data["base"]
+        b = data.get("base")
+        missing = {str(k): str(v) for k, v in data.get("missing", {}).items()}
+        if b is None and "base" not in missing:
+            raise KeyError("base")
         return VariantLock(
-            base=LockedBase(ref=b["ref"], digest=b["digest"], platform=b["platform"]),
+            base=LockedBase(ref=b["ref"], digest=b["digest"], platform=b["platform"]) if b is not None else None,
             apt=dict(data.get("apt", {})),
             build_apt={c: dict(p) for c, p in data.get("build_apt", {}).items()},
             downloads={n: LockedDownload(name=n, url=d["url"], sha256=d["sha256"], computed=d.get("computed", False))
                        for n, d in data.get("downloads", {}).items()},
             pip=tuple(_pip_from(p) for p in data.get("pip", [])),
             build_pip={c: tuple(_pip_from(p) for p in ps) for c, ps in data.get("build_pip", {}).items()},
-            components={n: LockedComponent(name=n, repo=c["repo"], commit=c["commit"], prs=dict(c.get("prs", {})),
-                                           patches=dict(c.get("patches", {})),
-                                           submodules=dict(c.get("submodules", {})), tree=c.get("tree", ""),
-                                           branch_head=c.get("branch_head", ""))
-                        for n, c in data.get("components", {}).items()},
+            components={n: LockedComponent.from_json(n, c) for n, c in data.get("components", {}).items()},
+            missing=missing,
             resolved_at=data.get("resolved_at", ""),
         )
 
@@ -135,6 +299,11 @@ class Lock:
     variants: Mapping[str, VariantLock]
     schema: int = SCHEMA
 
+    @property
+    def partial(self) -> dict[str, dict[str, str]]:
+        """Variant -> its missing sections, for the variants whose lock is partial."""
+        return {n: dict(v.missing) for n, v in sorted(self.variants.items()) if v.missing}
+
     def to_json(self) -> dict[str, Any]:
         return {"schema": self.schema, "stack": self.stack, "manifest_sha256": self.manifest_sha256,
                 "variants": {n: v.to_json() for n, v in sorted(self.variants.items())}}
@@ -143,13 +312,28 @@ class Lock:
     def from_json(data: Mapping[str, Any], source: str = "<lock>") -> Lock:
         try:
             if data.get("schema") != SCHEMA:
-                raise LockError(f"{source}: lock schema {data.get('schema')!r} is not supported",
+                raise LockError(f"{source}: lock schema {data.get('schema')!r} is not supported (this buildctl "
+                                f"reads schema {SCHEMA})",
                                 fix=f"re-create it with `buildctl lock {data.get('stack', 'STACK')}`")
             return Lock(stack=data["stack"], manifest_sha256=data["manifest_sha256"],
                         variants={n: VariantLock.from_json(v) for n, v in data["variants"].items()})
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise LockError(f"{source}: malformed lock file (missing or wrong {exc})",
                             fix="re-create it with `buildctl lock STACK`") from exc
+
+
+def refuse_partial(lock: Lock | None, variant: str, *, action: str, lock_file: str) -> None:
+    """Raise LockError (exit 4) when ``variant``'s lock is partial: builds, pushes and nightly runs need it all."""
+    v = lock.variants.get(variant) if lock is not None else None
+    if v is None or not v.missing:
+        return
+    raise LockError(
+        f"cannot {action} {lock.stack if lock else ''}/{variant}: {lock_file} is a partial lock "
+        f"(missing: {', '.join(sorted(v.missing))})",
+        why="; ".join(f"{k}: {why}" for k, why in sorted(v.missing.items())),
+        fix=f"lock it fully where every source is reachable: `buildctl lock {lock.stack if lock else 'STACK'} "
+            f"--variant {variant}` (without --partial)",
+    )
 
 
 def canonical(data: Any) -> str:

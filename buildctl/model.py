@@ -211,12 +211,19 @@ class CudnnSpec:
 # ------------------------------------------------------------------------------------------ components
 
 
+PrApply = Literal["own-commits", "merge"]
+
+
 @dataclass(frozen=True, kw_only=True)
 class PullRequest:
     """An upstream PR applied on top of the commit: `2146` or `{number: 2146, head: <sha>}`."""
 
     number: int
     head: str | None = field(default=None, metadata=_doc("the reviewed head SHA; the lock checks it still is"))
+    apply: PrApply = field(default="own-commits", metadata=_doc(
+        "own-commits: cherry-pick the PR's own commits (reachable from its head, not from target; merges of "
+        "target skipped); merge: merge the head (brings whatever the PR branch merged)"))
+    target: str = field(default="main", metadata=_doc("the branch the PR targets (its own commits are not on it)"))
     at: Location = loc()
 
 
@@ -225,6 +232,33 @@ class Patch:
     file: str = field(metadata=_doc("path relative to the manifest"))
     sha256: str
     at: Location = loc()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """One entry of a component's ordered ``changes``: exactly one of ``commit`` (an upstream commit to
+    cherry-pick, full SHA), ``pr`` (with ``head``, ``apply``, ``target`` as for ``prs``) or ``patch``
+    (with ``sha256``)."""
+
+    commit: str | None = field(default=None, metadata=_doc("full SHA of an upstream commit to cherry-pick"))
+    pr: int | None = field(default=None, metadata=_doc("PR number (refs/pull/N/head)"))
+    head: str | None = field(default=None, metadata=_doc("pr: the reviewed head SHA"))
+    apply: PrApply = field(default="own-commits", metadata=_doc("pr: own-commits or merge"))
+    target: str = field(default="main", metadata=_doc("pr: the branch the PR targets"))
+    patch: str | None = field(default=None, metadata=_doc("patch file, relative to the manifest"))
+    sha256: str | None = field(default=None, metadata=_doc("patch: its sha256"))
+    at: Location = loc()
+
+    @property
+    def kind(self) -> Literal["commit", "pr", "patch"]:
+        return "commit" if self.commit is not None else "pr" if self.pr is not None else "patch"
+
+    def label(self) -> str:
+        if self.commit is not None:
+            return f"commit {self.commit[:12]}"
+        if self.pr is not None:
+            return f"PR #{self.pr}"
+        return f"patch {self.patch}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -272,10 +306,22 @@ class Component:
     branch: str | None = None
     prs: tuple[PullRequest, ...] = field(default=(), metadata=_doc("upstream PRs applied in order (refs/pull/N/head)"))
     patches: tuple[Patch, ...] = ()
+    # The ordered list of changes on top of `commit` (cherry-picks, PRs, patches), as written. The loader
+    # fills prs/patches from it; `steps` is the one ordered view either way (changes, or prs then patches).
+    changes: tuple[Change, ...] = field(default=(), metadata=_doc(
+        "ordered changes: {commit: SHA}, {pr: N, head: SHA, apply: merge}, {patch: FILE, sha256: HEX}"))
     submodules: bool = True
     build: ComponentBuild = field(default_factory=ComponentBuild)
     install: ComponentInstall = field(default_factory=ComponentInstall)
     at: Location = loc()
+
+    @property
+    def steps(self) -> tuple[Change, ...]:
+        """The changes on top of ``commit``, in the order they apply."""
+        if self.changes:
+            return self.changes
+        return (tuple(Change(pr=pr.number, head=pr.head, apply=pr.apply, target=pr.target, at=pr.at) for pr in self.prs)
+                + tuple(Change(patch=p.file, sha256=p.sha256, at=p.at) for p in self.patches))
 
 
 # ------------------------------------------------------------------------------------------ entrypoint

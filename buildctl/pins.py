@@ -468,6 +468,12 @@ def _semantic(m: Manifest, ld: _Loader, base_dir: Path) -> None:
         numbers = [pr.number for pr in c.prs]
         if len(set(numbers)) != len(numbers):
             err(c.at, f"component {c.name}: a PR is listed twice in {numbers}")
+        picks = [ch.commit for ch in c.changes if ch.commit is not None]
+        if len(set(picks)) != len(picks):
+            err(c.at, f"component {c.name}: a commit is cherry-picked twice")
+        if not re.fullmatch(r"[A-Za-z0-9._/-]+", "".join(pr.target for pr in c.prs) or "x") or any(
+                pr.target.startswith(("-", "/")) or ".." in pr.target for pr in c.prs):
+            err(c.at, f"component {c.name}: a PR target is not a plain branch name")
         for pr in c.prs:
             if pr.number <= 0:
                 err(pr.at, f"component {c.name}: PR number {pr.number} must be positive")
@@ -537,6 +543,49 @@ def _semantic(m: Manifest, ld: _Loader, base_dir: Path) -> None:
 # -------------------------------------------------------------------------------------------- public
 
 
+def _normalise_changes(m: Manifest, ld: _Loader) -> Manifest:
+    """One ordered ``changes`` list per component, and prs/patches that agree with it."""
+    comps = []
+    for c in m.components:
+        if c.changes and (c.prs or c.patches):
+            ld.errors.append(ManifestError(c.at, f"component {c.name}: give either changes: or prs:/patches:, not both",
+                                           fix="move the PRs and patches into changes:, in the order they apply"))
+            comps.append(c)
+            continue
+        if not c.changes:
+            comps.append(c)  # Component.steps derives the ordered changes from prs + patches
+            continue
+        bad = False
+        for ch in c.changes:
+            given = [k for k in ("commit", "pr", "patch") if getattr(ch, k) is not None]
+            if len(given) != 1:
+                ld.errors.append(ManifestError(ch.at, f"component {c.name}: a change needs exactly one of commit, pr "
+                                                      f"or patch (got {', '.join(given) or 'none'})"))
+                bad = True
+                continue
+            if ch.pr is None and (ch.head is not None or ch.apply != "own-commits" or ch.target != "main"):
+                ld.errors.append(ManifestError(ch.at, f"component {c.name}: head, apply and target belong to a pr change"))
+                bad = True
+            if (ch.patch is None) != (ch.sha256 is None):
+                ld.errors.append(ManifestError(ch.at, f"component {c.name}: a patch change needs patch and sha256 "
+                                                      "together (and only a patch change has sha256)"))
+                bad = True
+            if ch.commit is not None and not re.fullmatch(r"[0-9a-f]{40}", ch.commit):
+                ld.errors.append(ManifestError(ch.at, f"component {c.name}: commit {ch.commit!r} to cherry-pick "
+                                                      "must be a full 40-digit lower-case SHA",
+                                               fix="write the full SHA: a change is applied exactly as named"))
+                bad = True
+        if bad:
+            comps.append(c)
+            continue
+        prs = tuple(PullRequest(number=ch.pr, head=ch.head, apply=ch.apply, target=ch.target, at=ch.at)
+                    for ch in c.changes if ch.pr is not None)
+        patches = tuple(model.Patch(file=ch.patch, sha256=ch.sha256, at=ch.at)
+                        for ch in c.changes if ch.patch is not None and ch.sha256 is not None)
+        comps.append(dataclasses.replace(c, prs=prs, patches=patches))
+    return dataclasses.replace(m, components=tuple(comps))
+
+
 def load_text(text: str, filename: str = "<string>", base_dir: Path | None = None) -> Manifest:
     """Parse one manifest. Raises ManifestErrors (one or more ManifestError) for bad input."""
     ld = _Loader(filename)
@@ -560,6 +609,7 @@ def load_text(text: str, filename: str = "<string>", base_dir: Path | None = Non
         raise ManifestErrors([ManifestError(Location(file=filename), "the document nests too deeply")]) from None
     if result is not INVALID:
         result = dataclasses.replace(result, path=filename)
+        result = _normalise_changes(result, ld)
         _semantic(result, ld, base_dir or Path(filename).parent)
         if not result.variants and not ld.errors:
             ld.error(root, "variants", "at least one variant is required")

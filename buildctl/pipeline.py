@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from buildctl import normalise, render, repro, wheelhouse
+from buildctl import lockfile, normalise, render, repro, wheelhouse
 from buildctl.config import Config
 from buildctl.errors import (
     BuildctlError,
@@ -214,6 +214,8 @@ class _Build:
     # -- 1. lock
 
     def _require_lock(self) -> None:
+        lockfile.refuse_partial(self.t.lock, self.g.variant, action="build",
+                                lock_file=str(lockfile.lock_path(self.t.manifest_path)))
         unlocked = [(n.name, u) for n in self.g.nodes for u in n.unlocked]
         if not unlocked:
             return
@@ -581,7 +583,7 @@ class _Build:
             "org.opencontainers.image.revision": self.revision,
             "org.opencontainers.image.created": self.created,
             "org.opencontainers.image.base.name": self.t.variant.image,
-            "org.opencontainers.image.base.digest": self.t.vlock.base.digest if self.t.vlock else "",
+            "org.opencontainers.image.base.digest": self.t.vlock.base.digest if self.t.vlock and self.t.vlock.base else "",
             **shared_labels(self.g, node),
         }
         if isinstance(node.spec, AssembleNodeSpec | EntrypointNodeSpec):

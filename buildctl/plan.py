@@ -38,6 +38,7 @@ class NodePlan:
     ref: str
     state: NodeState
     provisional: bool  # the key changes once the stack is locked
+    waits_for: tuple[str, ...] = ()  # unlocked inputs of its ancestors ("node: input") that its key waits for
     why: tuple[str, ...] = ()  # for a node to build: what changed since its previous build
     note: str = ""  # why the state is unknown
 
@@ -103,7 +104,8 @@ class Plan:
             "nodes": [{
                 "name": p.node.name, "kind": p.node.kind, "component": p.node.component,
                 "parents": list(p.node.parents), "key": p.node.key, "ref": p.ref, "state": p.state,
-                "provisional": p.provisional, "unlocked": list(p.node.unlocked), "why": list(p.why),
+                "provisional": p.provisional, "unlocked": list(p.node.unlocked),
+                "own_inputs_locked": not p.node.unlocked, "waits_for": list(p.waits_for), "why": list(p.why),
                 "note": p.note,
             } for p in self.nodes],
             "to_build": self.to_build,
@@ -134,7 +136,9 @@ def make(
     records: Mapping[str, NodeRecord],
     registry: str | None,
     emulation: bool | None = None,
+    missing: Mapping[str, str] | None = None,
 ) -> Plan:
+    """``missing``: the sections a partial lock lacks (lockfile.VariantLock.missing)."""
     notes: list[str] = []
     engine_note = "" if engine is not None else "no engine to ask"
     unreachable: dict[str, str] = {}  # registry host -> why it could not be asked
@@ -182,10 +186,14 @@ def make(
             why = (reasons(graph, n, records.get(n.name)) if n.kind != "base"
                    else ("the base image is neither in the engine nor in its registry",))
         plans.append(NodePlan(node=n, ref=ref, state=state, provisional=graph.provisional(n.name), why=why,
-                              note=note))
+                              note=note, waits_for=graph.waits_for(n.name)))
     if graph.lock_digest is None:
         notes.append(f"{graph.stack} has no lock for variant {graph.variant}: keys marked provisional will change "
                      f"once locked (`buildctl lock {graph.stack} --variant {graph.variant}`)")
+    elif missing:
+        notes.append(f"the lock of {graph.stack}/{graph.variant} is partial (not locked: {', '.join(sorted(missing))}): "
+                     "keys marked provisional will change once it is locked in full; build, push and nightly refuse "
+                     "it until then")
     elif any(p.provisional for p in plans):
         notes.append("the lock does not cover every input (the manifest changed since locking): keys marked "
                      f"provisional will change once re-locked (`buildctl lock {graph.stack}`)")

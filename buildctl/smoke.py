@@ -141,7 +141,7 @@ def _section_versions(manifest: Manifest, lock: VariantLock | None) -> dict[str,
     for c in manifest.components:
         locked = lock.components.get(c.name) if lock else None
         # The built component reports the prepared tree (commit + PRs + patches), see sources.py.
-        sha = (locked.tree or locked.commit) if locked else (c.commit if not c.prs and not c.patches else None)
+        sha = (locked.tree or locked.commit) if locked else (c.commit if not c.steps else None)
         # Unlocked, a tree with PRs or patches on top has no commit yet: the suite reports it as not checked.
         unlocked = None if sha else _unlocked_why(c)
         if c.install.kind is InstallKind.WHEEL:
@@ -161,7 +161,8 @@ def _section_versions(manifest: Manifest, lock: VariantLock | None) -> dict[str,
 
 
 def _unlocked_why(c: Component) -> str:
-    on_top = [f"PR #{p.number}" for p in c.prs] + ([f"{len(c.patches)} patch(es)"] if c.patches else [])
+    on_top = ([f"cherry-pick {ch.commit[:12]}" for ch in c.steps if ch.commit is not None]
+              + [f"PR #{p.number}" for p in c.prs] + ([f"{len(c.patches)} patch(es)"] if c.patches else []))
     return (f"the manifest pins {c.commit[:12]} with {', '.join(on_top)} on top; the commit of the prepared tree "
             "is known only once `buildctl lock` has prepared it")
 

@@ -56,10 +56,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from buildctl.errors import LockError, SourceError, UnreachableError
-from buildctl.lockfile import LockedComponent
+from buildctl.lock import Applied
+from buildctl.lockfile import (
+    DraggedCommit,
+    LockedChange,
+    LockedComponent,
+    LockedPatch,
+    LockedPick,
+    LockedPr,
+    MergedUpstream,
+    PrMode,
+)
 
 if TYPE_CHECKING:
     from buildctl.config import Config
+    from buildctl.model import Change as ManifestChange
     from buildctl.model import Component
 
 # The identity of every commit buildctl makes. Changing it (or PREPARE_RECIPE) changes every prepared
@@ -67,7 +78,7 @@ if TYPE_CHECKING:
 IDENTITY_NAME = "buildctl"
 IDENTITY_EMAIL = "buildctl@localhost"
 # Bump when the way PRs and patches are applied changes: the key of every prepared tree changes with it.
-PREPARE_RECIPE = 1
+PREPARE_RECIPE = 2
 # Length of the short SHA in exported trees: `git rev-parse --short HEAD` in an export prints this many
 # digits (a full clone of a large repository may print more; compare by prefix).
 SHORT_LEN = 7
@@ -128,6 +139,35 @@ class PatchFile:
     path: Path  # where it is on this machine
     sha256: str
 
+    def label(self) -> str:
+        return f"patch {self.name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PickChange:
+    """An upstream commit to cherry-pick."""
+
+    sha: str  # full SHA
+
+    def label(self) -> str:
+        return f"commit {self.sha[:12]}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrChange:
+    """A PR to apply: its own commits cherry-picked in order, or (mode merge) its head merged."""
+
+    number: int
+    head: str  # full SHA
+    mode: PrMode = "own-commits"
+    commits: tuple[str, ...] = ()  # own-commits: exactly what is cherry-picked, in order
+
+    def label(self) -> str:
+        return f"PR #{self.number}"
+
+
+Change = PickChange | PrChange | PatchFile
+
 
 @dataclass(frozen=True, kw_only=True)
 class CommitInfo:
@@ -155,10 +195,18 @@ class PreparedTree:
     tree: str  # the commit that carries PRs and patches (== commit when there are none)
     key: str  # sha256 of (commit, PR heads, patches, recipe): the cache key
     epoch: int  # base commit's committer time: the date of every commit made, and the mtime of exports
-    prs: tuple[PrHead, ...] = ()
-    patches: tuple[PatchFile, ...] = ()
+    changes: tuple[Change, ...] = ()
     submodules: tuple[Submodule, ...] = ()  # at `tree`, recursive
+    empty: tuple[str, ...] = ()  # upstream commits whose pick changed nothing (already in the tree)
     reused: bool = field(default=False, compare=False)  # found in the cache
+
+    @property
+    def prs(self) -> tuple[PrChange, ...]:
+        return tuple(c for c in self.changes if isinstance(c, PrChange))
+
+    @property
+    def patches(self) -> tuple[PatchFile, ...]:
+        return tuple(c for c in self.changes if isinstance(c, PatchFile))
 
     @property
     def short(self) -> str:
@@ -284,14 +332,21 @@ def parse_ls_remote(text: str, *, pulls: bool) -> dict[str, str]:
     return out
 
 
-def prepare_key(commit: str, prs: Sequence[PrHead], patches: Sequence[PatchFile]) -> str:
+def _change_key(c: Change) -> list[object]:
+    if isinstance(c, PickChange):
+        return ["commit", c.sha]
+    if isinstance(c, PrChange):
+        return ["pr", c.number, c.head, c.mode, list(c.commits)]
+    return ["patch", c.name, c.sha256]
+
+
+def prepare_key(commit: str, changes: Sequence[Change]) -> str:
     """Cache key of a prepared tree: everything that determines its commit SHA, and nothing else."""
     data = {
         "recipe": PREPARE_RECIPE,
         "identity": f"{IDENTITY_NAME} <{IDENTITY_EMAIL}>",
         "commit": commit,
-        "prs": [[p.number, p.head] for p in prs],
-        "patches": [[p.name, p.sha256] for p in patches],
+        "changes": [_change_key(c) for c in changes],
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -362,6 +417,23 @@ def shortest_unique_prefixes(shas: Sequence[str], min_len: int) -> dict[str, str
     return out
 
 
+def change_signature(c: ManifestChange) -> tuple[str, str]:
+    """What identifies a manifest change (kind and name), to compare it with a locked one."""
+    if c.commit is not None:
+        return ("commit", c.commit)
+    if c.pr is not None:
+        return ("pr", str(c.pr))
+    return ("patch", c.patch or "")
+
+
+def locked_signature(c: LockedChange) -> tuple[str, str]:
+    if isinstance(c, LockedPick):
+        return ("commit", c.sha)
+    if isinstance(c, LockedPr):
+        return ("pr", str(c.number))
+    return ("patch", c.file)
+
+
 def check_patch(patch: PatchFile) -> None:
     """Raise SourceError unless the patch file exists and matches its sha256."""
     try:
@@ -391,6 +463,14 @@ class _Result:
 
 class _Timeout(Exception):
     pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Failure:
+    index: int  # of the change that did not apply
+    sha: str  # the commit being picked or merged ("" for a patch)
+    files: tuple[str, ...]  # conflicting files
+    detail: str  # git's last lines
 
 
 def _run_process(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | None, timeout: float,
@@ -813,17 +893,131 @@ class Sources:
             out += self._submodule_list(sub_url, sha, prefix=f"{prefix}{path}/", depth=depth + 1)
         return out
 
+    # -- pull requests (used by `buildctl lock`)
+
+    def _is_ancestor(self, mirror: Path, a: str, b: str) -> bool:
+        r = self._git(["merge-base", "--is-ancestor", a, b], git_dir=mirror, check=False, what="ancestry")
+        if r.rc not in (0, 1):
+            raise SourceError(f"cannot tell whether {a[:12]} is an ancestor of {b[:12]}", why=_last_lines(r.err))
+        return r.rc == 0
+
+    def _own_commits(self, mirror: Path, number: int, head: str, exclude: str, target: str
+                     ) -> tuple[list[str], list[str]]:
+        """(own non-merge commits oldest first, merges of the target skipped): reachable from ``head``, not
+        from ``exclude``. A merge of anything but the target cannot be replayed as picks: SourceError."""
+        listing = self._git(["rev-list", "--reverse", "--topo-order", "--parents", head, f"^{exclude}", "--"],
+                            git_dir=mirror, what=f"list PR #{number} commits").out
+        own: list[str] = []
+        skipped: list[str] = []
+        for line in filter(None, listing.split("\n")):
+            sha, *parents = line.split()
+            if len(parents) <= 1:
+                own.append(sha)
+            elif any(self._is_ancestor(mirror, p, exclude) for p in parents):
+                skipped.append(sha)
+            else:
+                subject = self._git(["show", "-s", "--format=%s", sha, "--"], git_dir=mirror, what="describe").out
+                raise SourceError(
+                    f"PR #{number} holds a merge of a branch other than its target {target}: {sha[:12]} "
+                    f"({subject.strip()})",
+                    why="its own commits cannot be replayed one by one across that merge",
+                    fix=f"set apply: merge for PR #{number} (merges its head), or set target: to the branch it merged")
+        return own, skipped
+
+    def pr_change(self, repo: str, base: str, number: int, head: str, *, target: str = "main",
+                  mode: PrMode = "own-commits") -> tuple[LockedPr, tuple[DraggedCommit, ...]]:
+        """Which commits PR ``number`` (at ``head``) brings: its own commits (reachable from its head and not
+        from ``target``, merges of the target skipped; for a PR already merged by a merge commit M, M^1..M^2),
+        and, with mode merge, the commits the merge drags in that are neither the base's nor the PR's."""
+        url = self.url(repo)
+        with self._locked(url) as mirror:
+            self._refresh(url, mirror, pulls=True)
+            self._ensure(url, mirror, [base, head], pulls=True, what=f"PR #{number}")
+            tgt = self._branch_sha(mirror, url, target)
+            own, skipped = self._own_commits(mirror, number, head, tgt, target)
+            merged: MergedUpstream | None = None
+            if not own and self._is_ancestor(mirror, head, tgt):
+                merged = self._merged_upstream(mirror, number, head, tgt)
+                if merged.how == "merge":
+                    m = merged.commit
+                    own, skipped = self._own_commits(mirror, number, f"{m}^2", f"{m}^1", target)
+            dragged: list[DraggedCommit] = []
+            if mode == "merge":
+                mine = set(own)
+                brought = self._git(["rev-list", "--reverse", "--topo-order", "--no-merges",
+                                     "--format=%H%x00%s", head, f"^{base}", "--"], git_dir=mirror,
+                                    what=f"list what PR #{number} brings").out
+                for line in brought.split("\n"):
+                    if "\0" in line:
+                        sha, subject = line.split("\0", 1)
+                        if sha not in mine:
+                            dragged.append(DraggedCommit(sha=sha, subject=subject, by=f"PR #{number}"))
+            self._keep(mirror, [head, *own])
+        return (LockedPr(number=number, head=head, mode=mode, target=target, commits=tuple(own),
+                         skipped_merges=tuple(skipped), merged_upstream=merged), tuple(dragged))
+
+    def _merged_upstream(self, mirror: Path, number: int, head: str, tgt: str) -> MergedUpstream:
+        """How a PR whose head the target contains got there: a true merge commit M (oldest first-parent
+        commit of the target that contains the head, with the head on its second side), or else a
+        fast-forward/rebase that kept the SHAs."""
+        chain = self._git(["rev-list", "--first-parent", "--reverse", tgt, "--"], git_dir=mirror,
+                          what="target history").out.split()
+        if head in chain:
+            return MergedUpstream(how="squash-or-rebase")
+        lo, hi = 0, len(chain) - 1
+        while lo < hi:  # ancestry of a fixed commit is monotone along a first-parent chain
+            mid = (lo + hi) // 2
+            if self._is_ancestor(mirror, head, chain[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        m = chain[lo]
+        parents = self._git(["rev-list", "--parents", "-n", "1", m, "--"], git_dir=mirror, what="parents").out.split()[1:]
+        if len(parents) >= 2 and self._is_ancestor(mirror, head, parents[1]) and not self._is_ancestor(
+                mirror, head, parents[0]):
+            return MergedUpstream(how="merge", commit=m)
+        return MergedUpstream(how="squash-or-rebase")
+
+    def gitlinks(self, repo: str, commit: str) -> dict[str, str]:
+        """{path: SHA} of the submodule gitlinks in ``commit``'s tree, from the superproject alone (nothing
+        of the submodules is fetched: a submodule mirror that lacks objects does not stop a lock)."""
+        url = self.url(repo)
+        with self._locked(url) as mirror:
+            self._ensure(url, mirror, [commit], pulls=True, what="superproject")
+            return parse_ls_tree_gitlinks(
+                self._git(["ls-tree", "-r", "-z", "--full-tree", commit, "--"], git_dir=mirror, what="list tree").out)
+
+    def apply(self, repo: str, commit: str, changes: Sequence[LockedChange], patch_paths: Mapping[str, Path],
+              ) -> Applied:
+        """The lock's view of ``prepare``: apply locked changes; the tree, empty picks and gitlinks."""
+        prepared = self.prepare(repo, commit, changes=self.to_changes(changes, patch_paths), submodules=False)
+        return Applied(tree=prepared.tree, empty=prepared.empty, gitlinks=self.gitlinks(repo, prepared.tree))
+
+    @staticmethod
+    def to_changes(changes: Sequence[LockedChange], patch_paths: Mapping[str, Path]) -> list[Change]:
+        out: list[Change] = []
+        for c in changes:
+            if isinstance(c, LockedPick):
+                out.append(PickChange(sha=c.sha))
+            elif isinstance(c, LockedPr):
+                out.append(PrChange(number=c.number, head=c.head, mode=c.mode, commits=c.commits))
+            else:
+                out.append(PatchFile(name=c.file, path=patch_paths[c.file], sha256=c.sha256))
+        return out
+
     # -- prepared trees (build time, and `buildctl lock` to record `tree`)
 
-    def prepare(self, repo: str, commit: str, *, prs: Sequence[PrHead] = (), patches: Sequence[PatchFile] = (),
-                submodules: bool = True) -> PreparedTree:
-        """``commit`` with each PR cherry-picked in order and each patch applied, committed deterministically.
+    def prepare(self, repo: str, commit: str, *, changes: Sequence[Change] = (), prs: Sequence[PrHead] = (),
+                patches: Sequence[PatchFile] = (), submodules: bool = True) -> PreparedTree:
+        """``commit`` with each change applied in order, committed deterministically.
 
-        A PR is applied as cherry-picks of its own commits: first-parent history of merge-base(commit,
-        head)..head, a merge in it picked against its first parent (the PR branch), commits that end up
-        empty kept (stacked PRs repeat their base PR's commits). Cherry-picks keep their author; the
-        committer is buildctl at the base commit's date; patches are committed by buildctl at that date.
-        Nothing is stored unless everything applied.
+        A cherry-pick keeps its author and gets ``-x``; a PR in own-commits mode is the cherry-picks of
+        exactly the commits listed (``pr_change`` chose them at lock time), in merge mode one merge of its
+        head; a patch is committed by buildctl. The committer is buildctl at the base commit's date. Picks
+        that end up empty are kept (and reported in ``empty``). ``prs``: PR heads whose own commits (target
+        main) are looked up here, applied after ``changes`` and before ``patches``. Nothing is stored unless
+        everything applied; when something does not apply, the SourceError names the change, what it
+        collides with, the files, and the reorderings / ``apply: merge`` that buildctl tried and that work.
         """
         url = self.url(repo)
         if not is_sha(commit, min_len=40):
@@ -831,17 +1025,25 @@ class Sources:
         for p in prs:
             if not is_sha(p.head, min_len=40):
                 raise SourceError(f"PR #{p.number}: head {p.head!r} is not a full SHA", fix="lock the stack first")
-        for patch in patches:
-            check_patch(patch)
-        key = prepare_key(commit, prs, patches)
+        all_changes: list[Change] = list(changes)
+        for p in prs:
+            locked, _ = self.pr_change(repo, commit, p.number, p.head)
+            all_changes.append(PrChange(number=p.number, head=p.head, commits=locked.commits))
+        all_changes += patches
+        for ch in all_changes:
+            if isinstance(ch, PatchFile):
+                check_patch(ch)
+            elif isinstance(ch, PickChange) and not is_sha(ch.sha, min_len=40):
+                raise SourceError(f"commit to cherry-pick {ch.sha!r} is not a full SHA", fix="lock the stack first")
+        key = prepare_key(commit, all_changes)
+        needed = [commit, *(c.sha for c in all_changes if isinstance(c, PickChange)),
+                  *(h for c in all_changes if isinstance(c, PrChange) for h in (c.head, *c.commits))]
         with self._locked(url) as mirror:
-            self._ensure(url, mirror, [commit], pulls=True, what="locked commit")
-            for p in prs:
-                self._ensure(url, mirror, [p.head], pulls=True, what=f"head of PR #{p.number}")
-            self._keep(mirror, [commit, *(p.head for p in prs)])
-            epoch = int(self._git(["show", "-s", "--format=%ct", commit], git_dir=mirror, what="read date").out)
+            self._ensure(url, mirror, needed, pulls=True, what="locked commits")
+            self._keep(mirror, needed)
+            epoch = int(self._git(["show", "-s", "--format=%ct", commit, "--"], git_dir=mirror, what="read date").out)
             reused = True
-            if not prs and not patches:
+            if not all_changes:
                 tree = commit
             else:
                 found = self._git(["rev-parse", "--verify", "--quiet", f"refs/buildctl/prepared/{key}^{{commit}}"],
@@ -849,126 +1051,207 @@ class Sources:
                 if found.rc == 0:
                     tree = found.out.strip()
                 else:
-                    tree = self._apply(url, mirror, commit, prs, patches, key=key, epoch=epoch)
+                    tree = self._apply(url, mirror, commit, all_changes, key=key, epoch=epoch)
                     reused = False
+            empty = self._empty_picks(mirror, commit, tree, all_changes)
         subs = tuple(self._submodule_list(url, tree, prefix="", depth=0)) if submodules else ()
-        return PreparedTree(url=url, commit=commit, tree=tree, key=key, epoch=epoch, prs=tuple(prs),
-                            patches=tuple(patches), submodules=subs, reused=reused)
+        return PreparedTree(url=url, commit=commit, tree=tree, key=key, epoch=epoch, changes=tuple(all_changes),
+                            submodules=subs, empty=empty, reused=reused)
 
-    def _apply(self, url: str, mirror: Path, commit: str, prs: Sequence[PrHead], patches: Sequence[PatchFile],
-               *, key: str, epoch: int) -> str:
-        date = f"@{epoch} +0000"
-        committer = {"GIT_COMMITTER_NAME": IDENTITY_NAME, "GIT_COMMITTER_EMAIL": IDENTITY_EMAIL,
-                     "GIT_COMMITTER_DATE": date}
-        author = {"GIT_AUTHOR_NAME": IDENTITY_NAME, "GIT_AUTHOR_EMAIL": IDENTITY_EMAIL, "GIT_AUTHOR_DATE": date}
+    @staticmethod
+    def _units(changes: Sequence[Change]) -> list[str]:
+        """One entry per commit that applying ``changes`` makes, in order (what it came from)."""
+        units: list[str] = []
+        for c in changes:
+            if isinstance(c, PickChange):
+                units.append(c.sha)
+            elif isinstance(c, PrChange):
+                units += list(c.commits) if c.mode == "own-commits" else [f"merge:{c.head}"]
+            else:
+                units.append(f"patch:{c.name}")
+        return units
+
+    def _empty_picks(self, mirror: Path, commit: str, tree: str, changes: Sequence[Change]) -> tuple[str, ...]:
+        if tree == commit:
+            return ()
+        units = self._units(changes)
+        out = self._git(["rev-list", "--first-parent", "--reverse", "--format=%T", f"{commit}..{tree}", "--"],
+                        git_dir=mirror, what="walk the prepared commits").out.split("\n")
+        trees = [line.strip() for line in out if line.strip() and not line.startswith("commit ")]
+        before = self._git(["rev-parse", f"{commit}^{{tree}}"], git_dir=mirror, what="read tree").out.strip()
+        if len(trees) != len(units):  # not a tree this recipe made: nothing to say
+            return ()
+        empty = []
+        for unit, t in zip(units, trees, strict=True):
+            if t == before and is_sha(unit, min_len=40):
+                empty.append(unit)
+            before = t
+        return tuple(empty)
+
+    @contextlib.contextmanager
+    def _scratch(self, mirror: Path, commit: str) -> Iterator[Path]:
+        """A scratch repository that borrows the mirror's objects, at ``commit``: a failed change leaves
+        nothing in the mirror, and only a complete result is fetched into it."""
         self._tmp_dir.mkdir(parents=True, exist_ok=True)
-        # A scratch repository that borrows the mirror's objects: a failed PR leaves nothing in the
-        # mirror, and only a complete result is fetched into it.
         work = Path(tempfile.mkdtemp(prefix="prepare-", dir=self._tmp_dir))
         try:
             self._git(["init", "--quiet", str(work)], what="prepare")
             (work / ".git" / "objects" / "info" / "alternates").write_text(f"{mirror / 'objects'}\n")
-            self._git(["checkout", "--quiet", "--detach", commit], cwd=work, what="check out the locked commit")
-            for pr in prs:
-                self._apply_pr(url, work, commit, pr, env=committer)
-            for patch in patches:
-                self._apply_patch(url, work, commit, patch, env={**committer, **author})
+            self._git(["checkout", "--quiet", "--detach", commit, "--"], cwd=work, what="check out the locked commit")
+            yield work
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _apply(self, url: str, mirror: Path, commit: str, changes: Sequence[Change], *, key: str, epoch: int) -> str:
+        with self._scratch(mirror, commit) as work:
+            failure = self._run_changes(work, changes, epoch=epoch)
+            if failure is not None:
+                raise self._diagnose(url, mirror, commit, changes, failure, epoch=epoch)
             head = self._git(["rev-parse", "HEAD"], cwd=work, what="prepare").out.strip()
             self._git(["update-ref", "refs/heads/prepared", head], cwd=work, what="prepare")
             self._git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(work),
                        f"+refs/heads/prepared:refs/buildctl/prepared/{key}"], git_dir=mirror,
                       what="store the prepared tree")
             return head
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
 
-    def _apply_pr(self, url: str, work: Path, commit: str, pr: PrHead, *, env: Mapping[str, str]) -> None:
-        mb = self._git(["merge-base", commit, pr.head], cwd=work, check=False, what="merge-base")
-        if mb.rc != 0 or not mb.out.strip():
-            raise SourceError(f"PR #{pr.number} shares no history with {commit[:12]} of {url}",
-                              why=f"git merge-base {commit[:12]} {pr.head[:12]} found nothing",
-                              fix="check that the PR belongs to this repository")
-        base = mb.out.strip()
-        picks = self._git(["rev-list", "--reverse", "--first-parent", "--parents", f"{base}..{pr.head}"],
-                          cwd=work, what=f"list PR #{pr.number} commits").out.split("\n")
-        for line in filter(None, picks):
-            sha, *parents = line.split()
-            args = ["cherry-pick", "-x", "--allow-empty", "--keep-redundant-commits", "--no-gpg-sign",
-                    "--cleanup=verbatim", "--no-rerere-autoupdate"]
-            if len(parents) > 1:
-                args += ["-m", "1"]
-            r = self._git([*args, sha], cwd=work, env=env, check=False, what=f"PR #{pr.number}")
-            if r.rc != 0:
-                files = self._git(["diff", "--name-only", "--diff-filter=U"], cwd=work, check=False,
-                                  what="list conflicts").out.split()
-                subject = self._git(["show", "-s", "--format=%s", sha], cwd=work, check=False, what="").out.strip()
-                raise SourceError(
-                    f"PR #{pr.number} does not apply to {commit[:12]} of {url}",
-                    why=f"cherry-picking its commit {sha[:12]} ({subject}) "
-                        + (f"conflicts in: {', '.join(files)}" if files else f"failed: {_last_lines(r.err)}"),
-                    fix="drop the PR or pin a commit it applies to; or apply a rebased version as a patch file",
-                )
+    def _env_for(self, epoch: int) -> dict[str, str]:
+        date = f"@{epoch} +0000"
+        return {"GIT_COMMITTER_NAME": IDENTITY_NAME, "GIT_COMMITTER_EMAIL": IDENTITY_EMAIL,
+                "GIT_COMMITTER_DATE": date}
 
-    def _apply_patch(self, url: str, work: Path, commit: str, patch: PatchFile, *, env: Mapping[str, str]) -> None:
-        r = self._git(["apply", "--index", "--whitespace=nowarn", str(patch.path)], cwd=work, check=False,
-                      what=f"patch {patch.name}")
-        if r.rc != 0:
-            files = conflict_files_from_apply(r.err)
-            raise SourceError(
-                f"patch {patch.name} does not apply to {commit[:12]} of {url}",
-                why=(f"it fails on: {', '.join(files)}" if files else _last_lines(r.err)),
-                fix="rebase the patch onto the locked commit (with its PRs applied) and update its sha256",
-            )
-        self._git(["commit", "--quiet", "--no-verify", "--no-gpg-sign", "--allow-empty", "--cleanup=verbatim",
-                   "-m", f"Apply patch {patch.name}\n\nsha256: {patch.sha256}\n"],
-                  cwd=work, env=env, what=f"commit patch {patch.name}")
+    def _run_changes(self, work: Path, changes: Sequence[Change], *, epoch: int) -> _Failure | None:
+        """Apply ``changes`` in ``work``; the first failure, or None when all applied."""
+        committer = self._env_for(epoch)
+        author = {"GIT_AUTHOR_NAME": IDENTITY_NAME, "GIT_AUTHOR_EMAIL": IDENTITY_EMAIL,
+                  "GIT_AUTHOR_DATE": committer["GIT_COMMITTER_DATE"]}
+        for index, ch in enumerate(changes):
+            if isinstance(ch, PickChange):
+                shas: Sequence[str] = [ch.sha]
+            elif isinstance(ch, PrChange) and ch.mode == "own-commits":
+                shas = ch.commits
+            elif isinstance(ch, PrChange):
+                r = self._git(["merge", "--no-ff", "--no-edit", "--no-gpg-sign", "--no-rerere-autoupdate", "-m",
+                               f"Merge PR #{ch.number} ({ch.head})", ch.head], cwd=work,
+                              env={**committer, **author}, check=False, what=f"merge PR #{ch.number}")
+                if r.rc != 0:
+                    return self._failure(work, index, ch.head, r)
+                continue
+            else:
+                r = self._git(["apply", "--index", "--whitespace=nowarn", str(ch.path)], cwd=work, check=False,
+                              what=f"patch {ch.name}")
+                if r.rc != 0:
+                    return _Failure(index=index, sha="", files=tuple(conflict_files_from_apply(r.err)),
+                                    detail=_last_lines(r.err))
+                self._git(["commit", "--quiet", "--no-verify", "--no-gpg-sign", "--allow-empty", "--cleanup=verbatim",
+                           "-m", f"Apply patch {ch.name}\n\nsha256: {ch.sha256}\n"],
+                          cwd=work, env={**committer, **author}, what=f"commit patch {ch.name}")
+                continue
+            for sha in shas:
+                r = self._git(["cherry-pick", "-x", "--allow-empty", "--keep-redundant-commits", "--no-gpg-sign",
+                               "--cleanup=verbatim", "--no-rerere-autoupdate", sha], cwd=work, env=committer,
+                              check=False, what=ch.label())
+                if r.rc != 0:
+                    return self._failure(work, index, sha, r)
+        return None
+
+    def _failure(self, work: Path, index: int, sha: str, r: _Result) -> _Failure:
+        files = self._git(["diff", "--name-only", "--diff-filter=U"], cwd=work, check=False,
+                          what="list conflicts").out.split()
+        return _Failure(index=index, sha=sha, files=tuple(files), detail=_last_lines(r.err))
+
+    def _touches(self, mirror: Path, base: str, ch: Change) -> set[str]:
+        """The files a change modifies."""
+        if isinstance(ch, PatchFile):
+            r = self._git(["apply", "--numstat", str(ch.path)], check=False, what="read patch")
+            return {line.split("\t", 2)[2] for line in r.out.splitlines() if line.count("\t") >= 2}
+        if isinstance(ch, PrChange) and ch.mode == "merge":
+            mb = self._git(["merge-base", base, ch.head], git_dir=mirror, check=False, what="merge-base").out.strip()
+            shas = [f"{mb}..{ch.head}"] if mb else []
+            r = self._git(["diff", "--name-only", *(shas or [ch.head]), "--"], git_dir=mirror, check=False,
+                          what="files")
+            return set(r.out.split())
+        shas = [ch.sha] if isinstance(ch, PickChange) else list(ch.commits)
+        out: set[str] = set()
+        for sha in shas:
+            r = self._git(["diff-tree", "--no-commit-id", "--name-only", "-r", "--root", sha, "--"], git_dir=mirror,
+                          check=False, what="files")
+            out |= set(r.out.split())
+        return out
+
+    def _tries(self, mirror: Path, commit: str, changes: Sequence[Change], *, epoch: int) -> bool:
+        with self._scratch(mirror, commit) as work:
+            return self._run_changes(work, changes, epoch=epoch) is None
+
+    def _diagnose(self, url: str, mirror: Path, commit: str, changes: Sequence[Change], f: _Failure, *,
+                  epoch: int) -> SourceError:
+        """The error for a change that does not apply: what, against what, which files, and the fixes that
+        buildctl tried and that work (another order; apply: merge for a PR)."""
+        ch = changes[f.index]
+        files = set(f.files)
+        earlier = [(j, changes[j]) for j in range(f.index) if files & self._touches(mirror, commit, changes[j])]
+        against = (", ".join(c.label() for _, c in earlier) + " (applied before it)") if earlier else \
+            f"the base {commit[:12]}"
+        picked = ""
+        if (f.sha and isinstance(ch, PrChange) and ch.mode == "own-commits") or isinstance(ch, PickChange):
+            subject = self._git(["show", "-s", "--format=%s", f.sha, "--"], git_dir=mirror, check=False,
+                                what="describe").out.strip()
+            picked = f"its commit {f.sha[:12]} \"{subject}\" " if isinstance(ch, PrChange) else f"\"{subject}\" "
+        works: list[str] = []
+        tried: list[str] = []
+        for j, other in earlier:
+            order = [*changes[:j], ch, *changes[j:f.index], *changes[f.index + 1:]]
+            tried.append(f"{ch.label()} before {other.label()}")
+            if self._tries(mirror, commit, order, epoch=epoch):
+                works.append(f"apply {ch.label()} before {other.label()} (move it up in the component's changes)")
+        if isinstance(ch, PrChange) and ch.mode == "own-commits":
+            merged = PrChange(number=ch.number, head=ch.head, mode="merge")
+            tried.append(f"apply: merge for {ch.label()}")
+            if self._tries(mirror, commit, [*changes[:f.index], merged, *changes[f.index + 1:]], epoch=epoch):
+                works.append(f"set apply: merge for {ch.label()} (it then brings what its branch merged, not only "
+                             "its own commits: `buildctl pins show` lists them once locked)")
+        what = f"{ch.label()} does not apply to {commit[:12]} of {url}"
+        why = (f"{picked or 'it '}collides with {against} in: {', '.join(sorted(files))}" if files
+               else f"{picked or 'it '}fails: {f.detail}")
+        if works:
+            fix = "this works (buildctl tried it): " + "; or ".join(works)
+        else:
+            fix = ((f"buildctl tried {', '.join(tried)}: none applies; " if tried else "")
+                   + "the conflict needs resolving by hand: rebase the change onto the base with the changes "
+                     "before it and apply the result as a patch file")
+        return SourceError(what, why=why, fix=fix)
 
     def lock_component(self, component: Component) -> LockedComponent:
-        """Everything `buildctl lock` records for a git component: full commit (on its branch, if one is
-        named), PR heads (checked against a reviewed ``head`` in the manifest), patch hashes, submodules at
-        the commit, and the prepared tree's SHA (so a PR that does not apply fails at lock time)."""
-        commit = self.resolve_commit(component.repo, component.commit, branch=component.branch)
-        prs: list[PrHead] = []
-        for pr in component.prs:
-            head = self.pr_head(component.repo, pr.number)
-            if pr.head is not None and not head.startswith(pr.head.lower()):
-                raise SourceError(
-                    f"component {component.name}: PR #{pr.number} head moved",
-                    why=f"the manifest says it was reviewed at {pr.head}; refs/pull/{pr.number}/head is now {head}",
-                    fix="review the new commits, then put the new head in the manifest (or drop head: to follow it)",
-                )
-            prs.append(PrHead(number=pr.number, head=head))
-        patches = [PatchFile(name=p.file, path=self._patch_path(p.file), sha256=p.sha256) for p in component.patches]
-        submodules = self.submodules(component.repo, commit) if component.submodules else {}
-        prepared = self.prepare(component.repo, commit, prs=prs, patches=patches, submodules=component.submodules)
-        return LockedComponent(
-            name=component.name, repo=component.repo, commit=commit,
-            prs={str(p.number): p.head for p in prs}, patches={p.name: p.sha256 for p in patches},
-            submodules=submodules, tree=prepared.tree,
-        )
+        """Everything `buildctl lock` records for a git component (``lock.resolve_component`` over this)."""
+        from buildctl.lock import resolve_component
+
+        return resolve_component(component, self, self.base_dir or Path.cwd())
 
     def prepare_component(self, component: Component, locked: LockedComponent, *,
                           check_tree: bool = True) -> PreparedTree:
         """``prepare`` for a manifest component at its lock; checks the result against the lock's ``tree``."""
-        prs: list[PrHead] = []
-        for pr in component.prs:
-            head = locked.prs.get(str(pr.number))
-            if head is None:
-                raise LockError(f"component {component.name}: PR #{pr.number} is not in the lock",
-                                fix="re-lock: buildctl lock STACK (the manifest changed since)")
-            prs.append(PrHead(number=pr.number, head=head))
-        patches: list[PatchFile] = []
-        for p in component.patches:
-            if locked.patches.get(p.file, p.sha256) != p.sha256:
-                raise LockError(f"component {component.name}: patch {p.file} changed since the lock",
+        want = [change_signature(mc) for mc in component.steps]
+        have = [locked_signature(lc) for lc in locked.changes]
+        if want != have:
+            missing = next((component.steps[i].label() for i, w in enumerate(want) if w not in have), "")
+            raise LockError(f"component {component.name}: "
+                            + (f"{missing} is not in the lock" if missing else "its changes differ from the lock's"),
+                            why=f"manifest: {', '.join(c.label() for c in component.steps) or 'none'}; lock: "
+                                f"{', '.join(c.label() for c in locked.changes) or 'none'}",
+                            fix="re-lock: buildctl lock STACK (the manifest changed since)")
+        for mc, lc in zip(component.steps, locked.changes, strict=True):
+            if isinstance(lc, LockedPatch) and mc.sha256 != lc.sha256:
+                raise LockError(f"component {component.name}: patch {lc.file} changed since the lock",
                                 fix="re-lock: buildctl lock STACK")
-            patches.append(PatchFile(name=p.file, path=self._patch_path(p.file), sha256=p.sha256))
-        prepared = self.prepare(component.repo, locked.commit, prs=prs, patches=patches,
+            if isinstance(lc, LockedPr) and mc.apply != lc.mode:
+                raise LockError(f"component {component.name}: PR #{lc.number} is apply: {mc.apply} in the manifest, "
+                                f"{lc.mode} in the lock", fix="re-lock: buildctl lock STACK")
+        paths = {p.file: self._patch_path(p.file) for p in component.patches}
+        prepared = self.prepare(component.repo, locked.commit, changes=self.to_changes(locked.changes, paths),
                                 submodules=component.submodules)
         if check_tree and locked.tree and prepared.tree != locked.tree:
             raise SourceError(
                 f"component {component.name}: prepared tree {prepared.tree} differs from the lock's {locked.tree}",
-                why="applying the same PRs and patches gave another commit here: a different git merge "
+                why="applying the same changes gave another commit here: a different git merge "
                     "machine (git < 2.34 lacks merge-ort as default) or a hand-edited lock",
                 fix="use git >= 2.34, or re-lock on this machine if the difference is understood",
             )
@@ -1001,6 +1284,7 @@ class Sources:
             if git_head:
                 _minimal_git(tmp / ".git", prepared.tree, {
                     "url": prepared.url, "commit": prepared.commit, "tree": prepared.tree,
+                    "changes": [_change_key(c) for c in prepared.changes],
                     "prs": {str(p.number): p.head for p in prepared.prs},
                     "patches": {p.name: p.sha256 for p in prepared.patches},
                     "submodules": {s.path: s.commit for s in prepared.submodules},

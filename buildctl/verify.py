@@ -380,7 +380,7 @@ def verify(*, alias: str, stack: str, variant: Variant, contract: BaseContract, 
            clock: Callable[[], str] = _now) -> VerifyResult:
     checked = mirror_ref(variant.image, dict(mirrors))
     target = ImageRef.parse(checked)
-    locked = lock.base.digest if lock is not None else None
+    locked = lock.base.digest if lock is not None and lock.base is not None else None
     try:
         remote = engine.registry_digest(checked)
     except UnreachableError as exc:
@@ -390,7 +390,7 @@ def verify(*, alias: str, stack: str, variant: Variant, contract: BaseContract, 
                             "(or registry_mirrors in config.toml)"),
         ) from exc
     first = check_digest(locked, remote, checked)
-    if lock is not None and lock.base.ref != variant.image:
+    if lock is not None and lock.base is not None and lock.base.ref != variant.image:
         # the manifest names another base than the one locked: the locked digest says nothing about it
         locked = None
         first = Check(name="digest", status="fail", expected=f"a lock of {variant.image}",

@@ -8,6 +8,8 @@ from typing import NoReturn
 
 import pytest
 
+from buildctl.lockfile import LockedChange, LockedPatch, LockedPr
+
 REQUIRE_ENGINE = os.environ.get("BUILDCTL_REQUIRE_ENGINE") == "1"
 
 
@@ -28,3 +30,10 @@ def unavailable(what: str, fix: str = "") -> NoReturn:
 def unique(prefix: str = "t") -> str:
     """A short name no other test run uses (tests share one engine with other people)."""
     return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+def lchanges(prs: dict[str, str] | None = None, patches: dict[str, str] | None = None
+             ) -> tuple[LockedChange, ...]:
+    """Locked changes (schema 2) from the old prs/patches mappings: PRs in order, then patches."""
+    return (tuple(LockedPr(number=int(n), head=h) for n, h in (prs or {}).items())
+            + tuple(LockedPatch(file=f, sha256=s) for f, s in (patches or {}).items()))

@@ -143,8 +143,8 @@ class Demo:
 
         def change(v: dict[str, Any]) -> None:
             c = v["components"][component]
-            c["prs"] = {}
-            c["tree"] = c["commit"]  # nothing applied: the tree is the commit
+            c["changes"] = []
+            c["tree"] = c["base"]  # nothing applied: the tree is the commit
         self.edit_lock(change)
 
 
@@ -279,7 +279,8 @@ def test_a_pr_that_does_not_apply_fails_before_any_build(demo: Demo, engine: Eng
     def pr99(v: dict[str, Any]) -> None:
         c = v["components"]["fastmath"]
         c["repo"] = str(repo)
-        c["prs"] = {"99": head}
+        c["changes"] = [{"kind": "pr", "number": 99, "head": head, "mode": "own-commits", "target": "main",
+                         "commits": [head], "skipped_merges": [], "empty": []}]
         c["tree"] = "f" * 40  # unknown: it cannot be made
     demo.edit_lock(pr99)
     t = demo.target()

@@ -135,7 +135,7 @@ class NoFetch:
 def run(path: Path, cache: Path, *, check: bool = False) -> tuple[int, str]:
     config = Config(path=None, cache=CacheLayout(root=cache), network_timeout=10)
     # A new Sources per run, as the command makes one: each run sees the remote as it is now.
-    r = Resolvers(registry=Registry(), git=cmd_lock.SourcesGit(Sources.from_config(config)), in_base=NoBase(),
+    r = Resolvers(registry=Registry(), git=Sources.from_config(config), in_base=NoBase(),
                   index=NoIndex(), fetch=NoFetch())
     out = io.StringIO()
     ui = UI(out=Console(file=out, width=300), err=Console(file=io.StringIO(), width=300))
@@ -151,10 +151,13 @@ def test_lock_resolves_git_pins_and_check_reports_moving_branch_and_pr(tmp_path:
     lock_file = path.with_name("demo.lock.json")
     data = json.loads(lock_file.read_text())
     tool = data["variants"]["default"]["components"]["tool"]
-    assert tool["commit"] == upstream.main
+    assert tool["base"] == upstream.main
     assert tool["branch_head"] == upstream.main
-    assert tool["prs"] == {"1": upstream.pr_head}
-    assert tool["patches"] == {"fix.patch": hashlib.sha256(PATCH.encode()).hexdigest()}
+    pr = tool["changes"][0]
+    assert (pr["kind"], pr["number"], pr["head"], pr["mode"]) == ("pr", 1, upstream.pr_head, "own-commits")
+    assert pr["commits"][-1] == upstream.pr_head and pr["skipped_merges"] == [] and pr["empty"] == []
+    assert tool["changes"][1] == {"kind": "patch", "file": "fix.patch",
+                                  "sha256": hashlib.sha256(PATCH.encode()).hexdigest()}
     assert tool["submodules"] == {"third_party/sub": upstream.sub_head}
     assert len(tool["tree"]) == 40 and tool["tree"] not in (upstream.main, upstream.pr_head)
     assert data["manifest_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -181,7 +184,8 @@ def test_lock_resolves_git_pins_and_check_reports_moving_branch_and_pr(tmp_path:
     # Accepting the change: the commit stays pinned, PR head and tree follow.
     assert run(path, cache)[0] == 0
     tool2 = json.loads(lock_file.read_text())["variants"]["default"]["components"]["tool"]
-    assert (tool2["commit"], tool2["branch_head"], tool2["prs"]) == (upstream.main, new_main, {"1": new_pr})
+    assert (tool2["base"], tool2["branch_head"], tool2["changes"][0]["head"]) == (upstream.main, new_main, new_pr)
+    assert tool2["changes"][0]["commits"][-1] == new_pr
     assert tool2["tree"] != tool["tree"]
     assert run(path, cache, check=True)[0] == 0
 

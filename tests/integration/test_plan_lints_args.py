@@ -86,10 +86,10 @@ def test_plan_fails_on_a_misspelt_flag_with_file_flag_and_suggestion(
     (project / "images").symlink_to(Path(__file__).resolve().parents[2] / "images")
     manifest_path = project / "pins" / "mlm.yaml"
     manifest_path.write_text(MANIFEST.format(repo=repo, commit=commit))
-    lock = {"schema": 1, "stack": "mlm", "manifest_sha256": pins.manifest_sha256(manifest_path),
+    lock = {"schema": 2, "stack": "mlm", "manifest_sha256": pins.manifest_sha256(manifest_path),
             "variants": {"default": {
                 "base": {"ref": "127.0.0.1:9/none/base:1", "digest": "sha256:" + "0" * 64, "platform": "linux/amd64"},
-                "components": {"megatron-lm": {"repo": str(repo), "commit": commit, "tree": commit}}}}}
+                "components": {"megatron-lm": {"repo": str(repo), "base": commit, "tree": commit}}}}}
     (project / "pins" / "mlm.lock.json").write_text(json.dumps(lock))
     monkeypatch.setenv("BUILDCTL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("BUILDCTL_CONFIG", str(tmp_path / "none.toml"))

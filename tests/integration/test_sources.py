@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.errors import LockError, SourceError, UnreachableError
+from buildctl.errors import LockDrift, LockError, SourceError, UnreachableError
 from buildctl.model import Component, Patch, PullRequest
 from buildctl.sources import PatchFile, PrHead, Sources
 
@@ -281,7 +281,9 @@ def test_pr_that_does_not_apply_names_the_pr_and_files_and_leaves_nothing(tmp_pa
         s.prepare(url, main, prs=[PrHead(number=5, head=pr), PrHead(number=8, head=pr8)])
     text = str(err.value)
     assert f"PR #8 does not apply to {main[:12]}" in text
-    assert "conflicts in: src/a.txt" in text and "src/ok.txt" not in text
+    assert f'its commit {pr8[:12]} "pr8" collides with' in text
+    assert "in: src/a.txt" in text and "src/ok.txt" not in text
+    assert "drop" not in text
     mirror = s.mirror_path(url)
     prepared = subprocess.run(["git", "--git-dir", str(mirror), "for-each-ref", "refs/buildctl/prepared"],
                               capture_output=True, text=True, check=True, env=_env()).stdout
@@ -318,7 +320,7 @@ def test_patches_are_checked_applied_and_deterministic(tmp_path: Path, upstream:
         s.prepare(url, main, patches=[pf, PatchFile(name="patches/stale.patch", path=bad,
                                                     sha256=hashlib.sha256(bad.read_bytes()).hexdigest())])
     assert f"patch patches/stale.patch does not apply to {main[:12]}" in str(err.value)
-    assert "it fails on: README" in str(err.value)
+    assert "in: README" in str(err.value)
 
 
 def test_locked_objects_survive_a_force_push(tmp_path: Path, upstream: Repo) -> None:
@@ -518,6 +520,6 @@ def test_lock_component_then_prepare_component_agree(tmp_path: Path, upstream: R
     upstream.checkout("pr5")
     moved = upstream.commit({"src/late.txt": "late\n"}, "pr5: pushed after review")
     upstream.ref("refs/pull/5/head", moved)
-    with pytest.raises(SourceError) as err:
+    with pytest.raises(LockDrift) as drift:
         Sources(cache=tmp_path / "cache", base_dir=pins).lock_component(component)
-    assert "component up: PR #5 head moved" in str(err.value) and moved in str(err.value)
+    assert "component up" in str(drift.value) and "PR #5 has moved" in str(drift.value) and moved in str(drift.value)

@@ -18,6 +18,7 @@ from buildctl import cmd_lock, pins
 from buildctl.config import CacheLayout, Config
 from buildctl.errors import LockDrift, LockError, SourceError, UnreachableError
 from buildctl.lock import (
+    Applied,
     PipInstall,
     ProbeRequest,
     ProbeResult,
@@ -26,6 +27,7 @@ from buildctl.lock import (
     lock_stack,
     resolve,
 )
+from buildctl.lockfile import DraggedCommit, LockedChange, LockedPatch, LockedPr, PrMode
 from buildctl.ui import UI
 
 SHA_TE = "d2945c6a571e3978677614d1fe08779966a5a4ef"
@@ -127,14 +129,18 @@ class FakeGit:
     def pr_head(self, repo: str, number: int) -> str:
         return self.prs[number]
 
-    def submodules(self, repo: str, commit: str) -> Mapping[str, str]:
-        return SUB
+    def pr_change(self, repo: str, base: str, number: int, head: str, *, target: str = "main",
+                  mode: PrMode = "own-commits") -> tuple[LockedPr, tuple[DraggedCommit, ...]]:
+        own = (f"{number:04d}" + "a" * 36, f"{number:04d}" + "b" * 36)
+        return LockedPr(number=number, head=head, mode=mode, target=target, commits=own), ()
 
-    def tree(self, repo: str, commit: str, prs: Sequence[tuple[int, str]],
-             patches: Sequence[tuple[str, Path, str]]) -> str:
-        assert all(f.read_bytes() == PATCH and sha == hashlib.sha256(PATCH).hexdigest() for _, f, sha in patches)
-        self.trees.append((commit, tuple(prs), tuple(name for name, _, _ in patches)))
-        return TREE
+    def apply(self, repo: str, commit: str, changes: Sequence[LockedChange], patch_paths: Mapping[str, Path]
+              ) -> Applied:
+        assert all(f.read_bytes() == PATCH for f in patch_paths.values())
+        assert all(c.sha256 == hashlib.sha256(PATCH).hexdigest() for c in changes if isinstance(c, LockedPatch))
+        self.trees.append((commit, tuple((c.number, c.head) for c in changes if isinstance(c, LockedPr)),
+                           tuple(c.file for c in changes if isinstance(c, LockedPatch))))
+        return Applied(tree=TREE, gitlinks=SUB)
 
 
 @dataclass
@@ -428,7 +434,10 @@ def test_command_writes_canonical_lock_with_manifest_hash(tmp_path: Path) -> Non
     data = json.loads(text)
     assert data["manifest_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert text == json.dumps(data, indent=2, sort_keys=True) + "\n"
-    assert data["variants"]["cuda13"]["components"]["te"]["prs"] == {"2146": PR_2146, "2150": PR_2150}
+    te_json = data["variants"]["cuda13"]["components"]["te"]
+    assert [(c["number"], c["head"], c["mode"]) for c in te_json["changes"] if c["kind"] == "pr"] == [
+        (2146, PR_2146, "own-commits"), (2150, PR_2150, "own-commits")]
+    assert te_json["changes"][0]["commits"] == ["2146" + "a" * 36, "2146" + "b" * 36]
 
 
 def test_command_failure_leaves_the_lock_file_untouched(tmp_path: Path) -> None:

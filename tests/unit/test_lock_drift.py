@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from buildctl.lock import Drift, diff_variant, render_drift
 from buildctl.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock
+from tests.helpers import lchanges
 
 A, B, C, D = "a" * 40, "b" * 40, "c" * 40, "d" * 40
 
@@ -19,7 +20,7 @@ def base_lock() -> VariantLock:
         pip=(LockedPip(name="black", version="24.4.2", hashes=("sha256:1",)),
              LockedPip(name="pyyaml", version="6.0", in_base=True)),
         build_pip={"te": (LockedPip(name="nvidia-mathdx", version="25.1.1", hashes=("sha256:2",)),)},
-        components={"te": LockedComponent(name="te", repo="r", commit=A, prs={"1": B}, patches={"p.patch": "f" * 64},
+        components={"te": LockedComponent(name="te", repo="r", commit=A, changes=lchanges(prs={"1": B}, patches={"p.patch": "f" * 64}),
                                           submodules={"sub": C}, tree=D, branch_head=A)},
         resolved_at="2025-01-01T00:00:00Z",
     )
@@ -46,7 +47,7 @@ def test_every_kind_of_drift_is_named_with_old_and_new() -> None:
         pip=(LockedPip(name="black", version="24.4.2", hashes=("sha256:1", "sha256:3")),
              LockedPip(name="pyyaml", version="6.0.1", hashes=("sha256:4",))),
         build_pip={"te": (LockedPip(name="nvidia-mathdx", version="25.1.2", hashes=("sha256:2",)),)},
-        components={"te": replace(te, commit=B, prs={"1": C, "2": D}, patches={"p.patch": "0" * 64},
+        components={"te": replace(te, commit=B, changes=lchanges(prs={"1": C, "2": D}, patches={"p.patch": "0" * 64}),
                                   submodules={"sub": D}, branch_head=B)},
     )
     assert messages(diff_variant("cuda13", old, new)) == [
@@ -72,7 +73,7 @@ def test_tree_is_reported_only_when_nothing_else_explains_it() -> None:
     te = old.components["te"]
     only_tree = replace(old, components={"te": replace(te, tree=A)})
     assert messages(diff_variant("v", old, only_tree)) == [f"v: component te after applying PRs and patches: {D} -> {A}"]
-    with_pr = replace(old, components={"te": replace(te, tree=A, prs={"1": A})})
+    with_pr = replace(old, components={"te": replace(te, tree=A, changes=lchanges(prs={"1": A}, patches={"p.patch": "f" * 64}))})
     assert messages(diff_variant("v", old, with_pr)) == [f"v: component te: PR #1 head changed: {B} -> {A}"]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from buildctl import sources
 from buildctl.errors import SourceError
-from buildctl.sources import PatchFile, PreparedTree, PrHead
+from buildctl.sources import PatchFile, PickChange, PrChange, PreparedTree
 
 
 @pytest.fixture(autouse=True)
@@ -150,23 +150,33 @@ def _patch(name: str, sha: str) -> PatchFile:
     return PatchFile(name=name, path=Path("/nowhere") / name, sha256=sha)
 
 
-def test_prepare_key_covers_commit_pr_heads_order_and_patches() -> None:
+def test_prepare_key_covers_commit_changes_their_order_and_exact_commits() -> None:
     base = "1" * 40
-    p1, p2 = PrHead(number=2146, head="a" * 40), PrHead(number=2150, head="b" * 40)
-    key = sources.prepare_key(base, [p1, p2], [_patch("x.patch", "0" * 64)])
-    assert key == sources.prepare_key(base, [p1, p2], [_patch("x.patch", "0" * 64)])
+    p1 = PrChange(number=2146, head="a" * 40, commits=("a" * 40,))
+    p2 = PrChange(number=2150, head="b" * 40, commits=("d" * 40, "b" * 40))
+    pick = PickChange(sha="e" * 40)
+
+    def key(*changes: sources.Change, commit: str = base) -> str:
+        return sources.prepare_key(commit, changes)
+
+    k = key(pick, p1, p2, _patch("x.patch", "0" * 64))
+    assert k == key(pick, p1, p2, _patch("x.patch", "0" * 64))
     others = {
-        sources.prepare_key("2" * 40, [p1, p2], [_patch("x.patch", "0" * 64)]),
-        sources.prepare_key(base, [p2, p1], [_patch("x.patch", "0" * 64)]),  # order matters
-        sources.prepare_key(base, [p1, PrHead(number=2150, head="c" * 40)], [_patch("x.patch", "0" * 64)]),
-        sources.prepare_key(base, [p1, p2], [_patch("x.patch", "1" * 64)]),
-        sources.prepare_key(base, [p1, p2], [_patch("y.patch", "0" * 64)]),  # the name is in the commit
-        sources.prepare_key(base, [p1, p2], []),
+        key(pick, p1, p2, _patch("x.patch", "0" * 64), commit="2" * 40),
+        key(pick, p2, p1, _patch("x.patch", "0" * 64)),  # order matters
+        key(p1, pick, p2, _patch("x.patch", "0" * 64)),
+        key(p1, p2, _patch("x.patch", "0" * 64)),  # without the cherry-pick
+        key(pick, p1, PrChange(number=2150, head="c" * 40, commits=("d" * 40, "b" * 40)), _patch("x.patch", "0" * 64)),
+        key(pick, p1, PrChange(number=2150, head="b" * 40, commits=("b" * 40,)), _patch("x.patch", "0" * 64)),
+        key(pick, p1, PrChange(number=2150, head="b" * 40, mode="merge"), _patch("x.patch", "0" * 64)),
+        key(pick, p1, p2, _patch("x.patch", "1" * 64)),
+        key(pick, p1, p2, _patch("y.patch", "0" * 64)),  # the name is in the commit
+        key(pick, p1, p2),
     }
-    assert key not in others and len(others) == 6
+    assert k not in others and len(others) == 10
     # where the patch lies on this machine is not part of the key
     moved = PatchFile(name="x.patch", path=Path("/elsewhere/x.patch"), sha256="0" * 64)
-    assert sources.prepare_key(base, [p1, p2], [moved]) == key
+    assert key(pick, p1, p2, moved) == k
 
 
 @pytest.mark.parametrize(("stderr", "kind"), [

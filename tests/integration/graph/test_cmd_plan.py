@@ -44,7 +44,7 @@ def test_deepseek_cuda13_plan_without_lock_or_network(offline: None, capsys: pyt
     assert d["locked"] is False and d["platform"] == "linux/arm64"
     te = next(n for n in d["nodes"] if n["name"] == "wheel:transformer-engine")
     assert te["unlocked"] == ["source transformer-engine (commit d2945c6a571e3978677614d1fe08779966a5a4ef + "
-                              "PRs 2146, 2150)"]
+                              "PR #2146, PR #2150)"]
     assert next(n for n in d["nodes"] if n["name"] == "compile-env:transformer-engine")["parents"] == ["cudnn"]
     assert any("will change once locked" in n for n in d["notes"])
     assert any("engine not reachable" in n for n in d["notes"])

@@ -14,6 +14,7 @@ from buildctl.entrypoint import EntrypointFragment
 from buildctl.graph import Extras, Graph
 from buildctl.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock
 from buildctl.model import Manifest
+from tests.helpers import lchanges
 
 DATA = Path(__file__).parent / "data"
 TEMPLATES = {k: f"t-{k}" for k in graph.BUILT_KINDS}
@@ -47,8 +48,8 @@ def lock_for(m: Manifest, variant: str = "gpu13") -> VariantLock:
         build_pip={"engine": (LockedPip(name="mathdx", version="25.1.1", hashes=(h("e"),)),)},
         components={
             "engine": LockedComponent(name="engine", repo="https://git.example/org/engine.git",
-                                      commit="d2945c6" + "0" * 33, prs={"2146": "abf4722" + "0" * 33,
-                                                                        "2150": "7e48668" + "0" * 33},
+                                      commit="d2945c6" + "0" * 33, changes=lchanges(prs={"2146": "abf4722" + "0" * 33,
+                                                                                         "2150": "7e48668" + "0" * 33}),
                                       tree="e" * 40),
             "kernels": LockedComponent(name="kernels", repo="https://git.example/org/kernels.git",
                                        commit="3f601f7" + "0" * 33, tree="3f601f7" + "0" * 33),

@@ -12,6 +12,7 @@ from buildctl import graph
 from buildctl.graph import Extras, Graph
 from buildctl.lockfile import LockedPip, VariantLock
 from buildctl.model import AptPackage, Manifest, PipRequirement, PullRequest
+from tests.helpers import lchanges
 
 
 def keys(g: Graph) -> dict[str, str]:
@@ -188,7 +189,7 @@ def test_pr_list_of_one_component_rebuilds_only_its_wheel(gs: Any) -> None:
     m = gs.load()
     lk = gs.lock_for(m)
     m2 = with_component(m, "engine", prs=(PullRequest(number=2146),))
-    lk2 = with_locked_component(lk, "engine", prs={"2146": "abf4722" + "0" * 33}, tree="f" * 40)
+    lk2 = with_locked_component(lk, "engine", changes=lchanges(prs={"2146": "abf4722" + "0" * 33}), tree="f" * 40)
     assert changed(gs.make(m, lk), gs.make(m2, lk2)) == {"wheel:engine", "assemble", "entrypoint"}
     # without a lock the PR list itself is the input: same independence
     assert changed(gs.make(m, None), gs.make(m2, None)) == {"wheel:engine", "assemble", "entrypoint"}
@@ -291,7 +292,7 @@ def test_without_a_lock_keys_exist_and_unlocked_inputs_are_named(gs: Any) -> Non
         "system": ("apt gdb=*", "apt curl=*"),
         "python": ("pip black==24.4.2 (hashes)", "pip setuptools==69.5.1 (hashes)", "pip einops"),
         "compile-env:engine": ("pip mathdx==25.1.1 (hashes)",),
-        "wheel:engine": ("source engine (commit d2945c6 + PRs 2146, 2150)",),
+        "wheel:engine": ("source engine (commit d2945c6 + PR #2146, PR #2150)",),
         "compile-env:kernels": ("apt libibverbs-dev=*",),
         "wheel:kernels": ("source kernels (commit 3f601f7)",),
     }
@@ -329,7 +330,7 @@ def test_a_stale_lock_entry_counts_as_unlocked(gs: Any) -> None:
     assert g.node("python").inputs["pins"]["black"] == {"version": "24.8.0", "spec": "", "hashes": [],
                                                         "in_base": False, "download": "", "filename": ""}
     m3 = with_component(m, "engine", prs=(PullRequest(number=2146),))
-    assert gs.make(m3, lk).node("wheel:engine").unlocked == ("source engine (commit d2945c6 + PRs 2146)",)
+    assert gs.make(m3, lk).node("wheel:engine").unlocked == ("source engine (commit d2945c6 + PR #2146)",)
     m4 = replace(m, variants=tuple(replace(v, image=v.image + "-new") if v.name == "gpu13" else v
                                    for v in m.variants))
     assert gs.make(m4, lk).node("base").unlocked  # the lock's digest is for the old reference
@@ -378,3 +379,26 @@ def test_shared_labels(gs: Any) -> None:
     assert labels["io.buildctl.key"] == g.node("system").key
     assert labels["io.buildctl.lock-hash"] == gs.lock_for(m).digest()
     assert labels["io.buildctl.component.engine"] == "e" * 40
+
+
+def test_a_partial_lock_locks_sources_and_compile_keys_name_what_they_wait_for(gs: Any) -> None:
+    """`lock --partial` where the registry is unreachable: git locked, base digest and apt not."""
+    from buildctl import plan as planmod
+
+    m = gs.load()
+    full = gs.lock_for(m)
+    lk = replace(full, base=None, apt={}, build_apt={}, pip=(), build_pip={},
+                 missing={"base": "registry unreachable", "apt": "needs the base", "pip": "needs the base"})
+    g = gs.make(m, lk)
+    wheel = g.node("wheel:engine")
+    assert wheel.unlocked == ()  # its own input, the source tree, is locked
+    assert g.provisional("wheel:engine")
+    waits = g.waits_for("wheel:engine")
+    assert "base: base registry.example/base/pytorch:25.09-py3 digest" in waits
+    assert "cudnn: apt libcudnn9-cuda-13=9.14.0.64-*" in waits
+    p = planmod.make(g, refs={n.name: n.name for n in g.nodes}, engine=None, records={}, registry=None,
+                     missing=lk.missing)
+    node = next(n for n in p.to_json()["nodes"] if n["name"] == "wheel:engine")
+    assert node["own_inputs_locked"] is True and node["provisional"] is True
+    assert "cudnn: apt libcudnn9-cuda-13=9.14.0.64-*" in node["waits_for"]
+    assert any("is partial (not locked: apt, base, pip)" in n for n in p.notes)
