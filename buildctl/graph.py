@@ -98,6 +98,7 @@ class PipPin:
     spec: str = ""  # the manifest's specifier when not locked
     hashes: tuple[str, ...] = ()
     in_base: bool = False  # the base already satisfies it: nothing to install
+    sdist: bool = False  # hashes are a source distribution's: the host builds the wheel (in the base)
     download: str = ""  # the manifest download (install: pip) whose file this is, not the index's
     filename: str = ""  # with download: the wheel's file name in the wheelhouse
     url: str = field(default="", metadata=_nokey())  # with download: where the host fetches it (sha256 is the content)
@@ -437,7 +438,8 @@ def _pip_pins(reqs: Iterable[PipRequirement], locked: tuple[LockedPip, ...] | No
     unlocked: list[str] = []
     by_name = {p.name: p for p in locked or ()}
     for p in locked or ():
-        pins[p.name] = PipPin(name=p.name, version=p.version, hashes=tuple(sorted(p.hashes)), in_base=p.in_base)
+        pins[p.name] = PipPin(name=p.name, version=p.version, hashes=tuple(sorted(p.hashes)), in_base=p.in_base,
+                              sdist=p.sdist)
     for d in downloads:
         pins[d.name] = d
     for r in reqs:

@@ -438,12 +438,13 @@ def pip_pins(requirements: Sequence[PipRequirement], installs: Iterable[PipInsta
         hashes = set(index.file_hashes(name, i.version, tags))
         if i.sha256:
             hashes.add(f"sha256:{i.sha256}")
+        sdist = _is_sdist(i.url)
         if not hashes:
             raise LockError(f"no file hash for {name}=={i.version} (wanted by {where})",
                             why=f"the index lists no file of it that fits the base, and pip's report has none "
                                 f"(it came from {i.url or 'an unknown location'})",
                             fix="check the index settings (pip_index_url, pip_extra_index_urls)")
-        out[name] = LockedPip(name=name, version=i.version, hashes=tuple(sorted(hashes)))
+        out[name] = LockedPip(name=name, version=i.version, hashes=tuple(sorted(hashes)), sdist=sdist)
     for r in requirements:
         if r.name in out:
             continue
@@ -454,6 +455,12 @@ def pip_pins(requirements: Sequence[PipRequirement], installs: Iterable[PipInsta
                             fix="run `pip install --dry-run` for it inside the base image to see why")
         out[r.name] = LockedPip(name=r.name, version=version, in_base=True)
     return tuple(sorted(out.values(), key=lambda p: p.name))
+
+
+def _is_sdist(url: str) -> bool:
+    """Whether pip's report says it would build this distribution from a source archive."""
+    path = url.split("#", 1)[0].split("?", 1)[0].lower()
+    return bool(path) and path.endswith((".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar"))
 
 
 def check_protected(m: Manifest, installs: Iterable[PipInstall], installed: Mapping[str, str], *, where: str) -> None:

@@ -73,6 +73,10 @@ class LockedPip:
     version: str  # exact version
     hashes: tuple[str, ...] = ()  # "sha256:<hex>" of the files pip may install for this platform
     in_base: bool = False  # already satisfied by the base image (nothing installed)
+    # Only a source distribution fits (PyPI's antlr4-python3-runtime 4.9.3): ``hashes`` are the sdist's, and
+    # the build host turns it into a wheel in a container of the base. Written only when true, so that the
+    # locks of stacks without sdists (and their digests) stay as they were.
+    sdist: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,12 +288,18 @@ class VariantLock:
 
 
 def _pip_json(p: LockedPip) -> dict[str, Any]:
-    return {"name": p.name, "version": p.version, "hashes": list(p.hashes), "in_base": p.in_base}
+    out: dict[str, Any] = {"name": p.name, "version": p.version, "hashes": list(p.hashes), "in_base": p.in_base}
+    if p.sdist:
+        out["sdist"] = True
+    return out
 
 
 def _pip_from(d: Mapping[str, Any]) -> LockedPip:
+    sdist = d.get("sdist", False)
+    if not isinstance(sdist, bool):
+        raise TypeError(f"pip {d.get('name')!r}: sdist must be true or false")
     return LockedPip(name=d["name"], version=d["version"], hashes=tuple(d.get("hashes", ())),
-                     in_base=d.get("in_base", False))
+                     in_base=d.get("in_base", False), sdist=sdist)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -64,7 +64,7 @@ from buildctl.graph import (
     WheelNodeSpec,
     shared_labels,
 )
-from buildctl.index import HttpFetcher
+from buildctl.index import DEFAULT_INDEX, HttpFetcher, SimpleIndex
 from buildctl.model import InstallKind, ReproLevel
 from buildctl.plan import ArchCheck
 from buildctl.records import NodeRecord, RecordStore, state_root
@@ -190,6 +190,7 @@ class _Build:
         self.downloads: dict[str, Path] = {}  # download name -> verified file
         self.pip: dict[str, Path] = {}  # "name==version" -> wheel file
         self.pip_files: dict[str, Path] = {}  # wheel file name -> a downloaded wheel (install: pip), verified
+        self.built: dict[str, str] = {}  # "name==version" -> sha256 of the wheel built from its locked sdist
         self.wheels: dict[str, Path] = {}  # component -> its compiled wheel file
         self.busy: dict[str, int] = {e.name: 0 for e in self.engines}
         self.lock = threading.Lock()
@@ -398,11 +399,65 @@ class _Build:
                 if not (dest.is_file() and wheelhouse.sha256_file(dest) == sha):
                     self._download(fetcher, FileSpec(name=p.download, dest="", mode="0644", sha256=sha, url=p.url), dest)
                 self.pip_files[p.filename] = dest
+        sdists = [p for p in pins.values() if p.sdist]
+        if sdists:
+            self._build_sdists(sdists)
         self.pip = wheelhouse.download(
-            sorted((p for p in pins.values() if not p.download), key=lambda p: (p.name, p.version or "")),
+            sorted((p for p in pins.values() if not p.download and not p.sdist), key=lambda p: (p.name, p.version or "")),
             folder=self.config.cache.downloads / "pip",
             python=self.t.variant.python, platform=self.g.platform, config=self.config,
             log_file=self.log_file("pip-download"))
+
+    def _build_sdists(self, pins: Sequence[PipPin]) -> None:
+        """Requirements only a source distribution fits: fetched on the host by the lock's sha256 and built into
+        a wheel in a container of the base with no network (nothing runs on the host, nothing is fetched inside
+        an image build). The wheel is kept under the sdist's hash and the base's digest."""
+        from buildctl.engine import Mount
+
+        fetcher = HttpFetcher(ca_bundle=self.config.ca_bundle, timeout=self.config.network_timeout)
+        index = SimpleIndex([self.config.pip_index_url or DEFAULT_INDEX, *self.config.pip_extra_index_urls], fetcher)
+        folder = self.config.cache.downloads / "pip" / "sdists"
+        base = self.t.vlock.base.digest if self.t.vlock else "unlocked"
+        log = self.log_file("sdists")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        for p in pins:
+            sdist = wheelhouse.fetch_sdist(p, folder=folder, index=index, fetcher=fetcher)
+            keep = self.config.cache.downloads / "pip" / "built" / sdist.parent.name / base.replace(":", "-")
+            made = sorted(keep.glob("*.whl")) if keep.is_dir() else []
+            if len(made) != 1:
+                self._ensure(self.e0, "base")
+                self.progress.log("python", f"building {p.name}=={p.version} from its sdist in the base")
+                out = Path(tempfile.mkdtemp(prefix="sdist-", dir=self.scratch))
+                try:
+                    script = wheelhouse.sdist_script(self.t.manifest.smoke.python, sdist.name, render.EPOCH)
+                    result = self.e0.run(self.t.base_ref, ["/bin/sh", "/buildctl/sdist.sh"], entrypoint=[],
+                                         mounts=[Mount(source=sdist.parent, target="/in", read_only=True),
+                                                 Mount(source=out, target="/out", read_only=False)],
+                                         files={"/buildctl/sdist.sh": script.encode()}, user="0",
+                                         network_mode="none", timeout=1800.0)
+                    with log.open("a") as f:
+                        f.write(f"$ build {sdist.name} in {self.t.base_ref}\n{result.stdout}{result.stderr}\n")
+                    wheels = sorted(out.glob("*.whl"))
+                    if not result.ok or len(wheels) != 1:
+                        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
+                        raise BuildFailed(
+                            f"pip requirement {p.name}=={p.version} exists only as a source distribution "
+                            f"({sdist.name}), and building it into a wheel in the base failed; log: {log}",
+                            why=tail or f"exit status {result.exit_code}",
+                            fix="the sdist is built with the base's own build tools (--no-build-isolation, no "
+                                "network): add what it needs to the base, or pin a version of it that has a wheel")
+                    keep.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = Path(tempfile.mkdtemp(prefix=".built-", dir=keep.parent))
+                    shutil.copy2(wheels[0], tmp / wheels[0].name)
+                    shutil.rmtree(keep, ignore_errors=True)
+                    os.replace(tmp, keep)
+                finally:
+                    shutil.rmtree(out, ignore_errors=True)
+                made = sorted(keep.glob("*.whl"))
+            wheel = made[0]
+            self.pip_files[wheel.name] = wheel
+            self.built[f"{p.name}=={p.version}"] = wheelhouse.sha256_file(wheel)
 
     # -- the whole run
 
@@ -606,7 +661,8 @@ class _Build:
                 wheels[w.component] = render.WheelFile(filename=f.name, sha256=wheelhouse.sha256_file(f))
                 assert self._wheelhouse_root is not None
                 wheelhouse.link_tree(self._wheelhouse_root, {f"components/{w.component}/{f.name}": f})
-        rendered = render.render(node, templates=self.t.templates, parent_ref=self._parent_ref(node), wheels=wheels)
+        rendered = render.render(node, templates=self.t.templates, parent_ref=self._parent_ref(node), wheels=wheels,
+                                 built=self.built)
         with self._context(node, rendered, labels=self._labels(node)) as ctx:
             e.build(context_dir=ctx, dockerfile="Dockerfile", tag=self.ref(node.name), labels={},
                     buildargs={render.WHEELHOUSE_ARG: self.wheelhouse_url} if rendered.wheelhouse else None,

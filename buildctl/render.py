@@ -252,9 +252,13 @@ def _apt(t: Templates, sources: Sequence[AptSource], files: Sequence[FileSpec],
     return [*t.text("_apt-keep.sh.in").splitlines(), *lines, *t.text("_apt-clean.sh.in").splitlines()]
 
 
-def _requirement(p: PipPin) -> str:
+def _requirement(p: PipPin, built: Mapping[str, str]) -> str:
     if p.version is None:
         return p.name + p.spec
+    if p.sdist:
+        # the wheel the host built from the locked sdist (build_sdists): its hash is known once it is built
+        sha = built.get(f"{p.name}=={p.version}")
+        return f"{p.name}=={p.version} --hash=sha256:" + (sha or f"<wheel built from the sdist {p.hashes[0]}>")
     return " ".join([f"{p.name}=={p.version}", *(f"--hash={h}" for h in p.hashes)])
 
 
@@ -276,11 +280,11 @@ def _pip_install(python: str, constraint: PipConstraintPolicy, lines: Sequence[s
     return out
 
 
-def _pip(python: str, constraint: PipConstraintPolicy, pins: Sequence[PipPin]) -> list[str]:
+def _pip(python: str, constraint: PipConstraintPolicy, pins: Sequence[PipPin], built: Mapping[str, str]) -> list[str]:
     todo = [p for p in pins if not p.in_base]
     # --require-hashes only where every pin has its hashes (all of them, once locked)
     hashed = bool(todo) and all(p.hashes for p in todo)
-    return _pip_install(python, constraint, [shlex.quote(_requirement(p)) for p in todo], hashed=hashed,
+    return _pip_install(python, constraint, [shlex.quote(_requirement(p, built)) for p in todo], hashed=hashed,
                         find_links=[f'"${WHEELHOUSE_ARG}"'])
 
 
@@ -288,13 +292,15 @@ def _pip(python: str, constraint: PipConstraintPolicy, pins: Sequence[PipPin]) -
 
 
 def render(node: Node, *, templates: Templates, parent_ref: str,
-           wheels: Mapping[str, WheelFile] | None = None) -> Rendered:
+           wheels: Mapping[str, WheelFile] | None = None, built: Mapping[str, str] | None = None) -> Rendered:
     """The Dockerfile (and context, and for wheel nodes the compile script) of ``node``.
 
     ``parent_ref``: the image it builds FROM (the parent node's content tag, or the base reference).
     ``wheels``: component -> its built wheel (assemble only); missing ones render as placeholders,
-    as a dry run before any compile does.
+    as a dry run before any compile does. ``built``: "name==version" -> sha256 of the wheel the host
+    built from a locked sdist (python and compile-env); missing ones render as placeholders too.
     """
+    built = built or {}
     spec = node.spec
     t = templates
     kind: NodeKind = node.kind
@@ -331,13 +337,13 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
                      "rm -f /tmp/buildctl-protected.json; \\"]
         return Rendered(dockerfile=fill("python.Dockerfile.in", t.text("python.Dockerfile.in"), {
             "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH), "protect_snapshot": snapshot,
-            "pip": _pip(spec.python, spec.constraint, spec.pins), "protect_check": check,
+            "pip": _pip(spec.python, spec.constraint, spec.pins, built), "protect_check": check,
             "cleanup": _cleanup(spec.cleanup), "settle": _settle(t)}), context=tuple(ctx), wheelhouse=True)
     if isinstance(spec, CompileEnvNodeSpec):
         ctx = _rootfs(spec.files)
         return Rendered(dockerfile=fill("compile-env.Dockerfile.in", t.text("compile-env.Dockerfile.in"), {
             "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH), "apt": _apt(t, spec.sources, spec.files, spec.apt),
-            "pip": _pip(spec.python, spec.constraint, spec.pins), "cleanup": _cleanup(spec.cleanup),
+            "pip": _pip(spec.python, spec.constraint, spec.pins, built), "cleanup": _cleanup(spec.cleanup),
             "settle": _settle(t)}), context=tuple(ctx), wheelhouse=True)
     if isinstance(spec, WheelNodeSpec):
         env = [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())]

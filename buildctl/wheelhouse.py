@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import http.server
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -31,7 +32,7 @@ from packaging.version import Version
 from buildctl.config import Config
 from buildctl.errors import BuildFailed, UnreachableError
 from buildctl.graph import PipPin
-from buildctl.index import redact
+from buildctl.index import HttpFetcher, SimpleIndex, file_release, redact
 
 _ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 _NETWORK = ("temporary failure in name resolution", "could not resolve", "connection refused",
@@ -69,6 +70,19 @@ def find_local(pin: PipPin, folder: Path) -> Path | None:
     return None
 
 
+_NO_VERSION = re.compile(r"Could not find a version that satisfies the requirement (\S+)(?: \(from versions: ([^)]*)\))?")
+_NO_DIST = re.compile(r"No matching distribution found for (\S+)")
+
+
+def unavailable(pip_output: str) -> tuple[str, str] | None:
+    """(requirement, versions the index offers) when pip said a requirement cannot be had at all."""
+    m = _NO_VERSION.search(pip_output)
+    if m:
+        return m.group(1), (m.group(2) or "").strip()
+    m = _NO_DIST.search(pip_output)
+    return (m.group(1), "") if m else None
+
+
 def requirement_lines(pins: Iterable[PipPin]) -> list[str]:
     return [" ".join([f"{p.name}=={p.version}", *(f"--hash={h}" for h in p.hashes)]) for p in pins]
 
@@ -101,8 +115,9 @@ def download(pins: Sequence[PipPin], *, folder: Path, python: str, platform: str
             if f is None:
                 raise BuildFailed(f"pip downloaded no wheel of {p.name}=={p.version} for {platform}",
                                   why=f"see {log_file}",
-                                  fix="the package may have no wheel for this platform and Python (sdists are not "
-                                      "built on the host); pin a version that has one, or build it as a component")
+                                  fix="the package may have no wheel for this platform and Python: re-lock, so that "
+                                      "the lock records the sdist (built in a container of the base), or pin a "
+                                      "version that has a wheel")
             found[f"{p.name}=={p.version}"] = f
     return found
 
@@ -141,6 +156,15 @@ def _pip_download(pins: Sequence[PipPin], *, folder: Path, python: str, platform
     if r.returncode != 0:
         tail = log_file.read_text(errors="replace").strip().splitlines()[-6:]
         text = "\n".join(tail)
+        missing = unavailable(text)
+        if missing is not None and not any(m in text.lower() for m in _NETWORK):
+            wanted, versions = missing
+            raise BuildFailed(
+                f"pip requirement {wanted} cannot be had for {platform} / Python {python}",
+                why=f"the index has no wheel of it that this platform and Python can install (versions it offers: "
+                    f"{versions or 'none'}); builds take wheels, or the sdist the lock recorded when only one exists",
+                fix="re-lock (`buildctl lock`): the lock marks a requirement that exists only as an sdist, and the build "
+                    "host then builds its wheel in a container of the base; or pin a version that has a wheel")
         cls = UnreachableError if any(m in text.lower() for m in _NETWORK) else BuildFailed
         raise cls(f"downloading {len(pins)} pip wheel(s) for {platform} / Python {python} failed; log: {log_file}",
                   why=text,
@@ -190,3 +214,66 @@ def serve(root: Path, port: int = PREFERRED_PORT) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+# ----------------------------------------------------------------------------------------- sdists
+
+
+def fetch_sdist(pin: PipPin, *, folder: Path, index: SimpleIndex, fetcher: HttpFetcher) -> Path:
+    """The locked source distribution of ``pin`` in ``folder/<sha256>/`` (downloaded on the host, verified).
+
+    Nothing of it runs on the host: the wheel is built later in a container of the base.
+    """
+    allowed = {h.removeprefix("sha256:") for h in pin.hashes}
+    for sha in sorted(allowed):
+        found = sorted((folder / sha).glob("*")) if (folder / sha).is_dir() else []
+        if len(found) == 1 and sha256_file(found[0]) == sha:
+            return found[0]
+    want = Version(pin.version or "0")
+    candidates = []
+    for f in index.files(pin.name):
+        rel = file_release(f.filename)
+        if rel is not None and rel[0] == canonicalize_name(pin.name) and rel[1] == want and rel[2] is None:
+            candidates.append(f)
+    if not candidates:
+        raise BuildFailed(f"pip requirement {pin.name}=={pin.version} cannot be had: the index lists no source "
+                          "distribution of it any more, and the lock says only one fits",
+                          why=f"indexes asked: {', '.join(redact(u) for u in index.urls)}",
+                          fix=f"re-lock (`buildctl lock`) to see what the index offers for {pin.name} now")
+    for f in candidates:
+        if f.sha256 and f.sha256 not in allowed:
+            continue
+        dest_dir = folder / (f.sha256 or "unverified")
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        part = dest_dir / (f.filename + ".part")
+        h = hashlib.sha256()
+        with fetcher.open(f.url) as resp, part.open("wb") as out:
+            while chunk := resp.read(1 << 20):
+                h.update(chunk)
+                out.write(chunk)
+        if h.hexdigest() not in allowed:
+            part.unlink(missing_ok=True)
+            continue
+        final_dir = folder / h.hexdigest()
+        final_dir.mkdir(parents=True, exist_ok=True)
+        final = final_dir / f.filename
+        part.replace(final)
+        return final
+    raise BuildFailed(f"pip requirement {pin.name}=={pin.version} cannot be had: no source distribution on the "
+                      "index has the sha256 the lock recorded",
+                      why="the file was replaced upstream, or the index serves another one",
+                      fix="check the index; re-lock only if the new file is trusted")
+
+
+SDIST_SCRIPT = """set -eu
+cd /tmp
+PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_NO_INDEX=1 SOURCE_DATE_EPOCH={epoch} PYTHONDONTWRITEBYTECODE=1 \\
+  {python} -m pip wheel --no-deps --no-build-isolation --no-index --no-cache-dir --disable-pip-version-check \\
+  -w /out {sdist}
+"""
+
+
+def sdist_script(python: str, sdist_name: str, epoch: int) -> str:
+    """The build of one sdist into a wheel, run in a container of the base with no network: the base's own
+    build backend (setuptools) builds it; a backend the base lacks is named by pip's error."""
+    return SDIST_SCRIPT.format(python=shlex.quote(python), sdist=shlex.quote("/in/" + sdist_name), epoch=epoch)

@@ -328,7 +328,8 @@ def test_a_stale_lock_entry_counts_as_unlocked(gs: Any) -> None:
     g = gs.make(m2, lk)
     assert g.node("python").unlocked == ("pip black==24.8.0 (hashes)",)
     assert g.node("python").inputs["pins"]["black"] == {"version": "24.8.0", "spec": "", "hashes": [],
-                                                        "in_base": False, "download": "", "filename": ""}
+                                                        "in_base": False, "sdist": False, "download": "",
+                                                        "filename": ""}
     m3 = with_component(m, "engine", prs=(PullRequest(number=2146),))
     assert gs.make(m3, lk).node("wheel:engine").unlocked == ("source engine (commit d2945c6 + PR #2146)",)
     m4 = replace(m, variants=tuple(replace(v, image=v.image + "-new") if v.name == "gpu13" else v
