@@ -26,6 +26,10 @@ Format (schema 2), keys sorted, two-space indent, one trailing newline::
         "missing": {"<section>": "<why it is not locked>"},                 # partial locks only
         "resolved_at": "..."}}}
 
+A ``pip`` / ``build_pip`` entry is ``{"name", "version", "hashes", "in_base"}`` plus ``"sdist": true`` when only
+a source distribution fits (its ``hashes`` are the sdist's; the build host builds the wheel in the base).
+A wheel the manifest downloads (``install: pip``) is an entry whose hash is the download's.
+
 Sections, as ``missing`` names them: ``base``, ``apt``, ``build_apt``, ``pip``, ``build_pip``,
 ``downloads.<name>``, ``components.<name>``. A lock with any ``missing`` entry is *partial*
 (``buildctl lock --partial``): ``plan`` uses what it has, ``build``/``push``/``nightly`` refuse it.
