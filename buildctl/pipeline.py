@@ -417,7 +417,7 @@ class _Build:
         fetcher = HttpFetcher(ca_bundle=self.config.ca_bundle, timeout=self.config.network_timeout)
         index = SimpleIndex([self.config.pip_index_url or DEFAULT_INDEX, *self.config.pip_extra_index_urls], fetcher)
         folder = self.config.cache.downloads / "pip" / "sdists"
-        base = self.t.vlock.base.digest if self.t.vlock else "unlocked"
+        base = self.t.vlock.base.digest if self.t.vlock and self.t.vlock.base else "unlocked"
         log = self.log_file("sdists")
         log.parent.mkdir(parents=True, exist_ok=True)
         self.scratch.mkdir(parents=True, exist_ok=True)
