@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     root = work / "project"
     (root / "pins").mkdir(parents=True)
     (root / "images").symlink_to(ROOT / "images")
-    text = (ROOT / "pins" / "demo.yaml").read_text().replace("../demo/sources/", f"{ROOT}/demo/sources/")
+    (root / "demo").symlink_to(ROOT / "demo")  # the manifest's repos are relative: ../demo/sources/
+    text = (ROOT / "pins" / "demo.yaml").read_text()
     text = re.sub(r"(?m)^  repository: .*$", f"  repository: {repository}", text)
     if args.registry:
         text = text.replace("127.0.0.1:5000", args.registry)

@@ -44,8 +44,9 @@ def write_project(root: Path, registry: str, repository: str) -> Path:
     """A project with a copy of the demo manifest pointing at the test registry; images/ is the checkout's."""
     (root / "pins").mkdir(parents=True)
     (root / "images").symlink_to(PROJECT / "images")
+    (root / "demo").symlink_to(PROJECT / "demo")  # the manifest's repos are relative: ../demo/sources/
     text = (PROJECT / "pins" / "demo.yaml").read_text()
-    text = text.replace("127.0.0.1:5000", registry).replace("../demo/sources/", f"{PROJECT}/demo/sources/")
+    text = text.replace("127.0.0.1:5000", registry)
     text = re.sub(r"(?m)^  repository: .*$", f"  repository: {repository}", text)
     (root / "pins" / "demo.yaml").write_text(text)
     return root
@@ -273,12 +274,12 @@ def test_a_pr_that_does_not_apply_fails_before_any_build(demo: Demo, engine: Eng
                           check=True).stdout.strip()
     subprocess.run([*git, "clone", "-q", "--bare", str(work), str(repo)], check=True)
     subprocess.run(["git", "-C", str(repo), "update-ref", "refs/pull/99/head", head], check=True)
-    demo.edit_manifest(f"repo: {PROJECT}/demo/sources/fastmath.bundle", f"repo: {repo}")
+    demo.edit_manifest("repo: ../demo/sources/fastmath.bundle", f"repo: file://{repo}")
     demo.edit_manifest("{number: 7, head: 639a2e3db57db370ff716cec8923ea5bea2e9003}", f"{{number: 99, head: {head}}}")
 
     def pr99(v: dict[str, Any]) -> None:
         c = v["components"]["fastmath"]
-        c["repo"] = str(repo)
+        c["repo"] = f"file://{repo}"
         c["changes"] = [{"kind": "pr", "number": 99, "head": head, "mode": "own-commits", "target": "main",
                          "commits": [head], "skipped_merges": [], "empty": []}]
         c["tree"] = "f" * 40  # unknown: it cannot be made

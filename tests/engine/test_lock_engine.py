@@ -146,7 +146,7 @@ pip:
   requirements: ["demo-a==1.0", "pyyaml"]
 components:
   tool:
-    repo: {tool}
+    repo: file://{tool}
     commit: "{subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=tool, capture_output=True, text=True).stdout[:10]}"
     build:
       requires: ["demo-c==2.0"]

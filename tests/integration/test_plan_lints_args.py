@@ -48,7 +48,7 @@ variants:
   default: {{image: "127.0.0.1:9/none/base:1", platform: linux/amd64, cuda: "13"}}
 components:
   megatron-lm:
-    repo: {repo}
+    repo: file://{repo}
     commit: {commit}
     install: {{kind: source-tree, path: /opt/megatron-lm}}
 entrypoint:
@@ -89,7 +89,7 @@ def test_plan_fails_on_a_misspelt_flag_with_file_flag_and_suggestion(
     lock = {"schema": 2, "stack": "mlm", "manifest_sha256": pins.manifest_sha256(manifest_path),
             "variants": {"default": {
                 "base": {"ref": "127.0.0.1:9/none/base:1", "digest": "sha256:" + "0" * 64, "platform": "linux/amd64"},
-                "components": {"megatron-lm": {"repo": str(repo), "base": commit, "tree": commit}}}}}
+                "components": {"megatron-lm": {"repo": f"file://{repo}", "base": commit, "tree": commit}}}}}
     (project / "pins" / "mlm.lock.json").write_text(json.dumps(lock))
     monkeypatch.setenv("BUILDCTL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("BUILDCTL_CONFIG", str(tmp_path / "none.toml"))
@@ -103,7 +103,7 @@ def test_plan_fails_on_a_misspelt_flag_with_file_flag_and_suggestion(
     m = pins.load(manifest_path)
     sources = Sources.from_config(load_config(), base_dir=manifest_path.parent)
     sources.prepare_component(m.component("megatron-lm"),
-                              LockedComponent(name="megatron-lm", repo=str(repo), commit=commit, tree=commit))
+                              LockedComponent(name="megatron-lm", repo=f"file://{repo}", commit=commit, tree=commit))
 
     code = cli.main(["--project", str(project), "plan", "mlm"])
     err = capsys.readouterr().err
