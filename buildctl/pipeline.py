@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from buildctl import lockfile, normalise, render, repro, wheelhouse
+from buildctl import lockfile, normalise, quoting, render, repro, safepath, wheelhouse
 from buildctl.config import Config
 from buildctl.errors import (
     BuildctlError,
@@ -716,8 +716,7 @@ class _Build:
             shutil.rmtree(ctx, ignore_errors=True)
 
     def _materialize(self, ctx: Path, cf: render.ContextFile) -> None:
-        target = ctx / cf.path
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target = safepath.inside(ctx, cf.path)
         if cf.tree is not None:
             shutil.copytree(self.prepared[cf.tree], target, symlinks=True)
             return
@@ -821,10 +820,10 @@ class _Build:
 
 def label_instruction(labels: Mapping[str, str]) -> str:
     """One LABEL instruction for all labels (the engine turns a build's ``labels`` into one step each,
-    about 0.1 s apiece). Values are JSON strings with ``$`` escaped, as Dockerfile quoting reads them."""
+    about 0.1 s apiece). Keys and values are quoted by ``quoting.dockerfile``."""
     if not labels:
         return ""
-    pairs = [f"{json.dumps(k)}={json.dumps(v).replace('$', chr(92) + '$')}" for k, v in sorted(labels.items())]
+    pairs = [f"{quoting.dockerfile(k)}={quoting.dockerfile(v)}" for k, v in sorted(labels.items())]
     return "LABEL " + " \\\n      ".join(pairs) + "\n"
 
 

@@ -36,13 +36,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from buildctl import quoting, syntax
 from buildctl.errors import BuildctlError
 from buildctl.graph import (
     AptPin,
@@ -85,6 +85,8 @@ DIR_MODES: Mapping[str, int] = {"tmp": 0o1777, "var/tmp": 0o1777, "root": 0o700}
 _PLACEHOLDER = re.compile(r"@@([a-z_]+)@@")
 _BLOCK_LINE = re.compile(r"^(\s*)@@([a-z_]+)@@\s*$")
 _PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./*?+-]*$")
+# what a FROM line may hold: reference characters only (no space, quote, '$' or '#')
+_FROM_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
 
 
 class TemplateError(BuildctlError):
@@ -189,7 +191,7 @@ def fill(name: str, template: str, values: Mapping[str, str | Sequence[str]]) ->
 
 def _path(p: str) -> str:
     """A manifest path for a shell line: plain paths and globs as written, anything else quoted."""
-    return p if _PLAIN_PATH.match(p) else shlex.quote(p)
+    return p if _PLAIN_PATH.match(p) else quoting.sh(p)
 
 
 def _settle(t: Templates) -> list[str]:
@@ -228,12 +230,13 @@ def _apt_sources(sources: Sequence[AptSource], files: Sequence[FileSpec]) -> lis
         if key is not None and key.dest.endswith(".deb"):
             # a keyring package (cuda-keyring_1.1-1_all.deb): it installs the key the line refers to
             out += [f"dpkg -i {_path(key.dest)}; \\", f"rm -f {_path(key.dest)}; \\"]
-        out.append(f"printf '%s\\n' {shlex.quote(s.line)} > /etc/apt/sources.list.d/buildctl-{s.name}.list; \\")
+        name = quoting.word(s.name, syntax.NAME_RE, "an apt repo name")
+        out.append(f"printf '%s\\n' {quoting.sh(s.line)} > /etc/apt/sources.list.d/buildctl-{name}.list; \\")
     return out
 
 
 def _apt_arg(p: AptPin) -> str:
-    return p.name if p.version == "*" else shlex.quote(f"{p.name}={p.version}")
+    return quoting.sh(p.name) if p.version == "*" else quoting.sh(f"{p.name}={p.version}")
 
 
 def _apt_install(recommends: bool) -> str:
@@ -284,7 +287,7 @@ def _pip(python: str, constraint: PipConstraintPolicy, pins: Sequence[PipPin], b
     todo = [p for p in pins if not p.in_base]
     # --require-hashes only where every pin has its hashes (all of them, once locked)
     hashed = bool(todo) and all(p.hashes for p in todo)
-    return _pip_install(python, constraint, [shlex.quote(_requirement(p, built)) for p in todo], hashed=hashed,
+    return _pip_install(python, constraint, [quoting.sh(_requirement(p, built)) for p in todo], hashed=hashed,
                         find_links=[f'"${WHEELHOUSE_ARG}"'])
 
 
@@ -303,6 +306,8 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
     built = built or {}
     spec = node.spec
     t = templates
+    # FROM takes the reference as it stands: it must be one (an image reference never needs quoting)
+    quoting.word(parent_ref, _FROM_REF, "an image reference for FROM")
     kind: NodeKind = node.kind
     ctx: list[ContextFile]
     if isinstance(spec, CudnnNodeSpec):
@@ -316,8 +321,8 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
             "settle": _settle(t)}), context=tuple(ctx))
     if isinstance(spec, SystemNodeSpec):
         ctx = _rootfs(spec.files)
-        remove = [f"PIP_BREAK_SYSTEM_PACKAGES=1 {spec.python} -m pip uninstall -y "
-                  f"{' '.join(shlex.quote(p) for p in spec.remove_pip)}; \\"
+        remove = [f"PIP_BREAK_SYSTEM_PACKAGES=1 {quoting.sh(spec.python)} -m pip uninstall -y "
+                  f"{quoting.sh_join(spec.remove_pip)}; \\"
                   ] if spec.remove_pip else []
         remove += _cleanup(spec.remove_paths)
         baseline = [f"{spec.python} -m pip check --disable-pip-version-check > {PIP_CHECK_BASE} 2>&1 || true; \\"]
@@ -330,10 +335,11 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
         check: list[str] = []
         if spec.protect:
             ctx.append(ContextFile(path="rootfs" + PROTECT_PATH, text=t.text("protect.py")))
-            patterns = " ".join(shlex.quote(p) for p in spec.protect)
-            snapshot = [f"{spec.python} {PROTECT_PATH} snapshot {patterns} > /tmp/buildctl-protected.json; \\"]
-            replace = (" --replace " + " ".join(shlex.quote(p) for p in spec.replace)) if spec.replace else ""
-            check = [f"{spec.python} {PROTECT_PATH} check /tmp/buildctl-protected.json{replace}; \\",
+            patterns = quoting.sh_join(spec.protect)
+            python = quoting.sh(spec.python)
+            snapshot = [f"{python} {PROTECT_PATH} snapshot {patterns} > /tmp/buildctl-protected.json; \\"]
+            replace = (" --replace " + quoting.sh_join(spec.replace)) if spec.replace else ""
+            check = [f"{python} {PROTECT_PATH} check /tmp/buildctl-protected.json{replace}; \\",
                      "rm -f /tmp/buildctl-protected.json; \\"]
         return Rendered(dockerfile=fill("python.Dockerfile.in", t.text("python.Dockerfile.in"), {
             "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH), "protect_snapshot": snapshot,
@@ -346,9 +352,9 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
             "pip": _pip(spec.python, spec.constraint, spec.pins, built), "cleanup": _cleanup(spec.cleanup),
             "settle": _settle(t)}), context=tuple(ctx), wheelhouse=True)
     if isinstance(spec, WheelNodeSpec):
-        env = [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())]
+        env = [f"export {quoting.env_name(k)}={quoting.sh(v)}" for k, v in sorted(spec.env.items())]
         if spec.parallel_env:
-            env.append(f'export {spec.parallel_env}="${{BUILDCTL_JOBS:-1}}"')
+            env.append(f'export {quoting.env_name(spec.parallel_env)}="${{BUILDCTL_JOBS:-1}}"')
         wheel_ctx = [ContextFile(path="rootfs/wheel/", wheel=spec.component)]
         script = fill("wheel.sh.in", t.text("wheel.sh.in"), {
             "epoch": str(EPOCH), "env": env, "command": spec.command})
@@ -362,12 +368,12 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
             wf = (wheels or {}).get(w.component)
             links.append(f'"${{{WHEELHOUSE_ARG}}}components/{w.component}/"')
             if wf is None:
-                lines.append(f"'{w.dist or w.component}==<built by wheel:{w.component}>"
-                             " --hash=sha256:<known after the compile>'")
+                lines.append(quoting.sh(f"{w.dist or w.component}==<built by wheel:{w.component}>"
+                                        " --hash=sha256:<known after the compile>"))
             else:
                 name, version, _, _ = parse_wheel_filename(wf.filename)
-                lines.append(shlex.quote(f"{name}=={version} --hash=sha256:{wf.sha256}"))
-        env = [f"ENV {k}={_env_value(v)}" for k, v in sorted(spec.env.items())]
+                lines.append(quoting.sh(f"{name}=={version} --hash=sha256:{wf.sha256}"))
+        env = [f"ENV {quoting.env_name(k)}={quoting.dockerfile(v)}" for k, v in sorted(spec.env.items())]
         return Rendered(dockerfile=fill("assemble.Dockerfile.in", t.text("assemble.Dockerfile.in"), {
             "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH),
             "pip": _pip_install(spec.python, spec.constraint, lines, hashed=True, find_links=links),
@@ -376,12 +382,9 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
     if isinstance(spec, EntrypointNodeSpec):
         ctx = [ContextFile(path="rootfs" + spec.script_path, mode=spec.script_mode, text=spec.script)]
         return Rendered(dockerfile=fill("entrypoint.Dockerfile.in", t.text("entrypoint.Dockerfile.in"), {
-            "from": parent_ref, "copy": _copy(ctx), "workdir": spec.workdir,
+            "from": parent_ref, "copy": _copy(ctx), "workdir": quoting.dockerfile_word(spec.workdir),
             "entrypoint": json.dumps(list(spec.entrypoint)), "cmd": json.dumps(list(spec.cmd))}),
             context=tuple(ctx))
     raise ValueError(f"node {node.name} ({kind}) is not built from a Dockerfile")
 
 
-def _env_value(v: str) -> str:
-    """A Dockerfile ENV value: double-quoted, with the characters ENV would interpret escaped."""
-    return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'

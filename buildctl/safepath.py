@@ -1,0 +1,45 @@
+"""Writes that stay inside their folder.
+
+A manifest names paths inside images (``downloads.*.dest``, ``install.path``); buildctl writes them into
+a build context on the host, as root. The syntax rules refuse ``..`` at load time; ``inside`` checks every
+such write again where it happens, after symlinks: a source tree copied into the context may hold a
+symlink, and a later file whose path runs through it would otherwise land wherever the link points.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from buildctl.errors import BuildctlError
+
+
+class UnsafePath(BuildctlError):
+    """A write would land outside the folder it belongs to."""
+
+    exit_code = 3
+
+
+def inside(root: Path, rel: str) -> Path:
+    """``root / rel``, with its parent folders created, refusing a path that leaves ``root``.
+
+    Refused: an absolute ``rel``, a ``..`` part, NUL or a line break, a parent folder that resolves outside
+    ``root`` (through a symlink), and a target that is itself a symlink.
+    """
+    if "\x00" in rel or "\n" in rel or "\r" in rel:
+        raise UnsafePath(f"refusing to write {rel!r}: it holds a NUL or a line break")
+    parts = rel.split("/")
+    if rel.startswith("/") or ".." in parts:
+        raise UnsafePath(f"refusing to write {rel!r} under {root}: the path leaves the folder",
+                         why="paths in a build context are relative and never hold '..'")
+    target = root / rel
+    base = os.path.realpath(root)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    parent = os.path.realpath(target.parent)
+    if parent != base and not parent.startswith(base + os.sep):
+        raise UnsafePath(f"refusing to write {rel!r} under {root}: a folder on the way resolves to {parent}",
+                         why="a symlink in the context points outside it")
+    if target.is_symlink():
+        raise UnsafePath(f"refusing to write {rel!r} under {root}: it is a symlink ({os.readlink(target)})",
+                         why="writing through it would change the file it points to")
+    return target
