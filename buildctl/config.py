@@ -14,11 +14,13 @@ One documented layout (README, "Where things live"):
 from __future__ import annotations
 
 import os
+import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from buildctl import syntax
 from buildctl.errors import Location, ManifestError
 
 CONFIG_KEYS = {
@@ -101,57 +103,183 @@ def _pairs(text: str) -> dict[str, str]:
     return out
 
 
+def _line_of(text: str, key: str, *, table: str | None = None) -> tuple[int, int]:
+    """(line, column) where ``key`` is given in a TOML text (inside ``[table]`` or an inline table), 0 when not
+    found: tomllib keeps no positions, and a configuration error must still point at its line."""
+    pattern = re.compile(rf"""(^|[{{,\s])(?P<k>["']?{re.escape(key)}["']?)\s*=""")
+    in_table = table is None
+    for n, line in enumerate(text.splitlines(), 1):
+        header = re.match(r"^\s*\[([^\]]+)\]", line)
+        if header and table is not None:
+            in_table = header.group(1).strip() == table
+            continue
+        if table is not None and re.match(rf"^\s*{re.escape(table)}\s*=", line):
+            in_table = True  # an inline table: its keys follow on this line
+        m = pattern.search(line)
+        if m and in_table:
+            return n, m.start("k") + 1
+    return 0, 0
+
+
+def _host_path(value: str) -> str | None:
+    """A registry (mirror) address: host[:port], optionally followed by a path."""
+    host, _, rest = value.partition("/")
+    return syntax.host_port(host) or (syntax.repository(rest) and "is not host[:port][/path]" if rest else None)
+
+
+def _git_mirror(value: str) -> str | None:
+    """One side of a ``url.<mirror>.insteadOf=<orig>`` rule: a URL, git@host:path, or an absolute path.
+
+    It becomes one word of ``git -c``, which splits at the first '=': an '=' would change which setting is made."""
+    bad = syntax.control(value)
+    if bad:
+        return bad
+    if value.startswith("-") or "=" in value or any(c.isspace() for c in value) or "::" in value:
+        return "must not start with '-' or hold '=', '::' or whitespace"
+    if value.startswith("/") or re.match(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:", value):
+        return None
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", value)
+    if not m or m.group(1) not in syntax.MIRROR_SCHEMES:
+        return f"is not a URL ({', '.join(s + '://' for s in syntax.MIRROR_SCHEMES)}), git@host:path or /path"
+    return None
+
+
+_VALUE_RULES: Mapping[str, syntax.Rule] = {
+    "default_stack": syntax.name,
+    "ca_bundle": syntax.abs_path,
+    "pip_index_url": lambda v: syntax.url(v, ("https", "http")),
+    "pip_extra_index_urls": lambda v: syntax.url(v, ("https", "http")),
+    "registry": _host_path,
+}
+# mapping keys: (key rule, value rule)
+_MAP_RULES: Mapping[str, tuple[syntax.Rule, syntax.Rule]] = {
+    "registry_mirrors": (_host_path, _host_path),
+    "git_mirrors": (_git_mirror, _git_mirror),
+}
+NETWORK_TIMEOUT_MAX = 3600.0
+
+
 def load_config(env: Mapping[str, str] | None = None) -> Config:
+    """The configuration file with its environment overrides, every value checked (exit 3 naming the file,
+    line and key, or the environment variable)."""
     env = os.environ if env is None else env
     path = Path(env["BUILDCTL_CONFIG"]) if env.get("BUILDCTL_CONFIG") else (
         _xdg("XDG_CONFIG_HOME", ".config", env) / "buildctl" / "config.toml"
     )
     raw: dict[str, object] = {}
+    text = ""
     if path.is_file():
         try:
-            raw = tomllib.loads(path.read_text())
+            text = path.read_bytes().decode("utf-8")
+            raw = tomllib.loads(text)
+        except UnicodeDecodeError as exc:
+            raise ManifestError(Location(file=str(path)), f"not UTF-8 text: {exc}") from None
         except tomllib.TOMLDecodeError as exc:
-            raise ManifestError(Location(file=str(path)), f"invalid TOML: {exc}") from exc
+            m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+            line, col = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+            raise ManifestError(Location(file=str(path), line=line, column=col), f"invalid TOML: {exc}") from None
+        except (OSError, RecursionError) as exc:
+            raise ManifestError(Location(file=str(path)), f"cannot read the configuration: {exc}") from None
         unknown = sorted(set(raw) - set(CONFIG_KEYS))
         if unknown:
+            line, col = _line_of(text, unknown[0])
             raise ManifestError(
-                Location(file=str(path), key=unknown[0]),
+                Location(file=str(path), line=line, column=col, key=unknown[0]),
                 f"unknown configuration key {unknown[0]!r}",
                 fix=f"known keys: {', '.join(sorted(CONFIG_KEYS))}",
             )
     values: dict[str, object] = dict(raw)
+    where: dict[str, str] = {}
     for key, var in CONFIG_KEYS.items():
         if env.get(var):
             values[key] = env[var]
+            where[key] = var
+
+    def fail(key: str, what: str, *, entry: str | None = None) -> ManifestError:
+        if key in where:
+            return ManifestError(Location(file=f"${where[key]}", key=key if entry is None else f"{key}.{entry}"), what)
+        line, col = _line_of(text, entry, table=key) if entry is not None else (0, 0)
+        if not line:
+            line, col = _line_of(text, key)
+        return ManifestError(Location(file=str(path), line=line, column=col,
+                                      key=key if entry is None else f"{key}.{entry}"), what)
+
     try:
-        return _build(values, path if path.is_file() else None, env)
+        return _build(values, path if path.is_file() else None, env, fail)
     except (TypeError, ValueError) as exc:
         raise ManifestError(Location(file=str(path)), f"invalid configuration: {exc}") from exc
 
 
-def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, str]) -> Config:
-    def mapping(v: object) -> dict[str, str]:
+def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, str],
+           fail: Callable[..., ManifestError]) -> Config:
+    def mapping(key: str) -> dict[str, str]:
+        v = values.get(key, {})
         if isinstance(v, str):
-            return _pairs(v)
-        if isinstance(v, dict):
-            return {str(k): str(x) for k, x in v.items()}
-        raise TypeError(f"expected a table or NAME=VALUE list, got {v!r}")
+            try:
+                v = _pairs(v)
+            except ValueError as exc:
+                raise fail(key, str(exc)) from None
+        if not isinstance(v, dict):
+            raise fail(key, f"expected a table or NAME=VALUE list, got {v!r}")
+        key_rule, value_rule = _MAP_RULES[key]
+        out: dict[str, str] = {}
+        for k, x in v.items():
+            if not isinstance(x, str):
+                raise fail(key, f"expected a string for {k!r}, got {x!r}", entry=str(k))
+            problem = key_rule(str(k))
+            if problem:
+                raise fail(key, f"the key {k!r} {problem}", entry=str(k))
+            problem = value_rule(x)
+            if problem:
+                raise fail(key, f"{x!r} {problem}", entry=str(k))
+            out[str(k)] = x
+        return out
+
+    def string(key: str) -> str | None:
+        v = values.get(key)
+        if v is None or v == "":
+            return None
+        if not isinstance(v, str):
+            raise fail(key, f"expected a string, got {v!r}")
+        problem = _VALUE_RULES[key](v)
+        if problem:
+            raise fail(key, f"{v!r} {problem}")
+        return v
 
     extra = values.get("pip_extra_index_urls", ())
-    extras = tuple(extra.split()) if isinstance(extra, str) else tuple(str(x) for x in extra)  # type: ignore[attr-defined]
+    if isinstance(extra, str):
+        extras = tuple(extra.split())
+    elif isinstance(extra, list | tuple) and all(isinstance(x, str) for x in extra):
+        extras = tuple(extra)
+    else:
+        raise fail("pip_extra_index_urls", f"expected a list of URLs, got {extra!r}")
+    for x in extras:
+        problem = _VALUE_RULES["pip_extra_index_urls"](x)
+        if problem:
+            raise fail("pip_extra_index_urls", f"{x!r} {problem}")
+    timeout_raw = values.get("network_timeout", 10.0)
+    if isinstance(timeout_raw, bool) or not isinstance(timeout_raw, int | float | str):
+        raise fail("network_timeout", f"expected a number of seconds, got {timeout_raw!r}")
+    try:
+        timeout = float(timeout_raw)
+    except ValueError:
+        raise fail("network_timeout", f"expected a number of seconds, got {timeout_raw!r}") from None
+    problem = syntax.finite(timeout, low=0.0, high=NETWORK_TIMEOUT_MAX)
+    if problem:
+        raise fail("network_timeout", f"{timeout_raw!r}: {problem}")
     cache_root = Path(env["BUILDCTL_CACHE"]) if env.get("BUILDCTL_CACHE") else (
         _xdg("XDG_CACHE_HOME", ".cache", env) / "buildctl"
     )
-    ca = values.get("ca_bundle")
+    ca = string("ca_bundle")
     return Config(
         path=path,
-        default_stack=str(values.get("default_stack", "deepseek-v3-gb200")),
-        ca_bundle=Path(str(ca)) if ca else None,
-        pip_index_url=str(values["pip_index_url"]) if values.get("pip_index_url") else None,
+        default_stack=string("default_stack") or "deepseek-v3-gb200",
+        ca_bundle=Path(ca) if ca else None,
+        pip_index_url=string("pip_index_url"),
         pip_extra_index_urls=extras,
-        registry=str(values["registry"]) if values.get("registry") else None,
-        registry_mirrors=mapping(values.get("registry_mirrors", {})),
-        git_mirrors=mapping(values.get("git_mirrors", {})),
-        network_timeout=float(str(values.get("network_timeout", 10.0))),
+        registry=string("registry"),
+        registry_mirrors=mapping("registry_mirrors"),
+        git_mirrors=mapping("git_mirrors"),
+        network_timeout=timeout,
         cache=CacheLayout(root=cache_root),
     )
