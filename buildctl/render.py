@@ -325,7 +325,7 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
                   f"{quoting.sh_join(spec.remove_pip)}; \\"
                   ] if spec.remove_pip else []
         remove += _cleanup(spec.remove_paths)
-        baseline = [f"{spec.python} -m pip check --disable-pip-version-check > {PIP_CHECK_BASE} 2>&1 || true; \\"]
+        baseline = [f"{quoting.sh(spec.python)} -m pip check --disable-pip-version-check > {PIP_CHECK_BASE} 2>&1 || true; \\"]
         return Rendered(dockerfile=fill("system.Dockerfile.in", t.text("system.Dockerfile.in"), {
             "from": parent_ref, "copy": _copy(ctx), "pip_check_base": baseline, "remove": remove, "apt": _apt(t, spec.sources, spec.files, spec.apt, recommends=spec.recommends),
             "cleanup": _cleanup(spec.cleanup), "settle": _settle(t)}), context=tuple(ctx))
