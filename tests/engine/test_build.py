@@ -124,7 +124,7 @@ class Demo:
         t = self.target(skip_smoke=skip_smoke)
         self.register(t, engines)
         config = self.config()
-        return pipeline.run(t, engines=engines, config=config, sources=Sources.from_config(config, base_dir=self.root),
+        return pipeline.run(t, engines=engines, config=config, sources=Sources.from_config(config, base_dir=self.root / "pins"),
                             progress=Recorder(), project=self.root,
                             options=pipeline.Options(jobs=jobs, skip_smoke=skip_smoke), smoke_gate=gate)
 
