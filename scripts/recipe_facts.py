@@ -246,6 +246,14 @@ def guide_items(f: Facts, text: str) -> None:
 
 
 def bert_script_items(f: Facts, text: str) -> None:
+    literal = dict(re.findall(r"(?m)^([A-Z_]+)=([^$\s(][^\s#]*)", text))  # GPUS_PER_NODE=8, MASTER_ADDR=...
+    arrays: dict[str, list[str]] = {}
+    for name, body in re.findall(r"(?ms)^([A-Z_]+_ARGS)=\(\n(.*?)^\)", text):
+        words: list[str] = []
+        for line in body.splitlines():
+            words += [re.sub(r"^\$([A-Z_]+)$", lambda m: literal.get(m.group(1), m.group(0)), w)
+                      for w in line.split("#", 1)[0].split()]
+        arrays[name] = words
     for line in logical_lines(text):
         f.step = line[:60]
         if line.startswith("export "):
@@ -254,6 +262,14 @@ def bert_script_items(f: Facts, text: str) -> None:
             words = line.split()
             f.add("launcher", words[0])
             f.add("command", next(w for w in words if w.endswith(".py")))
+    for name, words in arrays.items():
+        f.step = name
+        i = 0
+        while i < len(words):
+            flag = words[i]
+            value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else ""
+            f.add("launch-arg", f"{flag} {value}".strip())
+            i += 2 if value else 1
 
 
 def bert_readme_items(f: Facts, text: str) -> None:

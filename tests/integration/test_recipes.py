@@ -114,6 +114,12 @@ def _script(g: Graph) -> str:
     return spec.script
 
 
+def _cmd_block(script: str) -> str:
+    """The words of the launch script's ``cmd=( ... )`` array."""
+    m = re.search(r"(?ms)^cmd=\(\n(.*?)^\)", script)
+    return m.group(1) if m else ""
+
+
 def _commits(g: Graph) -> list[str]:
     spec = g.node("assemble").spec
     assert isinstance(spec, AssembleNodeSpec)
@@ -163,6 +169,10 @@ def rendered(r: Rendered, item: Mapping[str, Any], manifest_text: str) -> bool:
             return f"WORKDIR {value.rstrip('/')}\n" in r.files.get("entrypoint.Dockerfile", "")
         case "launcher" | "command":
             return re.search(rf"(^|[\s/'\"]){re.escape(value)}(\s|'|\"|$)", _script(r.graph), re.M) is not None
+        case "launch-arg":
+            words = [re.sub(r"^\$\{([A-Z_]+)\}$", r"$\1", w) for w in shlex.split(_cmd_block(_script(r.graph)))]
+            want = value.split()
+            return any(words[i:i + len(want)] == want for i in range(len(words)))
         case "step":
             return value == "apt-get update" and "apt-get update;" in r.text(".Dockerfile")
         case _:
@@ -233,3 +243,7 @@ def test_the_checker_sees_a_missing_item(renders: dict[tuple[str, str], Rendered
     vtext = (ROOT / "pins" / "verl-vllm.yaml").read_text()
     assert rendered(verl, {"kind": "uninstall", "value": "xgboost"}, vtext)
     assert not rendered(verl, {"kind": "uninstall", "value": "numpy"}, vtext)
+    bert = renders[("megatron-bert", "ngc2401")]
+    btext = (ROOT / "pins" / "megatron-bert.yaml").read_text()
+    assert rendered(bert, {"kind": "launch-arg", "value": "--data-path $DATA_PATH"}, btext)
+    assert not rendered(bert, {"kind": "launch-arg", "value": "--num-layers 25"}, btext)
