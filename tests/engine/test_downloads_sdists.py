@@ -5,7 +5,7 @@ The download's own requirement (sdistonly==1.0) is resolved by the lock with the
 source distribution of it exists, so the lock records the sdist's hash and the build host turns it into a
 wheel in a container of the base with no network. The `requirements` smoke check (pip check in the image
 against the base's own run) passes, and fails when the lock leaves the requirement out. The demo's
-compiled component is left out of this copy: its compile is what tests/engine/test_build.py exercises.
+compiled component and apt packages are left out of this copy: tests/engine/test_build.py exercises them.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def project(root: Path, registry: str, url: str) -> Path:
     m = root / "pins" / "demo.yaml"
     text = m.read_text()
     text = re.sub(r"(?ms)^  fastmath:\n.*?(?=^  demo-trainer:)", "", text)
+    text = re.sub(r"(?ms)^apt:\n.*?(?=^downloads:)", "", text)  # apt is test_build's; here it would only cost time
     text = text.replace("imports: [fastmath, six, tomli, yaml]", "imports: [six, tomli, yaml, dlwheel_mod, sdistonly]")
     text = text.replace("downloads:\n", "downloads:\n  dlwheel:\n    install: pip\n    urls:\n"
                         f"      any: {{url: \"{url}/dl/dlwheel-1.0-py3-none-any.whl\", sha256: compute}}\n", 1)
