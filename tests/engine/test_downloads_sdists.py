@@ -22,7 +22,7 @@ import pytest
 
 from buildctl import cli, smoke
 from buildctl.engine import Engine
-from buildctl.errors import SmokeFailed
+from buildctl.errors import BuildFailed, SmokeFailed
 from tests.engine.test_build import Demo, base_env, write_project
 from tests.helpers import unique
 from tests.integration import pyindex
@@ -120,4 +120,17 @@ def test_a_downloaded_wheel_and_an_sdist_only_requirement(
     with pytest.raises(SmokeFailed) as exc:
         demo.build([engine], skip_smoke=False, gate=smoke.BuildGate(report_dir=tmp_path / "reports2"))
     assert "dlwheel 1.0 requires sdistonly, which is not installed" in str(exc.value) + str(exc.value.why)
+
+    # an sdist that does not build: the build stops on the host, before any node, naming the requirement
+    bad = make_sdist(tmp_path / "bad", setup="raise SystemExit('this sdist needs a compiler it cannot have')\n")
+    pyindex.make_index(index["root"], [bad])
+
+    def relock(v: dict[str, Any]) -> None:
+        v["pip"].append({"name": "sdistonly", "version": "1.0", "in_base": False, "sdist": True,
+                         "hashes": [f"sha256:{pyindex.sha256(bad)}"]})
+    demo.edit_lock(relock)
+    with pytest.raises(BuildFailed) as failed:
+        demo.build([engine])
+    assert "pip requirement sdistonly==1.0 exists only as a source distribution" in failed.value.what
+    assert "needs a compiler it cannot have" in failed.value.why
 

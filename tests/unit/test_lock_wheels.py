@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
-from buildctl import graph, pins
+from buildctl import graph, pins, render
 from buildctl.lock import PipInstall, download_wheels, pip_pins
 from buildctl.lockfile import LockedBase, LockedDownload, LockedPip, VariantLock
 
+ROOT = Path(__file__).resolve().parents[2]
 SDIST = "sha256:" + "a" * 64
 WHEEL = "b" * 64
 
@@ -68,6 +70,14 @@ def test_download_and_sdist_pins() -> None:
     assert by_name["sdistonly"].sdist and not g.node("python").unlocked
     system = g.node("system").spec
     assert isinstance(system, graph.SystemNodeSpec) and system.files == ()  # not placed as a file
+
+    # the sdist's line takes the hash of the wheel the host built from it; before that, a placeholder
+    t = render.load_templates(ROOT / "images")
+    before = render.render(g.node("python"), templates=t, parent_ref="p").dockerfile
+    assert f"'sdistonly==1.0 --hash=sha256:<wheel built from the sdist {SDIST}>'" in before
+    after = render.render(g.node("python"), templates=t, parent_ref="p", built={"sdistonly==1.0": "e" * 64}).dockerfile
+    assert f"'sdistonly==1.0 --hash=sha256:{'e' * 64}'" in after
+    assert f"'dlwheel==1.0 --hash=sha256:{WHEEL}'" in after and "--require-hashes" in after
 
 
 def test_install_pip_needs_a_wheel_url_and_no_dest() -> None:
