@@ -440,7 +440,7 @@ class _Build:
                         f.write(f"$ build {sdist.name} in {self.t.base_ref}\n{result.stdout}{result.stderr}\n")
                     wheels = sorted(out.glob("*.whl"))
                     if not result.ok or len(wheels) != 1:
-                        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
+                        tail = wheelhouse.build_output(result.stdout + result.stderr)
                         raise BuildFailed(
                             f"pip requirement {p.name}=={p.version} exists only as a source distribution "
                             f"({sdist.name}), and building it into a wheel in the base failed; log: {log}",

@@ -273,6 +273,19 @@ PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_NO_INDEX=1 SOURCE_DATE_EPOCH={ep
 """
 
 
+def build_output(text: str, limit: int = 10) -> str:
+    """What the sdist's own build said: the subprocess output pip frames with "[N lines of output]" ...
+    "[end of output]", or else the last lines."""
+    lines = text.strip().splitlines()
+    start = next((i for i, ln in enumerate(lines) if re.search(r"\[\d+ lines? of output\]", ln)), None)
+    if start is not None:
+        end = next((i for i in range(start + 1, len(lines)) if "[end of output]" in lines[i]), len(lines))
+        inner = [ln.strip() for ln in lines[start + 1:end] if ln.strip()]
+        if inner:
+            return "\n".join(inner[-limit:])
+    return "\n".join(lines[-limit:])
+
+
 def sdist_script(python: str, sdist_name: str, epoch: int) -> str:
     """The build of one sdist into a wheel, run in a container of the base with no network: the base's own
     build backend (setuptools) builds it; a backend the base lacks is named by pip's error."""
