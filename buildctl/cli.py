@@ -9,14 +9,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from buildctl import __version__
 from buildctl.config import Config, load_config
-from buildctl.errors import BuildctlError, UsageError
+from buildctl.errors import BuildctlError, Interrupted, UsageError
 from buildctl.ui import UI
 
 # Modules that add subcommands (each defines ``register(sub)``), in --help order.
@@ -75,8 +77,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_signals() -> Callable[[], None]:
+    """SIGINT and SIGTERM raise Interrupted in the main thread (once: a second signal while the run removes
+    what it started is ignored, so that the cleanup finishes). Returns what puts the old handlers back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    raised = False
+
+    def handler(signum: int, _frame: object) -> None:
+        nonlocal raised
+        if raised:
+            return
+        raised = True
+        raise Interrupted(signum, signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return restore
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ui = UI()
+    restore = _stop_on_signals()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -89,9 +114,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BuildctlError as exc:
         ui.error(str(exc))
         return exc.exit_code
+    except Interrupted as exc:
+        ui.error(f"interrupted by {exc.name}: {exc.done or 'stopped; nothing half-done was tagged or written'}")
+        return exc.exit_code
     except KeyboardInterrupt:
         ui.error("interrupted; nothing half-done was tagged or written")
         return 130
+    finally:
+        restore()
 
 
 if __name__ == "__main__":  # pragma: no cover

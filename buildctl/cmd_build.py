@@ -65,16 +65,18 @@ def emulation_registered(engine_address: str, variant_platform: str) -> bool | N
 def make_engine(ctx: Context, url: str | None, name: str = "default") -> Engine:
     from buildctl.engine import Engine
 
-    return Engine(url, name=name, network_timeout=ctx.config.network_timeout)
+    return Engine(url, name=name, network_timeout=ctx.config.network_timeout, stall_timeout=ctx.config.stall_timeout)
 
 
 def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local)
     engine = make_engine(ctx, args.engine)
     try:
-        p = planmod.make(t.graph, refs=t.refs, engine=engine, records=RecordStore(state_root(ctx.config.cache)).load_all(t.graph),
+        store = RecordStore(state_root(ctx.config.cache))
+        p = planmod.make(t.graph, refs=t.refs, engine=engine, records=store.load_all(t.graph),
                          registry=t.registry, emulation=emulation_registered(engine.address, t.variant.platform),
-                         missing=t.vlock.missing if t.vlock else None)
+                         missing=t.vlock.missing if t.vlock else None,
+                         trusted=lambda n: store.has(t.graph.stack, t.graph.variant, n.name, n.key))
     finally:
         engine.close()
     notes = list(p.notes)

@@ -32,6 +32,7 @@ CONFIG_KEYS = {
     "registry_mirrors": "BUILDCTL_REGISTRY_MIRRORS",
     "git_mirrors": "BUILDCTL_GIT_MIRRORS",
     "network_timeout": "BUILDCTL_NETWORK_TIMEOUT",
+    "stall_timeout": "BUILDCTL_STALL_TIMEOUT",
 }
 
 
@@ -84,6 +85,7 @@ class Config:
     # git mirrors: "https://github.com/" -> "file:///srv/mirrors/" (git's url.<base>.insteadOf)
     git_mirrors: Mapping[str, str] = field(default_factory=dict)
     network_timeout: float = 10.0
+    stall_timeout: float = 60.0  # a push or pull attempt with no bytes moving for this long is retried (3 in all)
     cache: CacheLayout
 
 
@@ -257,16 +259,21 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
         problem = _VALUE_RULES["pip_extra_index_urls"](x)
         if problem:
             raise fail("pip_extra_index_urls", f"{x!r} {problem}")
-    timeout_raw = values.get("network_timeout", 10.0)
-    if isinstance(timeout_raw, bool) or not isinstance(timeout_raw, int | float | str):
-        raise fail("network_timeout", f"expected a number of seconds, got {timeout_raw!r}")
-    try:
-        timeout = float(timeout_raw)
-    except ValueError:
-        raise fail("network_timeout", f"expected a number of seconds, got {timeout_raw!r}") from None
-    problem = syntax.finite(timeout, low=0.0, high=NETWORK_TIMEOUT_MAX)
-    if problem:
-        raise fail("network_timeout", f"{timeout_raw!r}: {problem}")
+    def seconds(key: str, default: float) -> float:
+        raw = values.get(key, default)
+        if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+            raise fail(key, f"expected a number of seconds, got {raw!r}")
+        try:
+            value = float(raw)
+        except ValueError:
+            raise fail(key, f"expected a number of seconds, got {raw!r}") from None
+        problem = syntax.finite(value, low=0.0, high=NETWORK_TIMEOUT_MAX)
+        if problem:
+            raise fail(key, f"{raw!r}: {problem}")
+        return value
+
+    timeout = seconds("network_timeout", 10.0)
+    stall = seconds("stall_timeout", 60.0)
     cache_root = Path(env["BUILDCTL_CACHE"]) if env.get("BUILDCTL_CACHE") else (
         _xdg("XDG_CACHE_HOME", ".cache", env) / "buildctl"
     )
@@ -281,5 +288,6 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
         registry_mirrors=mapping("registry_mirrors"),
         git_mirrors=mapping("git_mirrors"),
         network_timeout=timeout,
+        stall_timeout=stall,
         cache=CacheLayout(root=cache_root),
     )

@@ -16,7 +16,15 @@ Facts this module relies on (measured, see shared/reference/ENGINE.md):
   ``network_timeout``.
 
 Every HTTP call to the engine is bounded: short calls by ``timeout``, registry lookups by
-``network_timeout``, streams (build, push, pull, save, load) by ``stream_timeout`` of silence.
+``network_timeout``, builds, saves and loads by ``stream_timeout`` of silence. Pushes and pulls by
+``stall_timeout``: a registry that accepts the connection and then stops taking (or giving) bytes makes
+the engine wait without a word (measured: no stream chunk at all, and no error of its own within 400 s),
+so an attempt whose stream shows no change for that long is abandoned (its connection closed, which
+makes the engine drop the transfer) and retried, ``attempts`` times in all.
+
+``cancel()`` stops what this Engine object is doing, from another thread: running streams are cut (the
+engine cancels a build whose client went away and removes its container: forcerm) and the containers
+run() started are killed and removed; the calls blocked on them raise Cancelled.
 """
 
 from __future__ import annotations
@@ -39,13 +47,31 @@ import docker
 import docker.errors
 import docker.types
 import requests.exceptions
+import urllib3.exceptions
 from docker.auth import resolve_repository_name
 from docker.utils import kwargs_from_env, parse_repository_tag
 
-from buildctl.errors import BuildctlError, BuildFailed, EngineError, PushError, UnreachableError
+from buildctl.errors import (
+    BuildctlError,
+    BuildFailed,
+    Cancelled,
+    EngineError,
+    PullStalled,
+    PushError,
+    PushStalled,
+    UnreachableError,
+)
+from buildctl.runs import OWNER_LABEL, dead_owner, owner
 
-# Labels on every container run() creates, so that a leftover one (a killed test run) can be found.
+# Labels on every container run() creates, so that a leftover one (a killed test run) can be found:
+# the engine's name, and the owner (host, pid, start time) of the process that made it.
 RUN_LABEL = "org.buildctl.run"
+# Local-only tags of node images between their build and their content tag (never pushed):
+# ``buildctl-part/<owner>:<node>``.
+PART_REPOSITORY = "buildctl-part"
+# Statuses of a push or pull stream that say a layer is done (no more bytes to move for it).
+_LAYER_DONE = ("pushed", "layer already exists", "mounted from", "pull complete", "already exists",
+               "download complete", "verifying checksum")
 
 _START_ENGINE_FIX = (
     "start an engine (Debian: `apt-get install docker.io && dockerd >/var/log/dockerd.log 2>&1 &`; "
@@ -166,16 +192,24 @@ class Engine:
         timeout: float = 60.0,
         network_timeout: float = 10.0,
         stream_timeout: float = 1800.0,
+        stall_timeout: float = 60.0,
+        attempts: int = 3,
     ) -> None:
         self.name = name
         self._base_url = base_url
         self.timeout = timeout
         self.network_timeout = network_timeout
         self.stream_timeout = stream_timeout
+        self.stall_timeout = stall_timeout
+        self.attempts = max(1, attempts)
         self._clients: dict[float, docker.APIClient] = {}
         self._version: str | None = None
         self._platform: str | None = None
         self._lock = threading.Lock()
+        self._cancelled = threading.Event()
+        self._local = threading.local()
+        self._sinks: dict[int, list[Any]] = {}  # id -> HTTP responses of a running stream
+        self._containers: set[str] = set()  # containers run() started and has not removed yet
 
     def __repr__(self) -> str:
         return f"Engine(name={self.name!r}, at={self.address!r})"
@@ -209,8 +243,105 @@ class Engine:
                 self._version = str(probe.api_version)
                 probe.close()
             client = docker.APIClient(version=self._version, timeout=t, **kwargs)
+            # Streams register their HTTP response (before its body is read) so that cancel() can cut them.
+            client.hooks["response"].append(self._capture)
             self._clients[t] = client
             return client
+
+    def _capture(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        sink = getattr(self._local, "sink", None)
+        if sink is not None:
+            sink.append(response)
+
+    @contextmanager
+    def _stream(self) -> Iterator[list[Any]]:
+        """Track the HTTP responses made inside (by this thread) as one running stream; close them at the end."""
+        if self._cancelled.is_set():
+            raise Cancelled("the build was interrupted", why="the engine's work was cancelled")
+        sink: list[Any] = []
+        previous = getattr(self._local, "sink", None)
+        self._local.sink = sink
+        with self._lock:
+            self._sinks[id(sink)] = sink
+        try:
+            yield sink
+        finally:
+            self._local.sink = previous
+            with self._lock:
+                self._sinks.pop(id(sink), None)
+            for r in sink:
+                _cut(r)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> list[str]:
+        """Stop this Engine's work from another thread; return the ids of the containers removed.
+
+        Streams (build, push, pull) are cut; containers that run() started are killed and removed. Every
+        call running on this Engine, and every later one, raises Cancelled."""
+        self._cancelled.set()
+        with self._lock:
+            responses = [r for sink in self._sinks.values() for r in sink]
+            cids = sorted(self._containers)
+        for r in responses:
+            _cut(r)
+        removed = []
+        for cid in cids:
+            if self._remove_container(cid):
+                removed.append(cid)
+        return removed
+
+    def _remove_container(self, cid: str) -> bool:
+        try:
+            self._api().remove_container(cid, force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except (docker.errors.APIError, requests.exceptions.RequestException):
+            return False
+        with self._lock:
+            self._containers.discard(cid)
+        return True
+
+    def resume(self) -> None:
+        """Accept work again after cancel() (the Engine object stays usable in a longer-lived process)."""
+        self._cancelled.clear()
+
+    def remove_own_part_tags(self) -> int:
+        """Remove this process's temporary ``buildctl-part`` tags; return how many there were."""
+        removed = 0
+        with self._errors("removing temporary tags"):
+            api = self._api()
+            for image in api.images(filters={"reference": f"{PART_REPOSITORY}/{owner()}"}):
+                for t in image.get("RepoTags") or ():
+                    with suppress(docker.errors.NotFound):
+                        api.remove_image(str(t))
+                    removed += 1
+        return removed
+
+    def remove_leftovers(self) -> tuple[list[str], list[str]]:
+        """Remove what runs of buildctl that died left in this engine: containers labelled with an owner
+        that is no longer alive (on this host), and their temporary ``buildctl-part`` tags. Returns
+        (container ids, tags) removed."""
+        containers: list[str] = []
+        tags: list[str] = []
+        with self._errors("looking for leftovers of earlier runs"):
+            api = self._api()
+            for c in api.containers(all=True, filters={"label": OWNER_LABEL}):
+                token = str((c.get("Labels") or {}).get(OWNER_LABEL, ""))
+                if dead_owner(token):
+                    with suppress(docker.errors.NotFound):
+                        api.remove_container(str(c["Id"]), force=True, v=True)
+                    containers.append(str(c["Id"]))
+            for image in api.images(filters={"reference": f"{PART_REPOSITORY}/*"}):
+                for t in image.get("RepoTags") or ():
+                    repo, _tag = split_ref(str(t))
+                    if dead_owner(repo.split("/", 1)[-1]):
+                        with suppress(docker.errors.NotFound):
+                            api.remove_image(str(t))
+                        tags.append(str(t))
+        return containers, tags
 
     def _check_socket(self) -> None:
         """Connect to a unix socket ourselves first: docker-py's unix transport does not close its
@@ -239,10 +370,17 @@ class Engine:
     def _errors(self, what: str, *, fix: str = "") -> Iterator[None]:
         """Turn whatever docker-py or requests raise into our errors, naming this engine."""
         try:
-            yield
+            try:
+                yield
+            except BuildctlError:
+                raise
+            except Exception as exc:
+                if self._cancelled.is_set():  # cancel() cut the connection or removed the container
+                    raise Cancelled(f"{what}: cancelled", why="the build was interrupted") from exc
+                raise
         except BuildctlError:
             raise
-        except requests.exceptions.Timeout as exc:
+        except (requests.exceptions.Timeout, urllib3.exceptions.ReadTimeoutError) as exc:
             raise EngineError(
                 f"{what}: engine {self.name!r} at {self.address} did not answer in time",
                 why=str(exc),
@@ -256,6 +394,12 @@ class Engine:
             ) from exc
         except docker.errors.APIError as exc:
             raise EngineError(f"{what}: the engine refused", why=_explanation(exc), fix=fix) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # a stream broken off half-way (docker-py reads it raw)
+            raise EngineError(
+                f"{what}: the connection to engine {self.name!r} at {self.address} broke off",
+                why=str(exc),
+                fix="check that the engine is healthy (`docker info`) and run the command again",
+            ) from exc
         except docker.errors.DockerException as exc:
             # Raised by docker-py itself, e.g. "Error while fetching server API version".
             text = str(exc)
@@ -334,7 +478,8 @@ class Engine:
                     on_log(line)
 
         try:
-            with self._errors(f"build of {tag}", fix=f"check the Dockerfile {context_dir / dockerfile}"):
+            with self._errors(f"build of {tag}", fix=f"check the Dockerfile {context_dir / dockerfile}"), \
+                    self._stream():
                 stream = self._api().build(
                     path=str(context_dir),
                     dockerfile=dockerfile,
@@ -452,11 +597,15 @@ class Engine:
         """Run ``command`` in a fresh container of ``image``, wait at most ``timeout`` seconds.
 
         ``files`` (absolute path -> content) are copied in before the container starts. On timeout
-        the container is killed and the result says timed_out. The container is always removed.
+        the container is killed and the result says timed_out. The container is always removed: when
+        this call returns or raises, and by cancel() from another thread (this call then raises Cancelled).
+        It carries this process's owner label, so that a later run removes it if this one dies.
         """
         archive = _tar(files) if files else None
         gpu_fix = "GPU runs need a GPU host with the NVIDIA Container Toolkit (nvidia-container-toolkit)"
         with self._errors(f"run in {image}", fix=gpu_fix if gpus else ""):
+            if self._cancelled.is_set():
+                raise Cancelled(f"run in {image}: cancelled", why="the build was interrupted")
             api = self._api()
             host_config = api.create_host_config(
                 mounts=[
@@ -478,7 +627,7 @@ class Engine:
                     working_dir=workdir,
                     user=user,
                     entrypoint=list(entrypoint) if entrypoint is not None else None,
-                    labels={RUN_LABEL: self.name},
+                    labels={RUN_LABEL: self.name, OWNER_LABEL: owner()},
                     host_config=host_config,
                 )
             except docker.errors.NotFound as exc:
@@ -488,7 +637,11 @@ class Engine:
                     fix="build it, or pull it first",
                 ) from exc
             cid = str(created["Id"])
+            with self._lock:
+                self._containers.add(cid)
             try:
+                if self._cancelled.is_set():  # cancel() ran between the create and the line above
+                    raise Cancelled(f"run in {image}: cancelled", why="the build was interrupted")
                 if archive is not None:
                     api.put_archive(cid, "/", archive)
                 api.start(cid)
@@ -497,16 +650,23 @@ class Engine:
                     # The wait request's read timeout is the run's time limit.
                     status = api.wait(cid, timeout=timeout)
                 except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                    if self._cancelled.is_set():
+                        raise Cancelled(f"run in {image}: cancelled", why="the build was interrupted") from None
                     timed_out = True
                     # A 409 here means it exited between the timeout and the kill.
                     with suppress(docker.errors.APIError):
                         api.kill(cid)
                     status = api.wait(cid, timeout=self.timeout)
+                if self._cancelled.is_set():
+                    raise Cancelled(f"run in {image}: cancelled", why="the build was interrupted")
                 stdout = api.logs(cid, stdout=True, stderr=False)
                 stderr = api.logs(cid, stdout=False, stderr=True)
+            except docker.errors.APIError:
+                if self._cancelled.is_set():  # cancel() removed it under our feet
+                    raise Cancelled(f"run in {image}: cancelled", why="the build was interrupted") from None
+                raise
             finally:
-                with suppress(docker.errors.NotFound):
-                    api.remove_container(cid, force=True, v=True)
+                self._remove_container(cid)
         return RunResult(
             exit_code=int(status.get("StatusCode", -1)),
             stdout=stdout.decode("utf-8", "replace"),
@@ -519,19 +679,107 @@ class Engine:
     def push(self, ref: str, *, on_progress: Callable[[Progress], None] | None = None) -> str:
         """Push ``ref``; return its manifest digest, confirmed by asking the registry afterwards.
 
-        Credentials come from docker's own configuration (DOCKER_CONFIG, ~/.docker/config.json,
+        An attempt during which no byte moves for ``stall_timeout`` seconds is abandoned and retried;
+        after ``attempts`` stalled attempts the push fails naming the registry and the layer whose upload
+        stalled. Credentials come from docker's own configuration (DOCKER_CONFIG, ~/.docker/config.json,
         credential helpers), read by docker-py; they are never printed or logged here.
         """
-        repo, tag = split_ref(ref)
         host = registry_host(ref)
-        digest = ""
-        with self._errors(f"push of {ref}"):
+        digest = self._transfer("push", ref, host, lambda: self._push_once(ref, host, on_progress), on_progress)
+        if not digest:
+            raise PushError(
+                f"push of {ref} reported no manifest digest",
+                why="the push stream ended without an error and without a digest",
+                fix=f"check the registry at {host} and push again",
+            )
+        remote = self.registry_digest(ref)
+        if remote != digest:
+            raise PushError(
+                f"push of {ref} could not be confirmed",
+                why=f"the push reported {digest}, the registry has {remote or 'no such tag'}",
+                fix=f"another push may have moved the tag; check the registry at {host} and push again",
+            )
+        return digest
+
+    def _transfer(self, verb: str, ref: str, host: str, once: Callable[[], str],
+                  on_progress: Callable[[Progress], None] | None) -> str:
+        """``once()`` up to ``attempts`` times while it stalls; a stall after the last attempt is an error."""
+        for attempt in range(1, self.attempts + 1):
             try:
-                stream = self._api(self.stream_timeout).push(repo, tag=tag, stream=True, decode=True)
+                return once()
+            except _Stalled as stall:
+                what = stall.describe(verb, self._full_layer_ids(ref) if verb == "push" else None)
+                if attempt == self.attempts:
+                    cls = PushStalled if verb == "push" else PullStalled
+                    raise cls(
+                        f"{verb} of {ref} stalled: registry {host} took no bytes for {self.stall_timeout:g} s "
+                        f"({what}), {self.attempts} attempt(s)" if verb == "push" else
+                        f"{verb} of {ref} stalled: registry {host} sent no bytes for {self.stall_timeout:g} s "
+                        f"({what}), {self.attempts} attempt(s)",
+                        why=f"each attempt's connection stayed open while no data moved ({what})",
+                        fix=f"check the registry at {host} and whatever sits between it and the engine (a proxy, "
+                            "a full disk on the registry, a saturated link), then run the command again",
+                    ) from None
+                if on_progress is not None:
+                    on_progress(Progress(status=f"{verb} stalled ({what}, no bytes for {self.stall_timeout:g} s): "
+                                                f"attempt {attempt + 1} of {self.attempts}"))
+                if self._cancelled.wait(min(2.0 ** attempt, 10.0)):
+                    raise Cancelled(f"{verb} of {ref}: cancelled", why="the build was interrupted") from None
+        raise AssertionError("unreachable")
+
+    def _full_layer_ids(self, ref: str) -> dict[str, str]:
+        """Short layer id (as a push stream names it) -> the layer's diff ID."""
+        try:
+            return {d.removeprefix("sha256:")[:12]: d for d in self.inspect_image(ref).layers}
+        except BuildctlError:
+            return {}
+
+    def _watched(self, chunks: Iterator[Mapping[str, Any]], watch: _Watch,
+                 sink: list[Any]) -> Iterator[Mapping[str, Any]]:
+        """The stream's chunks; a stream that says nothing (or repeats itself) for ``stall_timeout`` raises
+        _Stalled. A read timeout does not cover it: docker-py reads a pull's stream with no timeout at all,
+        so a watchdog cuts the connection (which also makes the engine drop the transfer)."""
+        done = threading.Event()
+
+        def watchdog() -> None:
+            while not done.wait(min(1.0, self.stall_timeout / 4)):
+                if time.monotonic() - watch.last_chunk > self.stall_timeout:
+                    watch.stalled = True
+                    for r in list(sink):
+                        _cut(r)
+                    return
+        threading.Thread(target=watchdog, name="buildctl-stall-watch", daemon=True).start()
+        try:
+            for chunk in chunks:
+                watch.see(chunk)
+                yield chunk
+        except Exception as exc:
+            if self._cancelled.is_set():
+                raise
+            timeout = isinstance(exc, TimeoutError | urllib3.exceptions.ReadTimeoutError | requests.exceptions.ReadTimeout)
+            if isinstance(exc, requests.exceptions.ConnectionError) and exc.args:
+                timeout = isinstance(exc.args[0], urllib3.exceptions.ReadTimeoutError)
+            if watch.stalled or timeout:
+                raise _Stalled(watch.active()) from exc
+            raise
+        finally:
+            done.set()
+        if watch.stalled:  # the cut ended the stream cleanly
+            raise _Stalled(watch.active())
+
+    def _push_once(self, ref: str, host: str, on_progress: Callable[[Progress], None] | None) -> str:
+        repo, tag = split_ref(ref)
+        digest = ""
+        watch = _Watch(self.stall_timeout)
+        with self._errors(f"push of {ref}"), self._stream() as sink:
+            try:
+                # The client's read timeout is the stall timeout: a stalled push sends nothing at all.
+                stream = self._api(min(self.stall_timeout, self.stream_timeout)).push(
+                    repo, tag=tag, stream=True, decode=True)
                 error = ""
                 # Read to the end even after an error: the engine closes the stream itself, and an
                 # abandoned stream would keep its connection open.
-                for chunk in stream:
+                for chunk in self._watched(stream, watch, sink):
                     if "error" in chunk:
                         error = error or str(chunk["error"])
                         continue
@@ -548,19 +796,6 @@ class Engine:
                     why=_explanation(exc),
                     fix="build or tag it first",
                 ) from exc
-        if not digest:
-            raise PushError(
-                f"push of {ref} reported no manifest digest",
-                why="the push stream ended without an error and without a digest",
-                fix=f"check the registry at {host} and push again",
-            )
-        remote = self.registry_digest(ref)
-        if remote != digest:
-            raise PushError(
-                f"push of {ref} could not be confirmed",
-                why=f"the push reported {digest}, the registry has {remote or 'no such tag'}",
-                fix=f"another push may have moved the tag; check the registry at {host} and push again",
-            )
         return digest
 
     def registry_digest(self, ref: str) -> str | None:
@@ -599,17 +834,26 @@ class Engine:
         digest = descriptor.get("digest")
         return str(digest) if digest else None
 
-    def pull(self, ref: str, platform: str | None = None) -> str:
-        """Pull ``ref`` (tag or digest); return the local image id."""
-        repo, tag = split_ref(ref)
+    def pull(self, ref: str, platform: str | None = None, *,
+             on_progress: Callable[[Progress], None] | None = None) -> str:
+        """Pull ``ref`` (tag or digest); return the local image id. Stalls are retried as in push()."""
         host = registry_host(ref)
-        with self._errors(f"pull of {ref}"):
+        self._transfer("pull", ref, host, lambda: self._pull_once(ref, host, platform), on_progress)
+        image_id = self.image_id(ref)
+        if image_id is None:
+            raise EngineError(f"pull of {ref} finished but the engine has no such image")
+        return image_id
+
+    def _pull_once(self, ref: str, host: str, platform: str | None) -> str:
+        repo, tag = split_ref(ref)
+        watch = _Watch(self.stall_timeout)
+        with self._errors(f"pull of {ref}"), self._stream() as sink:
             try:
-                stream = self._api(self.stream_timeout).pull(
+                stream = self._api(min(self.stall_timeout, self.stream_timeout)).pull(
                     repo, tag=tag, stream=True, decode=True, platform=platform
                 )
                 error = ""
-                for chunk in stream:  # to the end, as in push
+                for chunk in self._watched(stream, watch, sink):  # to the end, as in push
                     if "error" in chunk:
                         error = error or str(chunk["error"])
                 if error:
@@ -630,10 +874,7 @@ class Engine:
                         fix=_registry_fix(host, text),
                     ) from exc
                 raise
-        image_id = self.image_id(ref)
-        if image_id is None:
-            raise EngineError(f"pull of {ref} finished but the engine has no such image")
-        return image_id
+        return ""
 
     # -- archives
 
@@ -668,6 +909,67 @@ class Engine:
         if error:
             raise EngineError(f"load of {tar} failed", why=error, fix="check that the file is a `docker save` archive")
         return loaded
+
+
+class _Stalled(Exception):
+    def __init__(self, layers: Sequence[tuple[str, str, int | None]]) -> None:
+        super().__init__(", ".join(x[0] for x in layers))
+        self.layers = tuple(layers)  # (layer id, last status, bytes moved)
+
+    def describe(self, verb: str, full: Mapping[str, str] | None = None) -> str:
+        if not self.layers:
+            return "before any layer started"
+        kind = "uploading layer" if verb == "push" else "downloading blob"
+        names = [(full or {}).get(layer, layer) + (f" after {n} bytes" if n is not None else f" ({status.lower()})")
+                 for layer, status, n in self.layers]
+        return f"{kind}{'s' if len(names) > 1 else ''} " + ", ".join(names)
+
+
+class _Watch:
+    """The state of a push or pull stream: which layers are in flight, and when anything last changed."""
+
+    def __init__(self, stall_timeout: float) -> None:
+        self.stall_timeout = stall_timeout
+        self.last_change = time.monotonic()
+        self.last_chunk = self.last_change
+        self.stalled = False
+        self.layers: dict[str, tuple[str, int | None]] = {}  # layer id -> (status, bytes)
+
+    def see(self, chunk: Mapping[str, Any]) -> None:
+        now = time.monotonic()
+        self.last_chunk = now
+        layer = str(chunk.get("id") or "")
+        status = str(chunk.get("status") or "")
+        detail = chunk.get("progressDetail") or {}
+        current = detail.get("current") if isinstance(detail, dict) else None
+        state = (status, current if isinstance(current, int) else None)
+        if not layer:
+            self.last_change = now  # an overall message (a new phase, the digest, an error)
+            return
+        if self.layers.get(layer) != state:
+            self.layers[layer] = state
+            self.last_change = now
+        elif now - self.last_change > self.stall_timeout:
+            raise _Stalled(self.active())
+
+    def active(self) -> list[tuple[str, str, int | None]]:
+        return [(layer, status, n) for layer, (status, n) in self.layers.items()
+                if not status.lower().startswith(_LAYER_DONE)]
+
+
+def _cut(response: Any) -> None:
+    """Shut the socket under an HTTP response down (from another thread: the reader's blocked recv ends)."""
+    raw = getattr(response, "raw", None)
+    for path in (("_fp", "fp", "raw", "_sock"), ("_connection", "sock")):
+        obj: Any = raw
+        for attr in path:
+            obj = getattr(obj, attr, None)
+        if isinstance(obj, socket.socket):
+            with suppress(OSError):
+                obj.shutdown(socket.SHUT_RDWR)
+            return
+    with suppress(Exception):
+        response.close()
 
 
 def _registry_fix(host: str, text: str) -> str:

@@ -146,3 +146,33 @@ class ReproFailed(BuildctlError):
     """A node declared reproducible differs between two clean builds."""
 
     exit_code = 14
+
+
+class Cancelled(BuildctlError):
+    """Work stopped because the run is being interrupted (raised in worker threads, never reported alone)."""
+
+    exit_code = 130
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived. ``cli.main`` installs handlers that raise it in the main thread; the build
+    stops its work, removes what it started and re-raises it with ``done`` saying what it removed.
+    The exit status is 128 + the signal number (130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, signum: int, name: str, done: str = "") -> None:
+        super().__init__(name)
+        self.signum = signum
+        self.name = name
+        self.done = done
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class PushStalled(PushError):
+    """A push whose bytes stopped moving, after the engine layer's own attempts (not retried again)."""
+
+
+class PullStalled(UnreachableError):
+    """A pull whose bytes stopped moving, after the engine layer's own attempts (not retried again)."""

@@ -9,9 +9,20 @@ Order (each step fails before the next starts):
 3. the engine's platform against the variant's;
 4. on the host: prepare the git sources the builds need (a PR that does not apply stops here),
    download and verify downloads, download the pip wheels the builds install;
-5. build (up to ``jobs`` at once, over one or more engines), each node tagged by its key only when
-   it completed (the engine tags a build only on success), then pushed to the registry so that other
+5. build (up to ``jobs`` at once, over one or more engines), then pushed to the registry so that other
    engines and builders pull it; the smoke gate runs on the assembled image before the entrypoint.
+
+A node is tagged by its key last: the build goes to a temporary local tag (``buildctl-part/<owner>``),
+its whiteouts are normalised, its record is written, and only then does the content tag appear. A tag
+without a record (an older buildctl, a run killed between tag and record) is not trusted: the node is
+built (or pulled) again, and ``buildctl plan`` says why.
+
+One run per stack, variant and cache at a time: ``<cache>/locks/<stack>.<variant>.lock`` (flock). A
+second run waits, saying so, then finds what the first built. SIGINT and SIGTERM (``Interrupted``) stop the
+run: running builds are cut (the engine removes their containers), compile and smoke containers are
+removed, the run's temporary folder ``<cache>/tmp/run-<owner>/`` is removed, and the exception says so.
+A later run first removes what runs that died (SIGKILL, a crash) left: containers and temporary tags
+carrying their owner, and their temporary folders.
 
 A compile node runs the component's build command in a container of its compile-env image, with the
 exported source read-only at /src, a persistent ccache at /ccache and /out for the wheel; the wheel is
@@ -23,12 +34,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import hashlib
 import io
 import json
 import math
 import os
 import queue
+import re
 import shutil
 import subprocess
 import tarfile
@@ -40,12 +53,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from buildctl import lockfile, normalise, quoting, render, repro, safepath, wheelhouse
+from buildctl import lockfile, normalise, quoting, render, repro, runs, safepath, wheelhouse
 from buildctl.config import Config
 from buildctl.errors import (
     BuildctlError,
     BuildFailed,
     EngineError,
+    Interrupted,
     LockError,
     SmokeFailed,
     UnreachableError,
@@ -198,7 +212,10 @@ class _Build:
         self.smoke: Literal["passed", "skipped", "not-run"] = "not-run"
         self.wheelhouse_url = ""
         self._wheelhouse_root: Path | None = None
-        self.scratch = config.cache.root / "tmp"
+        self.scratch = config.cache.root / "tmp" / f"run-{runs.owner()}"  # this run's; removed at its end
+        self.running: set[str] = set()  # tasks running now
+        self.threads: list[threading.Thread] = []
+        self.untrusted: set[str] = set()  # nodes tagged in the engine without a record
         self.source, self.revision = project_source(project)
         self.created = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -269,6 +286,10 @@ class _Build:
         found = sorted(folder.glob("*.whl")) if folder.is_dir() else []
         return found[0] if len(found) == 1 else None
 
+    def _trusted(self, node: Node) -> bool:
+        """A local tag counts only with the record of a completed build of that key (written before the tag)."""
+        return self.records.has(self.g.stack, self.g.variant, node.name, node.key)
+
     def _in_registry(self, ref: str) -> bool:
         return self.t.registry is not None and self.e0.registry_digest(ref) is not None
 
@@ -285,6 +306,10 @@ class _Build:
             if node.kind == "base":
                 actions[name] = "have" if self.e0.image_exists(ref) else "pull"
                 return
+            local = self.e0.image_exists(ref)
+            if local and not self._trusted(node):
+                local = False  # tagged, but no record says a build of this key completed
+                self.untrusted.add(name)
             if node.kind == "wheel":
                 f = self._wheel_file(node)
                 if f is not None:
@@ -293,11 +318,11 @@ class _Build:
                     if self.t.registry and not self._in_registry(ref):
                         publish.add(name)
                     return
-                if self.e0.image_exists(ref) or self._in_registry(ref):
+                if local or self._in_registry(ref):
                     actions[name] = "pull"  # the wheel comes out of its image
                     return
             else:
-                if self.e0.image_exists(ref):
+                if local:
                     actions[name] = "have"
                     self.where.setdefault(name, set()).add(self.e0.name)
                     if self.t.registry and not self._in_registry(ref):
@@ -462,8 +487,91 @@ class _Build:
     # -- the whole run
 
     def run(self) -> Report:
+        with self._exclusive():
+            try:
+                self._remove_leftovers()
+                return self._run()
+            except Interrupted as exc:
+                exc.done = self._stop(exc.name)
+                raise
+            except KeyboardInterrupt:
+                import signal
+                raise Interrupted(signal.SIGINT, "SIGINT", self._stop("SIGINT")) from None
+            finally:
+                shutil.rmtree(self.scratch, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """One run per stack, variant and cache: the second waits (saying for whom), then reuses the first's work."""
+        folder = self.config.cache.root / "locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        slug = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{self.g.stack}.{self.g.variant}")
+        path = folder / f"{slug}.lock"
+        with path.open("a+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                self.progress.node("lock", "waiting", f"another build of {self.g.stack}/{self.g.variant} with this "
+                                   f"cache is running ({holder}, {path}): waiting for it, then reusing what it built")
+                fcntl.flock(f, fcntl.LOCK_EX)
+                self.progress.node("lock", "acquired", "the other build finished; going on")
+            f.seek(0)
+            f.truncate()
+            f.write(f"pid {os.getpid()} ({runs.owner()})\n")
+            f.flush()
+            try:
+                yield
+            finally:
+                with contextlib.suppress(OSError):
+                    f.seek(0)
+                    f.truncate()
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def _remove_leftovers(self) -> None:
+        """What runs that died left behind: their containers and temporary tags, their temporary folders."""
+        containers: list[str] = []
+        tags: list[str] = []
+        for e in self.engines:
+            c, t = e.remove_leftovers()
+            containers += c
+            tags += t
+        folders = runs.sweep_scratch(self.config.cache.root / "tmp")
+        folders += runs.sweep_scratch(self.config.cache.wheels, nested=True)
+        if containers or tags or folders:
+            self.progress.node("leftovers", "removed", f"left by runs that died: {len(containers)} container(s), "
+                               f"{len(tags)} temporary tag(s), {len(folders)} temporary folder(s)")
+
+    def _stop(self, signame: str) -> str:
+        """After SIGINT/SIGTERM: cut running work, wait for the workers, remove what this run started; say what."""
+        self.cancelled.set()
+        stopped = sorted(self.running)
+        removed: list[str] = []
+        for e in self.engines:
+            removed += e.cancel()
+        deadline = time.monotonic() + 60
+        for th in self.threads:
+            th.join(timeout=max(0.1, deadline - time.monotonic()))
+        tags = 0
+        for e in self.engines:
+            with contextlib.suppress(BuildctlError):
+                tags += e.remove_own_part_tags()
+            e.resume()
+        folders = sum(1 for _ in self.scratch.iterdir()) if self.scratch.is_dir() else 0
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        alive = [th.name.removeprefix("buildctl-") for th in self.threads if th.is_alive()]
+        return (f"stopped {', '.join(stopped) if stopped else 'before any node started'}; removed "
+                f"{len(removed)} container(s), {tags} temporary tag(s) and {folders} temporary folder(s) of this run"
+                + (f"; still stopping: {', '.join(alive)}" if alive else "")
+                + "; nothing half-done was tagged or recorded: run the same command again to resume")
+
+    def _run(self) -> Report:
         self._require_lock()
         actions, publish = self._decide()
+        for name in sorted(n for n in self.untrusted if actions.get(n) not in (None, "have")):
+            self.progress.node(name, "untrusted", "tagged in the engine without a record of a completed build "
+                                                  "(an interrupted run?): built again")
         for name in self.g.names():
             if name not in actions:
                 self.progress.node(name, "skipped", "not needed: a later node is present")
@@ -478,7 +586,7 @@ class _Build:
             self._prepare_sources(actions)
             self._fetch_downloads(actions)
             self._fetch_pip(actions)
-            self.scratch.mkdir(parents=True, exist_ok=True)
+            self.scratch.mkdir(parents=True, exist_ok=True)  # this run's: <cache>/tmp/run-<owner>/
             with self._wheelhouse() as url:
                 self.wheelhouse_url = url
                 self._execute(actions, publish)
@@ -495,7 +603,11 @@ class _Build:
         root = Path(tempfile.mkdtemp(prefix="wheelhouse-", dir=self.scratch))
         try:
             wheelhouse.link_tree(root, {**{p.name: p for p in self.pip.values()}, **self.pip_files})
-            with wheelhouse.serve(root) as url:
+            port = wheelhouse.preferred_port(f"{self.g.stack}/{self.g.variant}/{self.config.cache.root}")
+            with wheelhouse.serve(root, port=port) as url:
+                if not url.endswith(f":{port}/"):
+                    self.progress.node("wheelhouse", "port", f"port {port} was taken: serving on {url} (the engine's "
+                                       "step cache of the steps that read it is not reused this time)")
                 self._wheelhouse_root = root
                 yield url
         finally:
@@ -506,9 +618,10 @@ class _Build:
     def _execute(self, actions: Mapping[str, Action], publish: set[str]) -> None:
         """Run the tasks, each when its parents are done, at most ``jobs`` at once.
 
-        Workers are daemon threads: on Ctrl-C the process exits at once, its connections to the engine
-        close, and the engine cancels the builds they carried (measured: the build container is removed
-        and nothing is tagged). After a failure no new task starts; the running ones finish.
+        Workers are daemon threads. On SIGINT/SIGTERM the main thread raises here; ``run`` then cancels the
+        engines' work (streams cut: the engine cancels the builds and removes their containers; compile and
+        smoke containers removed) and waits for the workers to unwind. After a failure no new task starts;
+        the running ones finish.
         """
         tasks = {n for n, a in actions.items() if a in ("pull", "build")} | publish
         deps = {n: {p for p in self.g.node(n).parents if p in tasks} if actions[n] == "build" else set()
@@ -534,7 +647,11 @@ class _Build:
                         if n in tasks and n not in started and deps[n] <= done and len(running) < jobs:
                             started.add(n)
                             running.add(n)
-                            threading.Thread(target=work, args=(n,), name=f"buildctl-{n}", daemon=True).start()
+                            th = threading.Thread(target=work, args=(n,), name=f"buildctl-{n}", daemon=True)
+                            self.threads.append(th)
+                            with self.lock:
+                                self.running.add(n)
+                            th.start()
                 if not running:
                     break
                 try:
@@ -542,6 +659,8 @@ class _Build:
                 except queue.Empty:
                     continue
                 running.discard(n)
+                with self.lock:
+                    self.running.discard(n)
                 if exc is None:
                     done.add(n)
                 else:
@@ -578,10 +697,14 @@ class _Build:
             if action == "have" and publish:
                 self._publish(e, node)
                 return
+            if name in self.untrusted and e.image_exists(self.ref(name)):
+                # the untrusted image goes (its tag would otherwise move and leave it dangling)
+                e.remove_image(self.ref(name))
             if action == "pull":
                 self.progress.node(name, "pulling", self.ref(name))
                 if node.kind == "wheel":
                     self._pull_wheel(e, node)
+                    self.records.save(self.g.stack, self.g.variant, NodeRecord.of(self.g, node, engine=e.name))
                 else:
                     e.pull(self.ref(name), platform=self.g.platform if node.kind == "base" else None)
                     self._have(name, e)
@@ -594,9 +717,6 @@ class _Build:
                     self._build_wheel(e, node)
                 else:
                     self._build_image(e, node)
-                self.records.save(self.g.stack, self.g.variant, NodeRecord.of(
-                    self.g, node, built_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                    engine=e.name))
                 outcome = "built"
         seconds = time.monotonic() - start
         with self.lock:
@@ -663,17 +783,36 @@ class _Build:
                 wheelhouse.link_tree(self._wheelhouse_root, {f"components/{w.component}/{f.name}": f})
         rendered = render.render(node, templates=self.t.templates, parent_ref=self._parent_ref(node), wheels=wheels,
                                  built=self.built)
-        with self._context(node, rendered, labels=self._labels(node)) as ctx:
-            e.build(context_dir=ctx, dockerfile="Dockerfile", tag=self.ref(node.name), labels={},
-                    buildargs={render.WHEELHOUSE_ARG: self.wheelhouse_url} if rendered.wheelhouse else None,
-                    network_mode="host" if rendered.wheelhouse else None,
-                    on_log=lambda line: self.progress.log(node.name, line), log_file=self.log_file(node.name),
-                    nocache=self.opt.nocache)
-        self._settle_whiteouts(e, node, rendered)
+        part = self._part_ref(node)
+        try:
+            with self._context(node, rendered, labels=self._labels(node)) as ctx:
+                e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
+                        buildargs={render.WHEELHOUSE_ARG: self.wheelhouse_url} if rendered.wheelhouse else None,
+                        network_mode="host" if rendered.wheelhouse else None,
+                        on_log=lambda line: self.progress.log(node.name, line), log_file=self.log_file(node.name),
+                        nocache=self.opt.nocache)
+            self._settle_whiteouts(e, node, rendered, part)
+            self._record_and_tag(e, node, part)
+        finally:
+            with contextlib.suppress(BuildctlError):
+                e.remove_image(part)  # the temporary tag (with it the image, when it never got its content tag)
         self._have(node.name, e)
         self._push(e, node)
 
-    def _settle_whiteouts(self, e: Engine, node: Node, rendered: render.Rendered) -> None:
+    def _part_ref(self, node: Node) -> str:
+        from buildctl.engine import PART_REPOSITORY
+
+        return f"{PART_REPOSITORY}/{runs.owner()}:{node.slug}"
+
+    def _record_and_tag(self, e: Engine, node: Node, part: str) -> None:
+        """The record of the completed build first, then the content tag: a tag always has its record."""
+        if self.cancelled.is_set():
+            raise BuildFailed(f"{node.name}: cancelled", why="the build was interrupted")
+        self.records.save(self.g.stack, self.g.variant, NodeRecord.of(
+            self.g, node, built_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), engine=e.name))
+        e.tag(part, self.ref(node.name))
+
+    def _settle_whiteouts(self, e: Engine, node: Node, rendered: render.Rendered, ref: str) -> None:
         """Give the whiteouts of a node declared bit-level a fixed time (normalise.py): a RUN that deleted a file
         of a lower layer left one with the time of the build, and a RUN cannot touch it. The check costs a
         `docker save` of the node image (about 1.7 s for the demo's 190 MB), so only bit-level RUN nodes pay it."""
@@ -682,7 +821,7 @@ class _Build:
         if not any(line.startswith("RUN ") for line in rendered.dockerfile.splitlines()):
             return
         below = len(e.inspect_image(self._parent_ref(node)).layers)
-        if normalise.settle_whiteouts(e, self.ref(node.name), parent_layers=below, scratch=self.scratch,
+        if normalise.settle_whiteouts(e, ref, parent_layers=below, scratch=self.scratch,
                                       epoch=render.EPOCH):
             self.progress.log(node.name, "whiteouts given a fixed time (save, rewrite, load)")
 
@@ -785,7 +924,7 @@ class _Build:
             raise BuildFailed(f"{node.name}: cancelled", why="the build was interrupted")
         final = self.config.cache.wheels / node.component / node.key
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{node.key[:12]}-", dir=final.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f"run-{runs.owner()}-", dir=final.parent))  # swept if this run dies
         shutil.copy2(made, tmp / made.name)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
@@ -797,9 +936,15 @@ class _Build:
         with self.lock:
             self.wheels[node.component or ""] = wheel
         rendered = render.render(node, templates=self.t.templates, parent_ref="scratch")
-        with self._context(node, rendered, labels=self._labels(node)) as ctx:
-            e.build(context_dir=ctx, dockerfile="Dockerfile", tag=self.ref(node.name), labels={},
-                    log_file=self.log_file(node.name + "-image"), nocache=self.opt.nocache)
+        part = self._part_ref(node)
+        try:
+            with self._context(node, rendered, labels=self._labels(node)) as ctx:
+                e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
+                        log_file=self.log_file(node.name + "-image"), nocache=self.opt.nocache)
+            self._record_and_tag(e, node, part)
+        finally:
+            with contextlib.suppress(BuildctlError):
+                e.remove_image(part)
         self._have(node.name, e)
 
     def _pull_wheel(self, e: Engine, node: Node) -> None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from buildctl.errors import EngineError, UnreachableError
+from buildctl.errors import BuildctlError, EngineError, UnreachableError
 from buildctl.graph import Graph, Node, image_ref
 from buildctl.records import NodeRecord
 
@@ -137,8 +137,11 @@ def make(
     registry: str | None,
     emulation: bool | None = None,
     missing: Mapping[str, str] | None = None,
+    trusted: Callable[[Node], bool] | None = None,
 ) -> Plan:
-    """``missing``: the sections a partial lock lacks (lockfile.VariantLock.missing)."""
+    """``missing``: the sections a partial lock lacks (lockfile.VariantLock.missing). ``trusted`` says whether a
+    local tag is backed by the record of a completed build (records.RecordStore.has); a local tag that is not
+    is reported missing (or in the registry), with the reason: the build does not use it."""
     notes: list[str] = []
     engine_note = "" if engine is not None else "no engine to ask"
     unreachable: dict[str, str] = {}  # registry host -> why it could not be asked
@@ -182,7 +185,16 @@ def make(
         # node images live in the registry only when there is one; the base always comes from one
         state, note = lookup(ref, ask_registry=n.kind == "base" or _registry_of(ref) is not None)
         why: tuple[str, ...] = ()
-        if state == "missing":
+        if state == "local" and n.kind != "base" and trusted is not None and not trusted(n):
+            state = "missing"
+            if engine is not None and _registry_of(ref) is not None:
+                try:
+                    state = "registry" if engine.registry_digest(ref) else "missing"
+                except BuildctlError:
+                    state = "unknown"
+            why = ("tagged in the engine, but no record says a build of this key completed (an interrupted run, or "
+                   "an older buildctl that tagged before normalising): not trusted, it will be built again",)
+        elif state == "missing":
             why = (reasons(graph, n, records.get(n.name)) if n.kind != "base"
                    else ("the base image is neither in the engine nor in its registry",))
         plans.append(NodePlan(node=n, ref=ref, state=state, provisional=graph.provisional(n.name), why=why,

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from buildctl.credentials import Redactor
-from buildctl.errors import BuildctlError, PushError, UnreachableError
+from buildctl.errors import BuildctlError, PushError, PushStalled, UnreachableError
 from buildctl.graph import Graph, image_ref
 from buildctl.imageview import ImageView, ProgressView
 from buildctl.lock import ImageRef
@@ -304,7 +304,8 @@ class Publisher:
                 return self.engine.push(ref, on_progress=progress), layers, attempt
             except (PushError, UnreachableError) as exc:
                 err = self._error(ref, exc, attempts=attempt)
-                if err.kind != "transient" or attempt >= self.policy.attempts:
+                # a stall was retried by the engine layer already (each attempt waits stall_timeout)
+                if err.kind != "transient" or attempt >= self.policy.attempts or isinstance(exc, PushStalled):
                     raise err from exc
                 wait = self.policy.delay(attempt)
                 self.say(f"retry     {ref}: attempt {attempt} of {self.policy.attempts} failed "

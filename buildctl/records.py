@@ -1,7 +1,8 @@
 """What each node was built from: one small record per node, so that a plan can say why a key moved.
 
 Layout: ``<cache>/state/<stack>/<variant>/<node>.json`` (schema 1, canonical JSON, written atomically
-after the node's image was built and tagged). A record holds the node's key, its parents' keys, its
+after the node's image was built and normalised, before it is tagged), plus ``keys/<node>/<key>``, one
+empty file per key ever completed here: a local tag counts only when its key has one (``has``). A record holds the node's key, its parents' keys, its
 template digest and its own inputs: the plan diffs the current inputs against it, input by input.
 """
 
@@ -79,6 +80,19 @@ class RecordStore:
                 out[n.name] = r
         return out
 
+    def _key_mark(self, stack: str, variant: str, node: str, key: str) -> Path:
+        return self.root / stack / variant / "keys" / node.replace(":", "-") / key
+
+    def has(self, stack: str, variant: str, node: str, key: str) -> bool:
+        """Whether a build (or pull) of ``node`` with ``key`` completed here and was recorded."""
+        if self._key_mark(stack, variant, node, key).is_file():
+            return True
+        record = self.load(stack, variant, node)
+        return record is not None and record.key == key
+
     def save(self, stack: str, variant: str, record: NodeRecord) -> None:
+        mark = self._key_mark(stack, variant, record.node, record.key)
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.touch()
         write_atomic(self.path(stack, variant, record.node),
                      json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")

@@ -13,11 +13,8 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import tarfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +29,6 @@ from buildctl.errors import BuildFailed, SmokeFailed, SourceError
 from buildctl.records import RecordStore, state_root
 from buildctl.sources import Sources
 from buildctl.target import Target
-from tests.engine.conftest import docker_cli
 from tests.helpers import unique
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -409,41 +405,4 @@ def test_dry_run_writes_dockerfiles(demo: Demo, tmp_path: Path, capsys: pytest.C
     shutil.rmtree(out)
 
 
-def test_an_interrupted_build_tags_nothing_unfinished_and_resumes(demo: Demo, engine: Engine) -> None:
-    """Ctrl-C (SIGINT) while the compile runs: buildctl exits at once, nothing after it is tagged."""
-    demo.edit_manifest("command: pip wheel --no-build-isolation --no-deps -w /out .",
-                       "command: sleep 25; pip wheel --no-build-isolation --no-deps -w /out .")
-    t = demo.target()
-    demo.register(t, [engine])
-    env = {**os.environ, "PYTHONPATH": str(PROJECT)}
-    proc = subprocess.Popen([sys.executable, "-m", "buildctl", "--project", str(demo.root), "-q", "build", "demo",
-                             "--skip-smoke"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    compile_env = t.refs["compile-env:fastmath"]
-    deadline = time.monotonic() + 300
-    compiling: list[str] = []
-    while not compiling:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the compile never started"
-        time.sleep(0.5)
-        compiling = docker_cli("ps", "-q", "--filter", f"ancestor={compile_env}").split()
-    proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=20)
-    finally:
-        # the compile container is the engine's to finish (a run outlives its client): ours to remove
-        for cid in compiling:
-            docker_cli("rm", "-f", cid, check=False)
-    assert proc.returncode == 130, err
-    assert "interrupted" in err
-    # system/python run beside the compile: whether they finished before Ctrl-C depends on timing
-    done = {n for n in ("system", "python", "compile-env:fastmath") if engine.image_exists(t.refs[n])}
-    assert "compile-env:fastmath" in done
-    for name in ("wheel:fastmath", "assemble", "entrypoint"):
-        assert not engine.image_exists(t.refs[name]), name
-        assert engine.registry_digest(t.refs[name]) is None, name
-    assert not (demo.config().cache.wheels / "fastmath" / t.graph.node("wheel:fastmath").key).exists()
-    assert set(RecordStore(state_root(demo.config().cache)).load_all(t.graph)) == done
-
-    report = demo.build([engine])
-    assert sorted(report.built) == sorted(set(ALL) - done)
-    assert outcomes(report)["compile-env:fastmath"] == "cached"
+# Interrupts (SIGINT, SIGTERM, SIGKILL at ten moments of a build) are tested in test_interrupts.py.
