@@ -40,7 +40,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="Prepare sources, downloads and pip wheels on the host, then build every missing "
                                    "node (independent ones in parallel), run the smoke gate on the assembled image and "
                                    "bake the entrypoint. Each node is tagged by its key only once it completed; "
-                                   "running again resumes. Needs the stack locked.")
+                                   "running again resumes. Ctrl-C or SIGTERM stops it and removes what it started (exit 130 / "
+                                   "143); one build per stack, variant and cache runs at a time (a second one "
+                                   "waits). Needs the stack locked.")
     _common(b)
     b.add_argument("--jobs", type=int, default=2, metavar="N", help="nodes built at once (default 2)")
     b.add_argument("--engine", action="append", default=[], metavar="URL",
