@@ -603,7 +603,8 @@ class _Build:
         root = Path(tempfile.mkdtemp(prefix="wheelhouse-", dir=self.scratch))
         try:
             wheelhouse.link_tree(root, {**{p.name: p for p in self.pip.values()}, **self.pip_files})
-            port = wheelhouse.preferred_port(f"{self.g.stack}/{self.g.variant}/{self.config.cache.root}")
+            # by stack and variant only: the same URL for every cache keeps the engine's step cache shared
+            port = wheelhouse.preferred_port(f"{self.g.stack}/{self.g.variant}")
             with wheelhouse.serve(root, port=port) as url:
                 if not url.endswith(f":{port}/"):
                     self.progress.node("wheelhouse", "port", f"port {port} was taken: serving on {url} (the engine's "

@@ -195,14 +195,15 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 # The port the wheelhouse asks for first: a URL that stays the same from run to run keeps the build arg,
 # and so the engine's layer cache and the images' history, the same; another free port when it is taken.
-# Each stack, variant and cache asks for its own (preferred_port): two builds of one of them never run at
-# once (the pipeline's build lock), and builds of different ones do not take each other's port.
+# Each stack and variant asks for its own (preferred_port): two builds of one of them with one cache never
+# run at once (the pipeline's build lock), and builds of different ones do not take each other's port. Two
+# builds of one stack with two caches at once still meet: the second serves on a free port and says so.
 PREFERRED_PORT = 47803
 _PORTS = 2000
 
 
 def preferred_port(name: str) -> int:
-    """A port in 47803..49802 that depends only on ``name`` (e.g. stack, variant and cache root)."""
+    """A port in 47803..49802 that depends only on ``name`` (``<stack>/<variant>``)."""
     return PREFERRED_PORT + int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % _PORTS
 
 
