@@ -513,13 +513,14 @@ class _Build:
             except BlockingIOError:
                 f.seek(0)
                 holder = f.read().strip() or "another process"
-                self.progress.node("lock", "waiting", f"another build of {self.g.stack}/{self.g.variant} with this "
-                                   f"cache is running ({holder}, {path}): waiting for it, then reusing what it built")
+                # short: a progress line keeps 100 characters of detail
+                self.progress.node("lock", "waiting", f"{holder} builds {self.g.stack}/{self.g.variant} with this "
+                                   "cache: waiting, then reusing its work")
                 fcntl.flock(f, fcntl.LOCK_EX)
                 self.progress.node("lock", "acquired", "the other build finished; going on")
             f.seek(0)
             f.truncate()
-            f.write(f"pid {os.getpid()} ({runs.owner()})\n")
+            f.write(f"pid {os.getpid()}\n")
             f.flush()
             try:
                 yield

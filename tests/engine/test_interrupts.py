@@ -309,7 +309,9 @@ def test_defect8_a_second_build_waits_then_reuses_the_first(signalled: Signalled
         err = line + rest
         assert first.returncode == 0, err
         assert second.returncode == 0, second.stderr
-        assert "waiting for it, then reusing what it built" in second.stderr
+        waited = [x for x in second.stderr.splitlines() if _state("waiting", "lock")(x)]
+        assert waited and f"pid {first.pid} builds demo/default" in waited[0] and "reusing its work" in waited[0], (
+            second.stderr)
         assert "built 2 node(s) (assemble, entrypoint)" in out and "built 0 node(s)" in second.stdout, (
             out, second.stdout)
         after = set(docker_cli("images", "-q", "--filter", "dangling=true", engine=s.engine).split())
