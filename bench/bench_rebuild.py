@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from buildctl import cli, pipeline, render, target, wheelhouse  # noqa: E402
+from buildctl import cli, lockfile, pipeline, render, target, wheelhouse  # noqa: E402
 from buildctl.config import load_config  # noqa: E402
 from buildctl.engine import Engine  # noqa: E402
 from buildctl.graph import Graph  # noqa: E402
@@ -210,10 +210,11 @@ def main(argv: list[str] | None = None) -> int:
 
             # (b) one component's pin: fastmath without PR 7
             edit(root / "pins" / "demo.yaml", PR7, "")
-            data = json.loads((root / "pins" / "demo.lock.json").read_text())
-            c = data["variants"]["default"]["components"]["fastmath"]
-            c["prs"], c["tree"] = {}, c["commit"]
-            (root / "pins" / "demo.lock.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            def drop_pr7(data: dict[str, Any]) -> None:
+                c = data["variants"]["default"]["components"]["fastmath"]
+                c["changes"], c["tree"] = [], c["base"]  # nothing applied: the tree is the base commit
+
+            lockfile.edit(root / "pins" / "demo.lock.json", drop_pr7)  # checked and rehashed
             b_ours, b_built, _ = bench.buildctl()
             made += list(bench.target().refs.values())
             b_mono = bench.monolithic(mono_tag, url)

@@ -105,8 +105,12 @@ def _run(*, path: Path, manifest: Manifest, variants: Sequence[str], do_check: b
          only: Sequence[str] | None) -> int:
     lock_file = lockfile.lock_path(path)
     shown = _show(lock_file, project)
-    existing = lockfile.read(lock_file)
+    # --check reports a lock edited by hand as such (LockHandEdited); re-locking says so and replaces it
+    existing = lockfile.read(lock_file, allow_hand_edit=not do_check)
     sha = pins.manifest_sha256(path)
+    if existing is not None and existing.hand_edited:
+        ui.info(f"{shown} was edited by hand since buildctl wrote it ({'; '.join(existing.hand_edited)}); "
+                "re-locking replaces the edits")
     if do_check:
         ui.info(f"checking {shown} for {manifest.stack}: {', '.join(variants)}")
         drift = check(manifest, _show(path, project), sha, variants, resolvers, config, existing)

@@ -47,7 +47,7 @@ class RealSteps:
         path = pins.find(self.ctx.pins_dir, stack)
         manifest = pins.load(path)
         lock_file = lockfile.lock_path(path)
-        existing = lockfile.read(lock_file)
+        existing = lockfile.read(lock_file, allow_hand_edit=True)
         sha = pins.manifest_sha256(path)
         # Resolve once; what moved is the difference to the lock on disk (lock --check would resolve twice).
         outcome = lock.lock_stack(manifest, sha, [variant], real_resolvers(self.ctx.config), self.ctx.config,
@@ -60,6 +60,8 @@ class RealSteps:
             lines = ("no lock before: locked now",)
         elif existing is not None and existing.manifest_sha256 != sha:
             lines = (f"{path.name} edited since it was locked", *lines)
+        if existing is not None and existing.hand_edited:
+            lines = (f"{lock_file.name} was edited by hand ({'; '.join(existing.hand_edited)}): re-locked", *lines)
         written = existing is None or outcome.lock.to_json() != existing.to_json()
         if written:
             lockfile.write(lock_file, outcome.lock)

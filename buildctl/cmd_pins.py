@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from buildctl import pins
+from buildctl import lockfile, pins
 from buildctl.errors import ManifestError, ManifestErrors
 from buildctl.model import Change, Download, Manifest, Variant
 
@@ -64,8 +63,7 @@ def _lock_for(path: Path) -> dict[str, Any] | None:
     lock_path = path.with_name(path.stem + ".lock.json")
     if not lock_path.is_file():
         return None
-    data: dict[str, Any] = json.loads(lock_path.read_text())
-    return data
+    return lockfile.parse(lock_path.read_bytes(), str(lock_path))
 
 
 def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None,

@@ -47,15 +47,17 @@ Bump ``SCHEMA`` only for a change an older reader would misread (a renamed or re
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from buildctl import lockcheck
 from buildctl.errors import LockError
 
 SCHEMA = 2
@@ -312,6 +314,8 @@ class Lock:
     manifest_sha256: str
     variants: Mapping[str, VariantLock]
     schema: int = SCHEMA
+    # read(allow_hand_edit=True) of a lock edited by hand since buildctl wrote it: what changed (lockcheck)
+    hand_edited: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def partial(self) -> dict[str, dict[str, str]]:
@@ -358,17 +362,90 @@ def lock_path(manifest_path: Path) -> Path:
     return manifest_path.with_name(manifest_path.name.removesuffix(".yaml") + ".lock.json")
 
 
-def read(path: Path) -> Lock | None:
-    """The lock at ``path``, or None when there is none."""
+class LockHandEdited(LockError):
+    """The lock's content no longer matches the hash buildctl recorded when it wrote it."""
+
+    def __init__(self, path: Path, edited: list[str]) -> None:
+        shown = "; ".join(edited[:8]) + (f"; and {len(edited) - 8} more" if len(edited) > 8 else "")
+        super().__init__(
+            f"{path}: the lock was edited by hand since buildctl wrote it ({shown})",
+            why="its content does not match the integrity hash recorded when it was locked; this is not a "
+                "manifest that moved on (that is `buildctl lock --check`'s drift), it is the lock file itself",
+            fix=f"restore it (`git checkout -- {path}`) or re-lock (`buildctl lock STACK`), which reports the "
+                "edited entries and writes a lock buildctl resolved")
+        self.edited = edited
+
+
+def parse(text: bytes | str, source: str) -> dict[str, Any]:
+    """The JSON of a lock, checked against its schema (lockcheck); LockError (exit 4) naming every problem."""
     try:
-        text = path.read_text()
+        decoded = text.decode("utf-8") if isinstance(text, bytes) else text
+    except UnicodeDecodeError as exc:
+        raise LockError(f"{source}: not UTF-8 text (byte {exc.start}: {exc.reason})",
+                        fix="restore it from git, or re-create it with `buildctl lock STACK`") from None
+    try:
+        data = lockcheck.loads(decoded)
+    except json.JSONDecodeError as exc:
+        raise LockError(f"{source}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}",
+                        fix="restore it from git, or re-create it with `buildctl lock STACK`") from None
+    except (ValueError, RecursionError) as exc:
+        raise LockError(f"{source}: not a lock file: {exc}",
+                        fix="restore it from git, or re-create it with `buildctl lock STACK`") from None
+    if isinstance(data, dict) and data.get("schema") != SCHEMA:
+        raise LockError(f"{source}: lock schema {data.get('schema')!r} is not supported (this buildctl reads schema "
+                        f"{SCHEMA})", fix=f"re-create it with `buildctl lock {data.get('stack', 'STACK')}`")
+    problems = lockcheck.validate(data)
+    if problems:
+        raise LockError(f"{source}: not a valid lock file ({len(problems)} problem(s)):\n"
+                        + "\n".join(f"  {source}: {p}" for p in problems),
+                        fix="restore it from git, or re-create it with `buildctl lock STACK`")
+    assert isinstance(data, dict)
+    return data
+
+
+def read(path: Path, *, allow_hand_edit: bool = False) -> Lock | None:
+    """The lock at ``path``, or None when there is none. A lock that fails its schema raises LockError; one edited
+    by hand since buildctl wrote it raises LockHandEdited, unless ``allow_hand_edit`` (re-locking: the edit is
+    reported in ``Lock.hand_edited`` and replaced)."""
+    try:
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
-    try:
-        return Lock.from_json(json.loads(text), str(path))
-    except json.JSONDecodeError as exc:
-        raise LockError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}",
-                        fix="restore it from git, or re-create it with `buildctl lock STACK`") from exc
+    except OSError as exc:
+        raise LockError(f"{path}: cannot read the lock: {exc}") from None
+    data = parse(raw, str(path))
+    edited = lockcheck.edited_entries(data)
+    if edited and not allow_hand_edit:
+        raise LockHandEdited(path, edited)
+    lock = Lock.from_json(data, str(path))
+    return dataclasses.replace(lock, hand_edited=tuple(edited or ()))
+
+
+def to_text(lock: Lock) -> str:
+    """The file's text: canonical JSON with the integrity hash of its content."""
+    data = lock.to_json()
+    data["integrity"] = lockcheck.integrity(data)
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def write_data(path: Path, data: Mapping[str, Any]) -> Lock:
+    """Write a lock given as JSON data (tests, the bench): checked against the schema and hashed like any lock."""
+    content = {k: v for k, v in data.items() if k != "integrity"}
+    problems = lockcheck.validate(content)
+    if problems:
+        raise LockError(f"{path}: refusing to write an invalid lock: " + "; ".join(problems))
+    lock = Lock.from_json(content, str(path))
+    write(path, lock)
+    return lock
+
+
+def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> Lock:
+    """The one way to edit a lock other than re-locking (bench, test helpers): ``change`` edits the JSON data in
+    place; the result is checked against the schema and written with a new integrity hash."""
+    data = parse(path.read_bytes(), str(path))
+    data.pop("integrity", None)
+    change(data)
+    return write_data(path, data)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -387,4 +464,4 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write(path: Path, lock: Lock) -> None:
-    write_atomic(path, json.dumps(lock.to_json(), indent=2, sort_keys=True) + "\n")
+    write_atomic(path, to_text(lock))

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from buildctl import cli, pipeline, smoke, target
+from buildctl import cli, lockfile, pipeline, smoke, target
 from buildctl.config import Config, load_config
 from buildctl.engine import Engine
 from buildctl.errors import BuildFailed, SmokeFailed, SourceError
@@ -130,9 +130,8 @@ class Demo:
         self.manifest.write_text(text.replace(old, new))
 
     def edit_lock(self, change: Any) -> None:
-        data = json.loads(self.lock.read_text())
-        change(data["variants"]["default"])
-        self.lock.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        """Edit the default variant's lock through lockfile.edit (checked and rehashed, as buildctl writes it)."""
+        lockfile.edit(self.lock, lambda data: change(data["variants"]["default"]))
 
     def drop_prs(self, component: str, manifest_text: str) -> None:
         """``component`` without its PRs, in the manifest (``manifest_text`` removed) and in the lock."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from buildctl import cli, pipeline, repro, reprorun
+from buildctl import cli, lockfile, pipeline, repro, reprorun
 from buildctl.cmd_lock import real_resolvers
 from buildctl.cmd_repro import _raise_failures
 from buildctl.config import load_config
@@ -129,7 +129,7 @@ def test_a_non_deterministic_compile_fails_its_declared_level(
     manifest.write_text(text.replace("\nprotect:", "\nremove:\n  paths: [/etc/motd]\n\nprotect:"))
     lock = json.loads(demo_lock)
     lock["manifest_sha256"] = hashlib.sha256(manifest.read_bytes()).hexdigest()  # the lock is still current
-    (root / "pins" / "demo.lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
+    lockfile.write_data(root / "pins" / "demo.lock.json", lock)
 
     rc, report = repro_json(root, capsys, "--no-lock-check", "--keep")
     for n in report.get("nodes", []):

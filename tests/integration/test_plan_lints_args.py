@@ -9,13 +9,12 @@ unknown when no engine answers.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from buildctl import cli, pins
+from buildctl import cli, lockfile, pins
 from buildctl.config import load_config
 from buildctl.lockfile import LockedComponent
 from buildctl.sources import Sources
@@ -90,7 +89,7 @@ def test_plan_fails_on_a_misspelt_flag_with_file_flag_and_suggestion(
             "variants": {"default": {
                 "base": {"ref": "127.0.0.1:9/none/base:1", "digest": "sha256:" + "0" * 64, "platform": "linux/amd64"},
                 "components": {"megatron-lm": {"repo": f"file://{repo}", "base": commit, "tree": commit}}}}}
-    (project / "pins" / "mlm.lock.json").write_text(json.dumps(lock))
+    lockfile.write_data(project / "pins" / "mlm.lock.json", lock)  # hashed like any lock buildctl writes
     monkeypatch.setenv("BUILDCTL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("BUILDCTL_CONFIG", str(tmp_path / "none.toml"))
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
