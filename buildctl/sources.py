@@ -270,6 +270,13 @@ def insteadof_args(mirrors: Mapping[str, str]) -> list[str]:
     """``git -c`` options that make git fetch ``orig...`` from ``mirror...`` (Config.git_mirrors)."""
     args: list[str] = []
     for orig, mirror in sorted(mirrors.items()):
+        # config.py checks both sides at load time; a value that slipped through must still not change which
+        # setting `-c name=value` makes (git splits at the first '=') or add a line to git's configuration
+        for side in (orig, mirror):
+            if "=" in mirror or any(c in side for c in "\n\r\x00") or side.startswith("-"):
+                raise SourceError(f"refusing the git mirror rule {orig!r} -> {mirror!r}",
+                                  why="a side starts with '-' or holds a line break, or the mirror holds '='",
+                                  fix="correct git_mirrors in the configuration")
         args += ["-c", f"url.{mirror}.insteadOf={orig}"]
     return args
 
@@ -595,6 +602,12 @@ class Sources:
              url: str = "") -> _Result:
         if not self._git_checked:
             self._check_git()
+        if url and (url.startswith("-") or any(c in url for c in "\n\r\x00")):
+            # every call below also puts "--" before the URL; this names the problem instead of git's error
+            raise SourceError(f"refusing the repository location {url!r}",
+                              why="it starts with '-' (git would read it as an option) or holds a line break",
+                              fix="give the component an https://, ssh://, file:// URL, git@host:path or a path "
+                                  "relative to the manifest")
         argv = ["git"]
         if network:
             argv += insteadof_args(self.mirrors)
@@ -642,7 +655,7 @@ class Sources:
     def effective_url(self, url: str) -> str:
         """The URL git fetches after insteadOf rules (the user's and Config.git_mirrors) are applied."""
         try:
-            rc, out, _ = _run_process(["git", *insteadof_args(self.mirrors), "ls-remote", "--get-url", url],
+            rc, out, _ = _run_process(["git", *insteadof_args(self.mirrors), "ls-remote", "--get-url", "--", url],
                                       env=self._env(network=True), cwd=None, timeout=self.network_timeout,
                                       input_bytes=None)
         except (OSError, _Timeout):
@@ -687,7 +700,7 @@ class Sources:
         try:
             self._git(["init", "--quiet", "--bare", str(tmp)], what="create mirror")
             # For people reading the cache; fetches always name the URL explicitly.
-            self._git(["config", "buildctl.url", url], git_dir=tmp, what="create mirror")
+            self._git(["config", "--", "buildctl.url", url], git_dir=tmp, what="create mirror")
             shutil.rmtree(mirror, ignore_errors=True)
             os.replace(tmp, mirror)
         finally:
@@ -707,10 +720,10 @@ class Sources:
         # ls-remote first: small, bounded by network_timeout, so an unreachable host fails in seconds;
         # and when nothing moved (the common case for a re-lock) there is nothing to fetch.
         remote = parse_ls_remote(
-            self._git(["ls-remote", "--refs", url], network=True, url=url, what="ls-remote").out, pulls=pulls)
+            self._git(["ls-remote", "--refs", "--", url], network=True, url=url, what="ls-remote").out, pulls=pulls)
         if remote != self._local_refs(mirror, pulls=pulls):
             self._git(["--git-dir", str(mirror), "fetch", "--quiet", "--prune", "--no-tags",
-                       "--no-write-fetch-head", url, *(_REFSPECS_ALL if pulls else _REFSPECS_NO_PULLS)],
+                       "--no-write-fetch-head", "--", url, *(_REFSPECS_ALL if pulls else _REFSPECS_NO_PULLS)],
                       network=True, url=url, timeout=self.fetch_timeout, what="fetch")
         self._fresh.add((url, pulls))
 
@@ -733,7 +746,7 @@ class Sources:
         for sha in self._missing(mirror, missing):
             # Servers that allow it (GitHub does) hand out a commit by SHA even when no ref points at it.
             r = self._git(["--git-dir", str(mirror), "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
-                           url, f"+{sha}:refs/buildctl/keep/{sha}"],
+                           "--", url, f"+{sha}:refs/buildctl/keep/{sha}"],
                           network=True, url=url, timeout=self.fetch_timeout, check=False, what="fetch by SHA")
             if r.rc != 0 and classify_failure(r.err) == "unreachable":
                 self._raise_network(r, url=url, what="fetch by SHA")
@@ -1137,7 +1150,7 @@ class Sources:
                     return self._failure(work, index, ch.head, r)
                 continue
             else:
-                r = self._git(["apply", "--index", "--whitespace=nowarn", str(ch.path)], cwd=work, check=False,
+                r = self._git(["apply", "--index", "--whitespace=nowarn", "--", str(ch.path)], cwd=work, check=False,
                               what=f"patch {ch.name}")
                 if r.rc != 0:
                     return _Failure(index=index, sha="", files=tuple(conflict_files_from_apply(r.err)),
@@ -1162,7 +1175,7 @@ class Sources:
     def _touches(self, mirror: Path, base: str, ch: Change) -> set[str]:
         """The files a change modifies."""
         if isinstance(ch, PatchFile):
-            r = self._git(["apply", "--numstat", str(ch.path)], check=False, what="read patch")
+            r = self._git(["apply", "--numstat", "--", str(ch.path)], check=False, what="read patch")
             return {line.split("\t", 2)[2] for line in r.out.splitlines() if line.count("\t") >= 2}
         if isinstance(ch, PrChange) and ch.mode == "merge":
             mb = self._git(["merge-base", base, ch.head], git_dir=mirror, check=False, what="merge-base").out.strip()
