@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl import argslint, lockfile, target
+from buildctl import argslint, credentials, lockfile, target
 from buildctl import pipeline as pipeline_types
 from buildctl import plan as planmod
 from buildctl.errors import UsageError
@@ -174,24 +177,37 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     lockfile.refuse_partial(t.lock, t.variant.name, action="build", lock_file=str(lockfile.lock_path(t.manifest_path)))
     lint_before_build(ctx, t)
-    engines = [make_engine(ctx, url, name=f"engine{i}" if len(args.engine) > 1 else "default")
-               for i, url in enumerate(args.engine or [None])]
-    sources = Sources.from_config(ctx.config, base_dir=t.manifest_path.parent)
-    options = pipeline.Options(jobs=args.jobs, skip_smoke=args.skip_smoke,
-                               emulation=emulation_registered(engines[0].address, t.variant.platform))
     started = time.monotonic()
-    try:
-        with NodeProgress(ctx.ui, t.graph.names()) as progress:
-            report = pipeline.run(t, engines=engines, config=ctx.config, sources=sources, progress=progress,
-                                  project=ctx.project, options=options, smoke_gate=smoke_gate(ctx, t))
-    finally:
-        for e in engines:
-            e.close()
+    # the engines' clients are made inside: they pull and push nodes with BUILDCTL_REGISTRY_AUTH, as `push` does
+    with registry_credentials(t.registry, os.environ):
+        engines = [make_engine(ctx, url, name=f"engine{i}" if len(args.engine) > 1 else "default")
+                   for i, url in enumerate(args.engine or [None])]
+        sources = Sources.from_config(ctx.config, base_dir=t.manifest_path.parent)
+        options = pipeline.Options(jobs=args.jobs, skip_smoke=args.skip_smoke,
+                                   emulation=emulation_registered(engines[0].address, t.variant.platform))
+        try:
+            with NodeProgress(ctx.ui, t.graph.names()) as progress:
+                report = pipeline.run(t, engines=engines, config=ctx.config, sources=sources, progress=progress,
+                                      project=ctx.project, options=options, smoke_gate=smoke_gate(ctx, t))
+        finally:
+            for e in engines:
+                e.close()
     built = report.built
     ctx.ui.print(f"{t.graph.stack}/{t.graph.variant}: {report.final}")
     ctx.ui.print(f"  built {len(built)} node(s)" + (f" ({', '.join(built)})" if built else "")
                  + f", smoke {report.smoke}, {time.monotonic() - started:.1f}s")
     return 0
+
+
+@contextlib.contextmanager
+def registry_credentials(registry: str | None, env: Mapping[str, str]) -> Iterator[None]:
+    """BUILDCTL_REGISTRY_AUTH for the registry a build shares its nodes through (credentials.docker_credentials),
+    the same door `buildctl push` opens; nothing changes without a registry or without the variable."""
+    if not registry:
+        yield
+        return
+    with credentials.docker_credentials(env, registry):
+        yield
 
 
 def smoke_gate(ctx: Context, t: target.Target) -> pipeline_types.SmokeGate:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,23 +70,30 @@ class RealSteps:
 
     def build(self, stack: str, variant: str) -> nightly.BuildStep:
         from buildctl import pipeline
-        from buildctl.cmd_build import emulation_registered, lint_before_build, make_engine, smoke_gate
+        from buildctl.cmd_build import (
+            emulation_registered,
+            lint_before_build,
+            make_engine,
+            registry_credentials,
+            smoke_gate,
+        )
         from buildctl.sources import Sources
         from buildctl.ui import NodeProgress
 
         t = target.load(self.ctx.project, self.ctx.config, stack, variant, registry=self.registry)
         lint_before_build(self.ctx, t)
-        engine = make_engine(self.ctx, None)
-        try:
-            sources = Sources.from_config(self.ctx.config, base_dir=t.manifest_path.parent)
-            options = pipeline.Options(jobs=self.jobs, emulation=emulation_registered(engine.address,
-                                                                                      t.variant.platform))
-            with NodeProgress(self.ctx.ui, t.graph.names()) as progress:
-                report = pipeline.run(t, engines=[engine], config=self.ctx.config, sources=sources,
-                                      progress=progress, project=self.ctx.project, options=options,
-                                      smoke_gate=smoke_gate(self.ctx, t))
-        finally:
-            engine.close()
+        with registry_credentials(t.registry, os.environ):  # as `buildctl build` and `push` do
+            engine = make_engine(self.ctx, None)
+            try:
+                sources = Sources.from_config(self.ctx.config, base_dir=t.manifest_path.parent)
+                options = pipeline.Options(jobs=self.jobs, emulation=emulation_registered(engine.address,
+                                                                                          t.variant.platform))
+                with NodeProgress(self.ctx.ui, t.graph.names()) as progress:
+                    report = pipeline.run(t, engines=[engine], config=self.ctx.config, sources=sources,
+                                          progress=progress, project=self.ctx.project, options=options,
+                                          smoke_gate=smoke_gate(self.ctx, t))
+            finally:
+                engine.close()
         return nightly.BuildStep(
             final_image=report.final, node_keys={n.name: n.key for n in t.graph.nodes if n.kind != "base"},
             built=tuple(report.built), reused=tuple(n.name for n in report.nodes if n.outcome != "built"),

@@ -255,8 +255,9 @@ class Publisher:
             "auth": f"the registry {host} refused the credentials: log in with `docker login {host}`, "
                     "or set BUILDCTL_REGISTRY_AUTH=USER:PASSWORD",
             "permanent": exc.fix or "correct the cause above and push again",
-            "transient": f"the registry {host} kept failing; check it and run the push again "
-                         "(what was confirmed is not pushed twice)",
+            # "kept failing" only after retries: a failure before the first push attempt is just a failure
+            "transient": (f"the registry {host} kept failing" if attempts > 1 else f"the registry {host} failed")
+                         + "; check it and run the push again (what was confirmed is not pushed twice)",
         }[kind]
         tries = f" after {attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""
         return PushFailed(self.redact(f"push of {ref} failed{tries}"), why=self.redact(text), fix=fix,
@@ -299,6 +300,10 @@ class Publisher:
             def progress(event: ProgressView, layers: _Layers = layers) -> None:
                 layers(event)
                 self._log(self.redact(f"{ref}: {event}"))
+                if event.status.startswith("Retrying"):
+                    # the engine's own upload retries (up to about a minute) would otherwise look like a hang
+                    self.say(f"retrying  {ref}: the engine retries an upload"
+                             f"{' of layer ' + event.layer if event.layer else ''} ({event.status})")
 
             try:
                 return self.engine.push(ref, on_progress=progress), layers, attempt

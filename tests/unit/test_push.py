@@ -264,3 +264,32 @@ def test_stack_items_name_nodes_by_content_key_and_the_final_image_publicly() ->
          (f"{REG}/buildctl/demo:bookworm-latest", f"{REG}/buildctl/demo:latest")),
     ]
     assert push.moving_refs("r/p", "v2", ("nightly",), default_variant=False) == ("r/p:v2-nightly",)
+
+
+def test_defect9_no_kept_failing_after_zero_attempts(tmp_path: Path) -> None:
+    """Issue 11, item 9: a registry lookup that failed before any push attempt said the registry "kept failing"."""
+    it = item()
+    eng = engine_with(it)
+    eng.registry_error = EngineError("looking up x failed", why="500 Internal Server Error: EOF")
+    report, _, _ = run(eng, [it], tmp_path)
+    [f] = report.failed
+    assert f.kind == "transient" and f.attempts == 0
+    assert "kept failing" not in f.fix and "the registry 127.0.0.1:5999 failed" in f.fix
+    # after retries it did keep failing, and says so
+    eng = engine_with(it)
+    eng.push_script = [stream_error("unexpected EOF")] * 3
+    report, _, _ = run(eng, [it], tmp_path, attempts=3)
+    assert "kept failing" in report.failed[0].fix
+
+
+def test_defect9_the_engines_own_retries_are_said(tmp_path: Path) -> None:
+    """Issue 11, item 9: the engine's own upload retries ("Retrying in 5 seconds") were silent for up to 57 s."""
+    it = item()
+    eng = engine_with(it)
+    eng.push_script = [(D1, [Event(status="Preparing", layer="l1"), Event(status="Retrying in 5 seconds", layer="l1"),
+                             Event(status="Retrying in 10 seconds", layer="l1"), Event(status="Pushed", layer="l1")])]
+    report, _, said = run(eng, [it], tmp_path)
+    assert report.ok and report.pushed[0].engine_retries == 2
+    retrying = [s for s in said if s.startswith("retrying")]
+    assert retrying == [f"retrying  {it.target}: the engine retries an upload of layer l1 (Retrying in 5 seconds)",
+                        f"retrying  {it.target}: the engine retries an upload of layer l1 (Retrying in 10 seconds)"]
