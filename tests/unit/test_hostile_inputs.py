@@ -308,3 +308,27 @@ def test_configuration_from_the_environment_names_the_variable(tmp_path: Path) -
 def test_the_table_holds_at_least_forty_hostile_inputs() -> None:
     assert len(MANIFEST_CASES) + len(CONFIG_CASES) >= 40
     assert len({c[0] for c in MANIFEST_CASES} | {c[0] for c in CONFIG_CASES}) == len(MANIFEST_CASES) + len(CONFIG_CASES)
+
+
+SEMANTIC = ["cudnn repo unknown (points at the key)", "keyring unknown (points at the key)",
+            "launcher download unknown (points at the key)", "PR number in a mapping", "sha256 neither hex nor compute",
+            "mode not octal", "install.path ..", "branch an option"]
+
+
+def test_defect9_semantic_errors_point_at_the_key_not_the_mapping() -> None:
+    """Issue 11, item 9: about 12 semantic errors pointed at the first line of the enclosing mapping. Each of these
+    is reported at the line and column of the value itself, under its own key."""
+    cases = {c[0]: c for c in MANIFEST_CASES}
+    for name in SEMANTIC:
+        _, (old, new), where, key, _ = cases[name]
+        text = BASE.replace(old, new)
+        line = int(where.split(":")[0])
+        value_line = next(i for i, t in enumerate(text.splitlines(), 1) if new.strip().splitlines()[-1] in t)
+        assert line == value_line, name
+        with pytest.raises(ManifestErrors) as info:
+            _load(text)
+        assert any(str(e).startswith(f"{FILE}:{where}: {key}: ") for e in info.value.errors), name
+    # and a mapping's own problems (a source-tree install without a path) name the key that decides it
+    with pytest.raises(ManifestErrors) as info:
+        _load(BASE.replace("install: {kind: source-tree, path: /opt/tree}", "install: {kind: source-tree}"))
+    assert any(str(e).startswith(f"{FILE}:50:21: components.tree.install.kind: ") for e in info.value.errors)
