@@ -301,7 +301,7 @@ class ComponentInstall:
 @dataclass(frozen=True, kw_only=True)
 class Component:
     name: str
-    repo: str = field(metadata=_doc("git URL (or a path relative to the manifest)"))
+    repo: str = field(metadata=_doc("https://, ssh://, file:// URL, git@host:path, or a path relative to the manifest; never starting with -"))
     commit: str = field(metadata=_doc("short (>= 7) or full SHA"))
     branch: str | None = None
     prs: tuple[PullRequest, ...] = field(default=(), metadata=_doc("upstream PRs applied in order (refs/pull/N/head)"))
