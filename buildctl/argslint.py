@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from buildctl.entrypoint import PATH_REF, effective_args, gpu_count, select_profile
+from buildctl.entrypoint import PATH_REF, effective_args, gpu_count, select_profile, variant_entrypoint
 from buildctl.errors import ArgsLintFailed, Location
 from buildctl.megatron_flags import FlagSpec, FlagTable, NotMegatronSource, replacement_in, scan
 from buildctl.model import NOWHERE, Arg, Manifest, Variant
@@ -190,6 +190,7 @@ def lint(manifest: Manifest, variant: Variant, megatron_root: Path | None, profi
     if e is None:
         return LintReport(stack=manifest.stack, variant=variant.name, profile=None, gpus=None, ran=False,
                           reason="the stack has no entrypoint")
+    e = variant_entrypoint(manifest, variant)  # the variant's drop/args/gpus laid over the entrypoint
     profile_name, prof = select_profile(e, profile)
     args = effective_args(e, prof)
     gpus = gpu_count(e, prof)

@@ -27,6 +27,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registry", help="registry that shares node images (default: config `registry`, then the "
                                       "manifest's push.registry)")
     p.add_argument("--local", action="store_true", help="use no registry: nodes live in the engine only")
+    p.add_argument("--profile", metavar="P",
+                   help="the launch script's default profile, used when BUILDCTL_PROFILE is unset at run time "
+                        "(default: the entrypoint's default_profile; every profile is in the script)")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -74,7 +77,8 @@ def make_engine(ctx: Context, url: str | None, name: str = "default") -> Engine:
 
 
 def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
-    t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local)
+    t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
+                    profile=args.profile)
     engine = make_engine(ctx, args.engine)
     try:
         store = RecordStore(state_root(ctx.config.cache))
@@ -150,8 +154,7 @@ def lint_entrypoint(ctx: Context, t: target.Target) -> argslint.LintReport | Non
 
     if t.manifest.entrypoint is None:
         return None
-    report = argslint.lint_for_plan(t.manifest, t.variant, prepared_source(ctx.config, t.manifest_path),
-                                    t.manifest.entrypoint.default_profile)
+    report = argslint.lint_for_plan(t.manifest, t.variant, prepared_source(ctx.config, t.manifest_path), t.profile)
     for f in report.findings:
         if f.severity != "error":
             ctx.ui.warn(str(f))
@@ -166,7 +169,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
-                    skip_smoke=args.skip_smoke)
+                    skip_smoke=args.skip_smoke, profile=args.profile)
     if args.dry_run:
         out = args.out or ctx.config.cache.root / "dry-run" / t.graph.stack / t.graph.variant
         written = pipeline.dry_run(t, out)

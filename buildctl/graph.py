@@ -651,7 +651,7 @@ def build(
     labels.update(extras.assemble_labels)
     add("assemble", "assemble", ("python", *wheel_nodes), AssembleNodeSpec(
         python=python, constraint=manifest.pip.constraint, wheels=tuple(wheels),
-        trees=tuple(sorted(trees, key=lambda t: t.component)), env=dict(manifest.env), labels=labels,
+        trees=tuple(sorted(trees, key=lambda t: t.component)), env=manifest.env_for(variant), labels=labels,
         cleanup=cleanup), tree_unlocked)
 
     gate: str | None = None

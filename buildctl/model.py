@@ -351,22 +351,58 @@ class SitePath:
 
 @dataclass(frozen=True, kw_only=True)
 class Launcher:
-    kind: Literal["bindpcie", "torchrun", "none"] = "none"
-    download: str | None = field(default=None, metadata=_doc("bindpcie: the download that provides it"))
-    args: tuple[str, ...] = field(default=(), metadata=_doc("torchrun: its own arguments"))
+    """How the launch script starts the ranks a profile needs (``buildctl.entrypoint`` renders it).
+
+    - ``torchrun``: the script runs once per node and execs ``torchrun --nproc_per_node G --nnodes N
+      --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT``, G and N from the
+      profile; ``args`` follow, then the words of ``$BUILDCTL_LAUNCHER_ARGS`` (torchrun's argparse lets
+      a later option win, so a user overrides any of them).
+    - ``srun``: the script is one rank, started once per task by ``srun --nodes N --ntasks-per-node G``
+      on the host (one container per task, as pyxis/enroot do); --help prints those words, and the
+      script refuses a Slurm step whose task count differs from the profile's.
+    - ``none``: the script is one rank, started by whatever the site uses.
+
+    ``wrapper`` names a download (bindpcie) that wraps each rank's command: it execs its arguments.
+    """
+
+    kind: Literal["torchrun", "srun", "none"] = "none"
+    wrapper: str | None = field(default=None, metadata=_doc("download whose file wraps each rank (bindpcie)"))
+    args: tuple[str, ...] = field(default=(), metadata=_doc("torchrun: extra options, after the profile's"))
+    master_port: int = field(default=29500, metadata=_doc("torchrun: default of $MASTER_PORT"))
     at: Location = loc()
 
 
 @dataclass(frozen=True, kw_only=True)
 class Profile:
+    """A named launch configuration: arguments laid over the entrypoint's, and the GPUs they run on.
+
+    ``gpus`` is the world size; ``nodes`` the node count (``gpus_per_node`` = gpus / nodes), from which
+    the launcher's words follow. ``upstream_defect`` marks a profile kept as an upstream example ships
+    it although it cannot run: the launch script refuses it and lint-args errors on it are expected.
+    """
+
     description: str = ""
     gpus: int = field(metadata=_doc("GPUs the profile runs on (nodes x GPUs per node)"))
+    nodes: int = field(default=1, metadata=_doc("nodes the GPUs are spread over (gpus must divide by it)"))
     args: tuple[Arg, ...] = field(default=(), metadata=_doc("arguments replaced or added by this profile"))
+    upstream_defect: str = field(default="", metadata=_doc("why this profile, kept as upstream ships it, cannot run"))
     at: Location = loc()
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
 
 
 @dataclass(frozen=True, kw_only=True)
 class Entrypoint:
+    """The training entrypoint: the launch script baked into the final image (``buildctl.entrypoint``).
+
+    The arguments run with ``args``, then the variant's ``entrypoint`` override (``EntrypointOverride``),
+    then the chosen profile laid over them. Every profile (and ``base``: no profile) is in the script;
+    ``$BUILDCTL_PROFILE`` picks one at run time, ``default_profile`` (or ``buildctl build --profile``)
+    is the one used when it is unset.
+    """
+
     workdir: str
     command: tuple[str, ...] = field(metadata=_doc("e.g. [python, pretrain_gpt.py]"))
     launcher: Launcher = field(default_factory=Launcher)
@@ -375,7 +411,26 @@ class Entrypoint:
     profiles: Mapping[str, Profile] = field(default_factory=dict)
     default_profile: str | None = None
     gpus: int | None = field(default=None, metadata=_doc("GPUs the base arguments are meant for"))
+    nodes: int = field(default=1, metadata=_doc("nodes the base arguments' GPUs are spread over"))
     megatron: str | None = field(default=None, metadata=_doc("component holding Megatron-LM (for lint-args)"))
+    at: Location = loc()
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntrypointOverride:
+    """What a variant changes in the entrypoint (``variants.<v>.entrypoint``).
+
+    ``env`` is laid over the stack's ``env`` in this variant's image; ``drop`` removes base arguments
+    by option name; ``args`` replace (same option) or add base arguments, as a profile's do; ``gpus``,
+    ``nodes`` and ``default_profile`` replace the entrypoint's. Profiles are laid over the result.
+    """
+
+    env: Mapping[str, str] = field(default_factory=dict, metadata=_doc("runtime environment laid over env"))
+    drop: tuple[str, ...] = field(default=(), metadata=_doc("options removed from the base arguments"))
+    args: tuple[Arg, ...] = field(default=(), metadata=_doc("arguments replaced or added for this variant"))
+    gpus: int | None = field(default=None, metadata=_doc("replaces entrypoint.gpus"))
+    nodes: int | None = field(default=None, metadata=_doc("replaces entrypoint.nodes"))
+    default_profile: str | None = field(default=None, metadata=_doc("replaces entrypoint.default_profile"))
     at: Location = loc()
 
 
@@ -429,6 +484,8 @@ class Variant:
     contract: BaseContract = field(default_factory=BaseContract, metadata=_doc("merged over base.contract"))
     cudnn: CudnnSpec | None = field(default=None, metadata=_doc("replaces the stack's cudnn"))
     components: Mapping[str, ComponentOverride] = field(default_factory=dict, metadata=_doc("per-component env"))
+    entrypoint: EntrypointOverride = field(default_factory=EntrypointOverride,
+                                           metadata=_doc("the entrypoint's env and arguments for this variant"))
     at: Location = loc()
 
 
@@ -479,6 +536,10 @@ class Manifest:
 
     def cudnn_for(self, variant: Variant) -> CudnnSpec | None:
         return variant.cudnn or self.cudnn
+
+    def env_for(self, variant: Variant) -> dict[str, str]:
+        """The image's runtime environment: ``env`` with the variant's ``entrypoint.env`` laid over it."""
+        return {**self.env, **variant.entrypoint.env}
 
     def component_env(self, component: Component, variant: Variant) -> dict[str, str]:
         env = dict(component.build.env)

@@ -27,6 +27,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion
 
 from buildctl import model, syntax
+from buildctl.entrypoint import BASE_PROFILE, TORCHRUN_OWNED, arg_key
 from buildctl.errors import Location, ManifestError, ManifestErrors, UsageError
 from buildctl.model import (
     NOWHERE,
@@ -44,6 +45,7 @@ from buildctl.model import (
 SHA_RE = syntax.SHA_RE
 SHA256_RE = syntax.SHA256_RE
 NAME_RE = syntax.NAME_RE
+OPTION_RE = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*$")  # an option as entrypoint.drop names it (no '=value')
 PLATFORMS = ("linux/amd64", "linux/arm64")
 MAX_DEPTH = 40
 # YAML aliases let a small file stand for a huge document (a 10,000-item list aliased 10,000 times is
@@ -122,8 +124,13 @@ FIELD_RULES: Mapping[tuple[str, str], FieldRule] = {
     ("Component", "commit"): FieldRule(value=syntax.sha),
     ("Component", "branch"): FieldRule(value=syntax.git_ref),
     ("SitePath", "doc"): FieldRule(value=syntax.prose),
-    ("Launcher", "download"): FieldRule(value=syntax.name),
+    ("Launcher", "wrapper"): FieldRule(value=syntax.name),
+    ("Launcher", "args"): FieldRule(value=syntax.text),
     ("Profile", "description"): FieldRule(value=syntax.prose),
+    ("Profile", "upstream_defect"): FieldRule(value=syntax.prose),
+    ("EntrypointOverride", "env"): FieldRule(value=syntax.text, key=syntax.env_name),
+    ("EntrypointOverride", "drop"): FieldRule(value=syntax.regex(OPTION_RE, "an option such as '--fp8-recipe'")),
+    ("EntrypointOverride", "default_profile"): FieldRule(value=syntax.name),
     ("Entrypoint", "workdir"): FieldRule(value=syntax.abs_path),
     ("Entrypoint", "paths"): FieldRule(key=syntax.env_name),
     ("Entrypoint", "profiles"): FieldRule(key=syntax.name),
@@ -140,7 +147,12 @@ NUMBER_RULES: Mapping[tuple[str, str], tuple[float, float]] = {
     ("ComponentBuild", "memory_per_job_gib"): (0.0, 4096.0),
     ("SmokeSpec", "timeout_s"): (0.0, 86_400.0),
     ("Profile", "gpus"): (0.0, 1_000_000.0),
+    ("Profile", "nodes"): (0.0, 100_000.0),
     ("Entrypoint", "gpus"): (0.0, 1_000_000.0),
+    ("Entrypoint", "nodes"): (0.0, 100_000.0),
+    ("EntrypointOverride", "gpus"): (0.0, 1_000_000.0),
+    ("EntrypointOverride", "nodes"): (0.0, 100_000.0),
+    ("Launcher", "master_port"): (0.0, 65535.0),
     ("PullRequest", "number"): (0.0, float(PR_NUMBER_MAX)),
     ("Change", "pr"): (0.0, float(PR_NUMBER_MAX)),
 }
@@ -668,16 +680,11 @@ def _semantic(m: Manifest, ld: _Loader, base_dir: Path) -> None:
 
     e = m.entrypoint
     if e is not None:
-        if e.launcher.kind == "bindpcie" and (not e.launcher.download or e.launcher.download not in download_names):
-            err(at(e.launcher, "download" if e.launcher.download else "kind"),
-                "launcher bindpcie needs launcher.download naming a download that provides it",
-                fix=_Loader._closest(e.launcher.download or "", download_names))
-        if e.default_profile and e.default_profile not in e.profiles:
-            err(at(e, "default_profile"), f"default_profile {e.default_profile!r} is not in profiles",
-                fix=_Loader._closest(e.default_profile, e.profiles))
-        if e.megatron and e.megatron not in component_names:
-            err(at(e, "megatron"), f"entrypoint.megatron {e.megatron!r} is not a component",
-                fix=_Loader._closest(e.megatron, component_names))
+        _check_entrypoint(m, e, err, at, download_names, component_names)
+    else:
+        for v in m.variants:
+            if v.entrypoint != model.EntrypointOverride():
+                err(at(v, "entrypoint"), f"variant {v.name} overrides the entrypoint, but the stack has none")
 
     for kind in m.repro.levels:
         if kind not in ("base", "system", "cudnn", "python", "assemble", "entrypoint", "compile"):
@@ -686,6 +693,57 @@ def _semantic(m: Manifest, ld: _Loader, base_dir: Path) -> None:
     for replaced in m.protect.replace:
         if not any(fnmatch.fnmatch(replaced, pat) for pat in m.protect.packages):
             err(at(m.protect, "replace"), f"protect.replace names {replaced!r}, which no protect.packages pattern covers")
+
+
+def _check_topology(err: Any, at: Location, what: str, gpus: int | None, nodes: int) -> None:
+    if gpus is not None and gpus % nodes:
+        err(at, f"{what}: {gpus} GPUs do not spread evenly over {nodes} nodes",
+            fix="give a GPU count that is nodes x GPUs per node")
+
+
+def _check_entrypoint(m: Manifest, e: model.Entrypoint, err: Any, at: Any, download_names: set[str],
+                      component_names: set[str]) -> None:
+    """The launch fields across each other: launcher, profiles' GPUs and nodes, the variants' overrides."""
+    launcher = e.launcher
+    if launcher.wrapper is not None and launcher.wrapper not in download_names:
+        err(at(launcher, "wrapper"), f"launcher.wrapper {launcher.wrapper!r} is not a download",
+            fix=_Loader._closest(launcher.wrapper, download_names) or "name the download that provides it")
+    if launcher.args and launcher.kind != "torchrun":
+        err(at(launcher, "args"), f"launcher.args are torchrun options; a {launcher.kind} launcher takes none",
+            fix="the host's srun gets its own options" if launcher.kind == "srun" else "remove them")
+    for word in launcher.args:
+        if arg_key(word) in TORCHRUN_OWNED:
+            err(at(launcher, "args"), f"launcher.args: {word} comes from the profile (gpus, nodes) or the "
+                "environment (NODE_RANK, MASTER_ADDR, MASTER_PORT)",
+                fix="remove it; set launcher.master_port for the default port")
+    if launcher.kind != "none" and e.gpus is None and not e.profiles:
+        err(at(e, "launcher"), f"a {launcher.kind} launcher needs entrypoint.gpus (or profiles) to know how many "
+            "ranks to start")
+    _check_topology(err, at(e, "nodes"), "entrypoint", e.gpus, e.nodes)
+    if e.default_profile and e.default_profile not in e.profiles:
+        err(at(e, "default_profile"), f"default_profile {e.default_profile!r} is not in profiles",
+            fix=_Loader._closest(e.default_profile, e.profiles))
+    if e.megatron and e.megatron not in component_names:
+        err(at(e, "megatron"), f"entrypoint.megatron {e.megatron!r} is not a component",
+            fix=_Loader._closest(e.megatron, component_names))
+    for name, p in e.profiles.items():
+        if name == BASE_PROFILE:
+            err(p.at, f"invalid profile name {name!r}",
+                fix=f"{BASE_PROFILE!r} names the arguments without a profile at run time; choose another name")
+        _check_topology(err, at(p, "nodes"), f"profile {name}", p.gpus, p.nodes)
+    base_options = {arg_key(a.flag) for a in e.args}
+    for v in m.variants:
+        o = v.entrypoint
+        for option in o.drop:
+            if option not in base_options:
+                err(at(o, "drop"), f"variant {v.name}: entrypoint.drop: {option} is not in entrypoint.args",
+                    fix=_Loader._closest(option, base_options))
+        if o.default_profile is not None and o.default_profile != BASE_PROFILE and o.default_profile not in e.profiles:
+            err(at(o, "default_profile"), f"variant {v.name}: default_profile {o.default_profile!r} is not in profiles",
+                fix=_Loader._closest(o.default_profile, e.profiles))
+        if o.gpus is not None or o.nodes is not None:
+            _check_topology(err, at(o, "gpus" if o.gpus is not None else "nodes"), f"variant {v.name} entrypoint",
+                            o.gpus if o.gpus is not None else e.gpus, o.nodes if o.nodes is not None else e.nodes)
 
 
 # -------------------------------------------------------------------------------------------- aliases

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from xml.etree import ElementTree as ET
 
-from buildctl.entrypoint import PATH_REF, arg_key, effective_args, select_profile
+from buildctl.entrypoint import PATH_REF, arg_key, effective_args, select_profile, variant_entrypoint
 from buildctl.errors import Location, ManifestError, SmokeFailed, UsageError
 from buildctl.imageview import RunOutcome
 from buildctl.lockfile import VariantLock, canonical, write_atomic
@@ -167,10 +167,10 @@ def _unlocked_why(c: Component) -> str:
             "is known only once `buildctl lock` has prepared it")
 
 
-def _entry_args(manifest: Manifest, profile: str | None) -> list[str]:
-    e = manifest.entrypoint
-    if e is None:
+def _entry_args(manifest: Manifest, variant: Variant, profile: str | None) -> list[str]:
+    if manifest.entrypoint is None:
         return []
+    e = variant_entrypoint(manifest, variant)
     _, prof = select_profile(e, profile)
     defaults = {name: p.default for name, p in e.paths.items()}
     words: list[str] = []
@@ -222,7 +222,7 @@ def expect_for(manifest: Manifest, lock: VariantLock | None, variant: Variant, *
     """
     smoke = manifest.smoke
     where = smoke.at if smoke.at.file != "<none>" else Location(file=manifest.path or manifest.stack)
-    args = _entry_args(manifest, profile)
+    args = _entry_args(manifest, variant, profile)
     checks: dict[str, dict[str, Any]] = {}
 
     def need(check: str, why: str) -> None:

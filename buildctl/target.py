@@ -12,7 +12,7 @@ from pathlib import Path
 
 from buildctl import graph, lockfile, pins, render, smoke
 from buildctl.config import Config
-from buildctl.entrypoint import render_entrypoint_fragment
+from buildctl.entrypoint import render_entrypoint_fragment, select_profile, variant_entrypoint
 from buildctl.errors import UsageError
 from buildctl.graph import Graph
 from buildctl.lock import ImageRef
@@ -35,6 +35,7 @@ class Target:
     repository: str
     base_ref: str  # what to pull the base by (registry mirrors applied, digest once locked)
     refs: dict[str, str]
+    profile: str | None  # the launch script's default profile (None: the manifest's default_profile)
 
 
 def mirror_ref(ref: str, mirrors: dict[str, str] | None) -> str:
@@ -54,8 +55,10 @@ def mirror_ref(ref: str, mirrors: dict[str, str] | None) -> str:
 
 
 def load(project: Path, config: Config, stack: str, variant: str | None, *, registry: str | None = None,
-         local_only: bool = False, skip_smoke: bool = False, lock_override: Lock | None = None) -> Target:
-    """``lock_override``: build from this lock instead of pins/STACK.lock.json (`buildctl repro --relock`)."""
+         local_only: bool = False, skip_smoke: bool = False, lock_override: Lock | None = None,
+         profile: str | None = None) -> Target:
+    """``lock_override``: build from this lock instead of pins/STACK.lock.json (`buildctl repro --relock`);
+    ``profile``: the default profile baked into the launch script (`buildctl build --profile`)."""
     path = pins.find(project / "pins", stack)
     manifest = pins.load(path)
     v = pins.select_variant(manifest, variant)
@@ -66,9 +69,13 @@ def load(project: Path, config: Config, stack: str, variant: str | None, *, regi
     vlock = lock.variants.get(v.name) if lock else None
     stale = lock is not None and lock.manifest_sha256 != pins.manifest_sha256(path)
     templates = render.load_templates(project / "images")
-    expect = smoke.expect_for(manifest, vlock, v)
+    if profile is not None:
+        if manifest.entrypoint is None:
+            raise UsageError(f"--profile {profile}: stack {manifest.stack} has no entrypoint")
+        select_profile(variant_entrypoint(manifest, v), profile)  # an unknown name is a usage error here
+    expect = smoke.expect_for(manifest, vlock, v, profile=profile)
     extras = graph.Extras(
-        entrypoint=render_entrypoint_fragment(manifest, v) if manifest.entrypoint else None,
+        entrypoint=render_entrypoint_fragment(manifest, v, profile) if manifest.entrypoint else None,
         assemble_labels={smoke.EXPECT_LABEL: expect.label_value(), smoke.PYTHON_LABEL: manifest.smoke.python},
         skip_smoke=skip_smoke,
     )
@@ -80,4 +87,4 @@ def load(project: Path, config: Config, stack: str, variant: str | None, *, regi
     base_ref = mirror_ref(base_spec.ref, dict(config.registry_mirrors))
     return Target(manifest=manifest, manifest_path=path, lock=lock, vlock=vlock, lock_stale=stale, variant=v,
                   graph=g, templates=templates, registry=reg, repository=repository, base_ref=base_ref,
-                  refs=refs_for(g, registry=reg, repository=repository, base_ref=base_ref))
+                  refs=refs_for(g, registry=reg, repository=repository, base_ref=base_ref), profile=profile)

@@ -198,6 +198,48 @@ def test_build_every_node_then_nothing(demo: Demo, engine: Engine, registry: str
     assert outcomes(again) == {"entrypoint": "cached"}  # one image looked at: nothing below it
     # and through the CLI
     assert cli.main(["--project", str(demo.root), "-q", "build", "demo", "--skip-smoke"]) == 0
+    # the same build gives what the profiles and the variant override say (one build serves both tests)
+    check_profiles_and_the_variant_override(demo, engine, first)
+
+
+FAKE_TORCHRUN = b"""#!/usr/bin/python3
+import json, os, sys
+print(json.dumps({"args": sys.argv[1:], "domain": os.environ.get("DEMO_DOMAIN_SIZE")}))
+"""
+
+
+def check_profiles_and_the_variant_override(demo: Demo, engine: Engine, first: pipeline.Report) -> None:
+    """The launch script of a built image starts the ranks of the profile chosen at run time (default
+    chosen with `build --profile`); the variant's env is in the image and its arguments in the command."""
+    info = engine.inspect_image(first.final)
+    assert info.env["DEMO_DOMAIN_SIZE"] == "4"  # variants.default.entrypoint.env, laid over env
+    assert info.labels["buildctl.entrypoint.profile"] == "base"
+    fake = {"/usr/local/bin/torchrun": FAKE_TORCHRUN}  # the demo base has no torch: a stand-in that prints argv
+
+    def launch(image: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+        out = engine.run(image, [], env=env, files=fake, timeout=60)
+        assert out.ok, out.stderr
+        return dict(json.loads(out.stdout))
+
+    seen = launch(first.final)
+    assert seen["domain"] == "4"
+    assert seen["args"][:4] == ["--nproc_per_node", "8", "--nnodes", "1"]
+    assert "--heads" not in seen["args"] and seen["args"][-4:] == ["--fp8-format", "e4m3", "--fp8-recipe", "tensorwise"]
+    assert seen["args"][seen["args"].index("--precision") + 1] == "fp8"
+    two = launch(first.final, {"BUILDCTL_PROFILE": "two-nodes", "NODE_RANK": "1", "MASTER_ADDR": "node0"})
+    assert two["args"][:8] == ["--nproc_per_node", "4", "--nnodes", "2", "--node_rank", "1", "--master_addr", "node0"]
+    assert two["args"][two["args"].index("--tensor-parallel") + 1] == "4"
+
+    # `build --profile`: the default baked into the script; only the entrypoint node differs
+    t = target.load(demo.root, demo.config(), "demo", None, skip_smoke=True, profile="tiny")
+    demo.register(t, [engine])
+    assert t.graph.node("assemble").key == demo.target().graph.node("assemble").key
+    assert t.graph.node("entrypoint").key != demo.target().graph.node("entrypoint").key
+    assert cli.main(["--project", str(demo.root), "-q", "build", "demo", "--skip-smoke", "--profile", "tiny"]) == 0
+    tiny = t.refs["entrypoint"]
+    assert engine.inspect_image(tiny).labels["buildctl.entrypoint.profile"] == "tiny"
+    assert launch(tiny)["args"][:4] == ["--nproc_per_node", "1", "--nnodes", "1"]
+    assert launch(tiny, {"BUILDCTL_PROFILE": "base"})["args"][:4] == ["--nproc_per_node", "8", "--nnodes", "1"]
 
 
 def test_one_component_rebuilds_only_its_nodes(demo: Demo, engine: Engine, capsys: pytest.CaptureFixture[str]) -> None:

@@ -56,6 +56,7 @@ def build(engine: Any, demo_base: str, image_cleanup: Any, tmp_path: Path, m: Ma
     lines = [f"FROM {demo_base}"]
     for i, (dest, text) in enumerate((extra or {}).items()):
         (context / f"extra{i}").write_text(text)
+        (context / f"extra{i}").chmod(0o755 if text.startswith("#!") else 0o644)  # COPY keeps the mode
         lines.append(f"COPY extra{i} {dest}")
     (context / "Dockerfile").write_text("\n".join([*lines, *fragment.dockerfile_lines()]) + "\n")
     tag = image_cleanup(f"buildctl-test-entrypoint:{uuid.uuid4().hex[:12]}")
@@ -66,11 +67,14 @@ def build(engine: Any, demo_base: str, image_cleanup: Any, tmp_path: Path, m: Ma
     return tag
 
 
+FAKE_TORCHRUN = "#!/usr/bin/python3\n" + PRINT_ARGS + "\n"
+
+
 def test_demo_image_entrypoint(engine: Any, demo_base: str, image_cleanup: Any, tmp_path: Path) -> None:
     m = pins.load(PROJECT / "pins" / "demo.yaml")
     assert m.entrypoint is not None
-    train = f"{m.entrypoint.workdir}/train.py"
-    tag = build(engine, demo_base, image_cleanup, tmp_path, m, {train: PRINT_ARGS + "\n"})
+    # the demo base has no torch: a stand-in torchrun on PATH prints the argv it was given
+    tag = build(engine, demo_base, image_cleanup, tmp_path, m, {"/usr/local/bin/torchrun": FAKE_TORCHRUN})
 
     helped = engine.run(tag, ["--help"], timeout=60)
     assert helped.exit_code == 0, helped.stderr
@@ -85,8 +89,17 @@ def test_demo_image_entrypoint(engine: Any, demo_base: str, image_cleanup: Any, 
     assert launched.exit_code == 0, launched.stderr
     seen = json.loads(launched.stdout)
     assert seen["cwd"] == m.entrypoint.workdir
-    assert seen["args"] == launch_argv(m, env={"CHECKPOINT_PATH": "/site/ckpt"})[2:]
-    assert seen["args"][-2:] == ["--save", "/site/ckpt"]
+    assert seen["args"] == launch_argv(m, env={"CHECKPOINT_PATH": "/site/ckpt"})[1:]
+    assert seen["args"][:4] == ["--nproc_per_node", "8", "--nnodes", "1"]
+    assert seen["args"][seen["args"].index("--save") + 1] == "/site/ckpt"
+    # the variant's override: --heads dropped, --precision replaced, the fp8 options added
+    assert "--heads" not in seen["args"] and seen["args"][-6:] == [
+        "--save", "/site/ckpt", "--fp8-format", "e4m3", "--fp8-recipe", "tensorwise"]
+
+    two = {"BUILDCTL_PROFILE": "two-nodes", "NODE_RANK": "1", "MASTER_ADDR": "node0"}
+    launched = engine.run(tag, [], env=two, timeout=60)
+    assert launched.exit_code == 0, launched.stderr
+    assert json.loads(launched.stdout)["args"][:6] == ["--nproc_per_node", "4", "--nnodes", "2", "--node_rank", "1"]
 
 
 def test_entrypoint_runs_in_a_real_container(engine: Any, demo_base: str, image_cleanup: Any,

@@ -165,7 +165,8 @@ def test_bert_against_both(trees: dict[str, Path], tables: dict[str, FlagTable])
         assert kinds(shipped) == [("warning", "duplicate", "--weight-decay"),
                                   ("warning", "duplicate", "--clip-grad"),
                                   ("error", "parallel-sizes", "--pipeline-model-parallel-size")], version
-        assert lint(m, m.default_variant, trees[version], "bert-340m-128gpu").ok
+        for profile in ("bert-340m-8gpu", "bert-4b", "bert-20b"):
+            assert lint(m, m.default_variant, trees[version], profile).ok, (version, profile)
     generated = [f for f in command_flags(m) if tables["0.17.0"].flags[f].origin == "dataclass"]
     assert len(generated) == 20 and "--attention-backend" in generated
 

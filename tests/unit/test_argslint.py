@@ -284,10 +284,20 @@ def test_bert_example_as_shipped_is_impossible_on_8_gpus() -> None:
     assert f.check == "parallel-sizes" and f.flag == "--pipeline-model-parallel-size"
     assert "TP 8 x PP 16 x CP 1 = 128" in f.message and "8 GPUs" in f.message
     assert f.at.file.endswith("pins/megatron-bert.yaml") and f.at.line > 0
-    fine = lint(m, m.default_variant, None, "bert-340m-128gpu")
-    assert fine.ok and fine.derived["data_parallel"] == 1
-    for profile in ("bert-4b", "bert-20b"):
+    assert m.entrypoint is not None and m.entrypoint.profiles["bert-340m"].upstream_defect
+    fine = lint(m, m.default_variant, None)  # the default: 340M on one 8-GPU node
+    assert fine.profile == "bert-340m-8gpu" and fine.ok and fine.derived["data_parallel"] == 8
+    for profile in ("bert-4b", "bert-20b", "base"):
         assert lint(m, m.default_variant, None, profile).ok, profile
+    assert lint(m, m.default_variant, None, "bert-20b").gpus == 16
+
+
+def test_deepseek_hopper_fits_hybridep_in_one_node() -> None:
+    m = pins.load(PROJECT / "pins" / "deepseek-v3-gb200.yaml")
+    r = lint(m, m.variant("hopper"), None)
+    assert r.ok, [str(f) for f in r.errors]
+    assert r.args_checked == 127  # --reuse-grad-buf-for-mxfp8-param-ag dropped
+    assert r.gpus == 256 and r.derived["expert_data_parallel"] == 4  # EP 8: the 8 GPUs of one node
 
 
 def test_deepseek_command_is_consistent() -> None:
