@@ -126,10 +126,8 @@ def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None,
         "remove": {"pip": list(m.remove.pip), "paths": list(m.remove.paths)},
         "protect": {"packages": list(m.protect.packages), "replace": list(m.protect.replace)},
         "components": comps,
-        "env": dict(m.env),
-        "entrypoint": None if m.entrypoint is None else {
-            "launcher": m.entrypoint.launcher.kind, "command": list(m.entrypoint.command),
-            "args": len(m.entrypoint.args), "profiles": list(m.entrypoint.profiles)},
+        "env": m.env_for(v),
+        "entrypoint": None if m.entrypoint is None else _entrypoint_info(m, v),
         "smoke": {"required": list(m.smoke.required), "gpu_tier": m.smoke.gpu_tier.value},
     }
 
@@ -166,6 +164,18 @@ def _change_text(ch: dict[str, Any]) -> str:
         if ch["empty"]:
             text += f"\n  {len(ch['empty'])} pick(s) changed nothing (already in the base)"
     return text
+
+
+def _entrypoint_info(m: Manifest, v: Variant) -> dict[str, Any]:
+    from buildctl.entrypoint import default_launch, launches
+
+    assert m.entrypoint is not None
+    choices = launches(m, v)
+    return {"launcher": m.entrypoint.launcher.kind, "command": list(m.entrypoint.command),
+            "args": len(choices[default_launch(m, v)].args), "profiles": list(m.entrypoint.profiles),
+            "default_profile": default_launch(m, v),
+            "launches": {name: {"gpus": c.gpus, "nodes": c.nodes, "upstream_defect": c.defect or None}
+                         for name, c in choices.items()}}
 
 
 def _download(d: Download, platform: str, locked: dict[str, Any]) -> dict[str, Any]:
