@@ -388,10 +388,12 @@ def render_launch_script(manifest: Manifest, variant: Variant, profile: str | No
             " --node_rank \"${NODE_RANK:-0}\" --master_addr \"${MASTER_ADDR:-localhost}\""
             f" --master_port \"${{MASTER_PORT:-{e.launcher.master_port}}}\""
             + (f" {fixed}" if fixed else "") + ' "${launcher_args[@]}")',
-            f"cmd=(\"${{launcher[@]}}\" {program} \"${{args[@]}}\")",
+            "cmd=(",
+            f'  "${{launcher[@]}}" {program} "${{args[@]}}"',
+            ")",
         ])
     else:
-        lines.append(f"cmd=({program} \"${{args[@]}}\")")
+        lines.extend(["cmd=(", f'  {program} "${{args[@]}}"', ")"])
     lines.append("")
 
     usage = [

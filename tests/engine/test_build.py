@@ -224,8 +224,8 @@ def check_profiles_and_the_variant_override(demo: Demo, engine: Engine, first: p
     seen = launch(first.final)
     assert seen["domain"] == "4"
     assert seen["args"][:4] == ["--nproc_per_node", "8", "--nnodes", "1"]
-    assert "--heads" not in seen["args"] and seen["args"][-4:] == ["--fp8-format", "e4m3", "--fp8-recipe", "tensorwise"]
-    assert seen["args"][seen["args"].index("--precision") + 1] == "fp8"
+    assert "--heads" not in seen["args"] and seen["args"][-2:] == ["--seq-length", "1024"]
+    assert seen["args"][seen["args"].index("--precision") + 1] == "fp16"
     two = launch(first.final, {"BUILDCTL_PROFILE": "two-nodes", "NODE_RANK": "1", "MASTER_ADDR": "node0"})
     assert two["args"][:8] == ["--nproc_per_node", "4", "--nnodes", "2", "--node_rank", "1", "--master_addr", "node0"]
     assert two["args"][two["args"].index("--tensor-parallel") + 1] == "4"

@@ -92,9 +92,9 @@ def test_demo_image_entrypoint(engine: Any, demo_base: str, image_cleanup: Any, 
     assert seen["args"] == launch_argv(m, env={"CHECKPOINT_PATH": "/site/ckpt"})[1:]
     assert seen["args"][:4] == ["--nproc_per_node", "8", "--nnodes", "1"]
     assert seen["args"][seen["args"].index("--save") + 1] == "/site/ckpt"
-    # the variant's override: --heads dropped, --precision replaced, the fp8 options added
-    assert "--heads" not in seen["args"] and seen["args"][-6:] == [
-        "--save", "/site/ckpt", "--fp8-format", "e4m3", "--fp8-recipe", "tensorwise"]
+    # the variant's override: --heads dropped, --precision replaced, --seq-length added
+    assert "--heads" not in seen["args"] and seen["args"][-4:] == ["--save", "/site/ckpt", "--seq-length", "1024"]
+    assert seen["args"][seen["args"].index("--precision") + 1] == "fp16"
 
     two = {"BUILDCTL_PROFILE": "two-nodes", "NODE_RANK": "1", "MASTER_ADDR": "node0"}
     launched = engine.run(tag, [], env=two, timeout=60)

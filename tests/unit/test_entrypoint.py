@@ -144,7 +144,9 @@ case "$BUILDCTL_PROFILE" in
 esac
 gpus_per_node=$(( ${gpus:-0} / nodes ))
 
-cmd=(bindpcie python pretrain_gpt.py "${args[@]}")
+cmd=(
+  bindpcie python pretrain_gpt.py "${args[@]}"
+)
 
 _buildctl_help() {
   printf '%s\n' "buildctl-launch: small / cpu / profile ${BUILDCTL_PROFILE} (${gpus:-?} GPUs on $nodes node(s))"

@@ -71,12 +71,12 @@ def test_expect_for_deepseek_hopper_without_lock() -> None:
     c = e.checks
     assert c["cudnn"] == {"version": "9.14.0.64", "package": "libcudnn9-cuda-13"}
     assert c["arch"] == {"archs": ["9.0"], "dists": ["transformer_engine", "deep_ep"]}
-    # the launch's MoE shape, which the GPU tier's 2-rank round trip scales down
+    # the launch's MoE shape, which the GPU tier's 2-rank round trip scales down (the hopper variant's EP 8)
     assert c["hybridep"] == {"megatron": True, "roundtrip": {
-        "hidden_size": 7168, "num_experts": 256, "expert_model_parallel_size": 32, "moe_router_topk": 8,
+        "hidden_size": 7168, "num_experts": 256, "expert_model_parallel_size": 8, "moe_router_topk": 8,
         "moe_hybridep_num_sms": 32, "seq_length": 4096, "micro_batch_size": 1}}
-    # the launch's FP8 recipe, from the baked --fp8-recipe / --fp8-format, checked against the variant's GPUs
-    assert c["fp8"] == {"recipe": "mxfp8", "format": "e4m3", "archs": ["9.0"],
+    # the launch's FP8 recipe, from the baked --fp8-recipe / --fp8-format (the hopper variant's tensorwise)
+    assert c["fp8"] == {"recipe": "tensorwise", "format": "e4m3", "archs": ["9.0"],
                         "source": "the deepseek-v3-gb200 hopper launch"}
     assert c["attention"] == {"use_flash_attn": True}  # no --attention-backend: Megatron's default (auto)
     assert c["megatron-args"]["argv0"] == "pretrain_gpt.py"
