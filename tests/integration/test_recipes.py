@@ -11,8 +11,11 @@ needs a row in README.md's recipe table of the stack ("recipe item -> what build
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,10 +117,17 @@ def _script(g: Graph) -> str:
     return spec.script
 
 
-def _cmd_block(script: str) -> str:
-    """The words of the launch script's ``cmd=( ... )`` array."""
-    m = re.search(r"(?ms)^cmd=\(\n(.*?)^\)", script)
-    return m.group(1) if m else ""
+def _launch_words(script: str) -> list[str]:
+    """The words the launch script runs with its default profile (``--print-command``, run by bash), each
+    site path standing as ``$NAME`` as the recipe writes it."""
+    names = [n for n in re.findall(r"(?m)^([A-Z_][A-Z0-9_]*)=\$\{\1:-", script) if not n.startswith("BUILDCTL_")]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "buildctl-launch"
+        path.write_text(script)
+        done = subprocess.run(["bash", str(path), "--print-command"], capture_output=True, text=True, timeout=30,
+                              env={"PATH": os.environ["PATH"], **{n: f"${n}" for n in names}})
+    assert done.returncode == 0, done.stderr
+    return shlex.split(done.stdout)
 
 
 def _commits(g: Graph) -> list[str]:
@@ -170,7 +180,7 @@ def rendered(r: Rendered, item: Mapping[str, Any], manifest_text: str) -> bool:
         case "launcher" | "command":
             return re.search(rf"(^|[\s/'\"]){re.escape(value)}(\s|'|\"|$)", _script(r.graph), re.M) is not None
         case "launch-arg":
-            words = [re.sub(r"^\$\{([A-Z_]+)\}$", r"$\1", w) for w in shlex.split(_cmd_block(_script(r.graph)))]
+            words = _launch_words(_script(r.graph))
             want = value.split()
             return any(words[i:i + len(want)] == want for i in range(len(words)))
         case "step":

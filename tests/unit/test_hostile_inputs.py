@@ -73,7 +73,7 @@ env:
 entrypoint:
   workdir: /opt/tree
   command: [python, train.py]
-  launcher: {kind: bindpcie, download: launch}
+  launcher: {kind: srun, wrapper: launch}
   args:
     - --lr: "1e-4"
   profiles:
@@ -181,8 +181,8 @@ MANIFEST_CASES: list[tuple[str, tuple[str, str], str, str, str]] = [
      "did you mean 'extra'"),
     ("keyring unknown (points at the key)", ("keyring: key", "keyring: kye"), "14:16", "apt.repos.extra.keyring",
      "did you mean 'key'"),
-    ("launcher download unknown (points at the key)", ("download: launch}", "download: lanch}"), "56:40",
-     "entrypoint.launcher.download", "launcher bindpcie"),
+    ("launcher wrapper unknown (points at the key)", ("wrapper: launch}", "wrapper: lanch}"), "56:35",
+     "entrypoint.launcher.wrapper", "launcher.wrapper 'lanch' is not a download"),
     ("sha256 neither hex nor compute", ('/x.gpg", sha256: compute}', '/x.gpg", sha256: COMPUTE}'), "22:59",
      "downloads.key.urls.any.sha256", "64 lower-case hex digits"),
     ("mode not octal", ('mode: "0755"', 'mode: "0799"'), "25:11", "downloads.launch.mode", "octal mode"),

@@ -78,24 +78,24 @@ def test_a_variant_overrides_env_arguments_and_topology() -> None:
 
 @pytest.mark.parametrize(("edit", "message", "line"), [
     (("gpus: 32, nodes: 4", "gpus: 30, nodes: 4"), "profile wide: 30 GPUs do not spread evenly over 4 nodes", 30),
-    (("gpus: 32, nodes: 4", "gpus: 32, nodes: 0"), "profile wide: nodes must be at least 1", 30),
+    (("gpus: 32, nodes: 4", "gpus: 32, nodes: 0"), "entrypoint.profiles.wide.nodes: must be more than 0", 30),
     (("    wide:", "    base:"), "invalid profile name 'base'", 30),
-    (("    wide:", "    Wide$:"), "invalid profile name 'Wide$'", 30),
+    (("    wide:", "    Wide$:"), "the key 'Wide$' is not a name", 30),
     (("{kind: torchrun, master_port: 7000}", "{kind: torchrun, args: [--nnodes=2]}"),
      "launcher.args: --nnodes=2 comes from the profile", 24),
     (("{kind: torchrun, master_port: 7000}", "{kind: srun, args: [--x]}"),
      "launcher.args are torchrun options; a srun launcher takes none", 24),
     (("{kind: torchrun, master_port: 7000}", "{kind: torchrun, master_port: 70000}"),
-     "launcher.master_port 70000 is not a TCP port", 24),
+     "launcher.master_port: must be more than 0 and at most 65535, got 70000", 24),
     (("{kind: torchrun, master_port: 7000}", "{kind: none, wrapper: wrapp}"),
      "launcher.wrapper 'wrapp' is not a download", 24),
     (("{kind: torchrun, master_port: 7000}", "{kind: torchrun, kind2: x}"), "unknown key 'kind2'", 24),
-    (("drop: [--bare]", "drop: [--bar]"), "variant first: entrypoint.drop: --bar is not in entrypoint.args", 9),
-    (("drop: [--bare]", "drop: ['--bare; rm -rf /']"), "is not an option such as '--fp8-recipe'", 9),
-    (('env: {DOMAIN: "8"}', 'env: {"DO MAIN": "8"}'), "entrypoint.env: 'DO MAIN' is not a valid environment", 9),
-    (("      gpus: 16\n", "      gpus: 15\n"), "variant first entrypoint: 15 GPUs do not spread evenly over 2", 9),
+    (("drop: [--bare]", "drop: [--bar]"), "variant first: entrypoint.drop: --bar is not in entrypoint.args", 10),
+    (("drop: [--bare]", "drop: ['--bare; rm -rf /']"), "is not an option such as '--fp8-recipe'", 10),
+    (('env: {DOMAIN: "8"}', 'env: {"DO MAIN": "8"}'), "the key 'DO MAIN' is not an environment variable name", 9),
+    (("      gpus: 16\n", "      gpus: 15\n"), "variant first entrypoint: 15 GPUs do not spread evenly over 2", 12),
     (("      nodes: 2\n", "      nodes: 2\n      default_profile: narrow\n"),
-     "variant first: default_profile 'narrow' is not in profiles", 9),
+     "variant first: default_profile 'narrow' is not in profiles", 14),
 ])
 def test_bad_launch_fields_name_file_line_and_key(edit: tuple[str, str], message: str, line: int) -> None:
     assert edit[0] in BASE
