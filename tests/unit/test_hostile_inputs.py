@@ -311,7 +311,7 @@ def test_the_table_holds_at_least_forty_hostile_inputs() -> None:
 
 
 SEMANTIC = ["cudnn repo unknown (points at the key)", "keyring unknown (points at the key)",
-            "launcher download unknown (points at the key)", "PR number in a mapping", "sha256 neither hex nor compute",
+            "launcher wrapper unknown (points at the key)", "PR number in a mapping", "sha256 neither hex nor compute",
             "mode not octal", "install.path ..", "branch an option"]
 
 
