@@ -480,6 +480,9 @@ class Variant:
     platform: Platform
     cuda: str = field(metadata=_doc("CUDA major version, e.g. '13'"))
     gpu_archs: tuple[str, ...] = field(default=(), metadata=_doc("compute capabilities, e.g. ['10.0']"))
+    nvlink_domain: int | None = field(default=None, metadata=_doc(
+        "GPUs one NVLink domain joins on the target machine: 72 for GB200 NVL72, 8 for an HGX H100/H200 node "
+        "(lint-args holds HybridEP's NVLINK_DOMAIN_SIZE to it)"))
     python: str = field(default="3.12", metadata=_doc("major.minor of the base's python"))
     contract: BaseContract = field(default_factory=BaseContract, metadata=_doc("merged over base.contract"))
     cudnn: CudnnSpec | None = field(default=None, metadata=_doc("replaces the stack's cudnn"))

@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from xml.etree import ElementTree as ET
 
-from buildctl.entrypoint import PATH_REF, arg_key, effective_args, select_profile, variant_entrypoint
+from buildctl.entrypoint import (
+    PATH_REF,
+    arg_key,
+    effective_args,
+    launches,
+    select_profile,
+    variant_entrypoint,
+)
 from buildctl.errors import Location, ManifestError, SmokeFailed, UsageError
 from buildctl.imageview import RunOutcome
 from buildctl.lockfile import VariantLock, canonical, write_atomic
@@ -179,6 +186,24 @@ def _entry_args(manifest: Manifest, variant: Variant, profile: str | None) -> li
     return words
 
 
+def megatron_profiles(manifest: Manifest, variant: Variant) -> list[dict[str, Any]]:
+    """Every launch of the variant's script (each profile, and ``base`` where it declares its GPUs) as the
+    megatron-args check validates it: the argument words, the world size and GPUs per node torchrun gives."""
+    out: list[dict[str, Any]] = []
+    if manifest.entrypoint is None:
+        return out
+    defaults = {name: p.default for name, p in manifest.entrypoint.paths.items()}
+    for name, launch in launches(manifest, variant).items():
+        if launch.gpus is None:
+            continue
+        words: list[str] = []
+        for a in launch.args:
+            words.extend(PATH_REF.sub(lambda m: defaults.get(m.group(1), m.group(0)), w) for w in a.argv())
+        out.append({"name": name, "args": words, "world_size": launch.gpus,
+                    "gpus_per_node": launch.gpus_per_node, "upstream_defect": launch.defect})
+    return out
+
+
 def _flag_value(args: Sequence[str], flag: str) -> str | None:
     for i, a in enumerate(args):
         if a.startswith(flag + "="):
@@ -289,7 +314,9 @@ def expect_for(manifest: Manifest, lock: VariantLock | None, variant: Variant, *
     megatron = manifest.entrypoint.megatron if manifest.entrypoint else None
     if megatron is not None and manifest.entrypoint is not None:
         script = next((w for w in manifest.entrypoint.command if w.endswith(".py")), manifest.entrypoint.command[-1])
-        checks["megatron-args"] = {"argv0": os.path.basename(script), "args": args}
+        checks["megatron-args"] = {"argv0": os.path.basename(script), "args": args,
+                                   "profiles": megatron_profiles(manifest, variant),
+                                   "gpu_archs": list(variant.gpu_archs)}
     else:
         need("megatron-args", "entrypoint.megatron names no Megatron-LM component")
     trees = tuple(c.install.path for c in manifest.components

@@ -765,6 +765,104 @@ def probe_megatron_args(args: Mapping[str, Any]) -> dict[str, Any]:
             "attention_backend": str(values.get("attention_backend")) if "attention_backend" in values else None}
 
 
+class _AnsweredProps:
+    """What ``torch.cuda.get_device_properties`` answers on a build host: the variant's compute capability."""
+
+    def __init__(self, major: int, minor: int) -> None:
+        self.major, self.minor = major, minor
+        self.name = f"(no GPU: answered from the variant's gpu_archs, {major}.{minor})"
+        self.multi_processor_count = 132
+        self.total_memory = 80 * 2**30
+
+
+def probe_megatron_validate(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The pinned Megatron-LM's parse_args, validate_args and the TransformerConfig it builds from them,
+    with the environment torchrun gives rank 0 of a world of ``world_size`` (``gpus_per_node`` per node).
+
+    ``answer_capability`` [major, minor]: on a host without a GPU, torch.cuda's device queries that
+    validate_args makes (effebd81: get_device_capability under --moe-grouped-gemm, get_device_properties
+    for the architecture) are answered with it, and every answer given is listed in ``answered``.
+    """
+    module = str(args.get("module", "megatron.training.arguments"))
+    argv = [str(args.get("argv0", "pretrain_gpt.py")), *(str(a) for a in args["args"])]
+    world = int(args.get("world_size", 1))
+    per_node = int(args.get("gpus_per_node", world) or world)
+    saved_env = dict(os.environ)
+    os.environ.update(RANK="0", LOCAL_RANK="0", GROUP_RANK="0", WORLD_SIZE=str(world),
+                      LOCAL_WORLD_SIZE=str(per_node), MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    try:
+        return _megatron_validate(args, module, argv, world)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def _megatron_validate(args: Mapping[str, Any], module: str, argv: list[str], world: int) -> dict[str, Any]:
+    try:
+        mod = importlib.import_module(module)
+        parse: Callable[..., Any] = mod.parse_args
+        validate: Callable[..., Any] = mod.validate_args
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc, stage=f"import {module}")
+    answered: list[str] = []
+    restore: list[tuple[Any, str, Any]] = []
+    cap = args.get("answer_capability")
+    if cap:
+        major, minor = int(cap[0]), int(cap[1])
+        try:
+            import torch  # type: ignore[import-not-found]
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return failure(exc, stage="import torch")
+
+        def capability(device: Any = None) -> tuple[int, int]:
+            answered.append(f"torch.cuda.get_device_capability() -> ({major}, {minor})")
+            return (major, minor)
+
+        def properties(device: Any = None) -> _AnsweredProps:
+            answered.append(f"torch.cuda.get_device_properties() -> major {major}, minor {minor}")
+            return _AnsweredProps(major, minor)
+
+        for name, fn in (("get_device_capability", capability), ("get_device_properties", properties)):
+            restore.append((torch.cuda, name, getattr(torch.cuda, name, None)))
+            setattr(torch.cuda, name, fn)
+    saved = sys.argv
+    err = io.StringIO()
+    sys.argv = argv
+    stage = "parse"
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            ns = parse()
+            stage = "validate"
+            validate(ns)
+            stage = "config"
+            build_config = getattr(mod, "core_transformer_config_from_args", None)
+            if build_config is not None:
+                build_config(ns)
+    except SystemExit as exc:
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        message = next((ln for ln in reversed(lines) if ": error:" in ln), lines[-1] if lines else "")
+        return {"ok": False, "stage": stage, "argparse_error": message, "exit_code": exc.code,
+                "answered": answered, "world_size": world}
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return failure(exc, stage=stage, answered=answered, world_size=world)
+    finally:
+        sys.argv = saved
+        for obj, name, old in restore:
+            setattr(obj, name, old)
+    values = vars(ns) if hasattr(ns, "__dict__") else {}
+    derived = {k: values.get(k) for k in ("data_parallel_size", "virtual_pipeline_model_parallel_size",
+                                          "transformer_pipeline_model_parallel_size") if k in values}
+    return {"ok": True, "stage": "config" if "core_transformer_config_from_args" in dir(mod) else "validate",
+            "answered": answered, "world_size": world, "derived": {k: v for k, v in derived.items()
+                                                                   if isinstance(v, int | None)}}
+
+
 def probe_pip_check(args: Mapping[str, Any]) -> dict[str, Any]:
     """``python -m pip check`` of this interpreter, and the base's run recorded in the image (``baseline``)."""
     import subprocess
@@ -786,6 +884,7 @@ def probe_pip_check(args: Mapping[str, Any]) -> dict[str, Any]:
 PROBES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "distributions": probe_distributions,
     "pip_check": probe_pip_check,
+    "megatron_validate": probe_megatron_validate,
     "import": probe_import,
     "module_dist": probe_module_dist,
     "locate": probe_locate,

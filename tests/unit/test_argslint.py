@@ -271,7 +271,8 @@ def test_report_json_is_complete(megatron: Path) -> None:
     assert data["findings"][0] == {
         "severity": "error", "check": "unknown-flag", "flag": "--hiden-size",
         "message": "Megatron-LM (version unknown) has no such flag", "suggestion": "did you mean --hidden-size?",
-        "file": "pins/t.yaml", "line": 12, "column": 7, "key": "entrypoint.args[0]"}
+        "file": "pins/t.yaml", "line": 12, "column": 7, "key": "entrypoint.args[0]",
+        "rule": "unknown-flag", "value": "", "source": "", "fix": "did you mean --hidden-size?"}
 
 
 # ------------------------------------------------------------------------------- consistency
@@ -280,7 +281,8 @@ def test_report_json_is_complete(megatron: Path) -> None:
 def test_bert_example_as_shipped_is_impossible_on_8_gpus() -> None:
     m = pins.load(PROJECT / "pins" / "megatron-bert.yaml")
     r = lint(m, m.default_variant, None, "bert-340m")
-    (f,) = r.errors
+    f, layers = r.errors  # the world size, and 24 layers over PP 16 (test_argslint_rules has the detail)
+    assert layers.check == "layers-pp"
     assert f.check == "parallel-sizes" and f.flag == "--pipeline-model-parallel-size"
     assert "TP 8 x PP 16 x CP 1 = 128" in f.message and "8 GPUs" in f.message
     assert f.at.file.endswith("pins/megatron-bert.yaml") and f.at.line > 0
@@ -306,8 +308,11 @@ def test_deepseek_command_is_consistent() -> None:
     assert r.ok, [str(f) for f in r.errors]
     assert r.args_checked == 128
     assert dict(r.derived) == {"data_parallel": 32, "expert_data_parallel": 1, "microbatches_per_step": 64,
-                               "pipeline_stages": 32, "virtual_stages_per_rank": 4, "moe_layers": 58}
-    assert [(f.check, f.flag) for f in r.warnings] == [("duplicate", "--enable-experimental")]
+                               "pipeline_stages": 32, "virtual_stages_per_rank": 4, "moe_layers": 58,
+                               "hybridep_dispatch_group": 32, "nvlink_domain_size": 72}
+    # The guide gives --sequence-parallel with TP 1: Megatron turns it off (a warning, as validate_args says).
+    assert [(f.check, f.flag) for f in r.warnings] == [("duplicate", "--enable-experimental"),
+                                                       ("sequence-parallel", "--sequence-parallel")]
 
 
 def test_parse_layout() -> None:
