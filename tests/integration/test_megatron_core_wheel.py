@@ -110,7 +110,8 @@ def test_deepseek_against_0_17_0(trees: dict[str, Path], tables: dict[str, FlagT
     r = lint(m, m.default_variant, trees["0.17.0"])
     assert r.ran and r.megatron_version == "0.17.0" and r.args_checked == 128
     assert kinds(r) == [("warning", "deprecated", "--use-mcore-models"),
-                        ("warning", "duplicate", "--enable-experimental")], [str(f) for f in r.findings]
+                        ("warning", "duplicate", "--enable-experimental"),
+                        ("warning", "sequence-parallel", "--sequence-parallel")], [str(f) for f in r.findings]
     t = tables["0.17.0"]
     flags = command_flags(m)
     assert len(flags) == 127 and all(f in t.flags for f in flags)
@@ -151,7 +152,8 @@ def test_deepseek_against_0_19_2_reports_the_renames(trees: dict[str, Path]) -> 
     assert kinds(r) == [("warning", "deprecated", "--use-mcore-models"),
                         ("warning", "deprecated", "--cuda-graph-scope"),
                         ("warning", "deprecated", "--moe-hybridep-num-sms"),
-                        ("warning", "duplicate", "--enable-experimental")]
+                        ("warning", "duplicate", "--enable-experimental"),
+                        ("warning", "sequence-parallel", "--sequence-parallel")]
     fixes = {f.flag: f.suggestion for f in r.findings}
     assert fixes["--cuda-graph-scope"] == "use --cuda-graph-modules instead"
     assert fixes["--moe-hybridep-num-sms"] == "use --moe-flex-dispatcher-num-sms instead"
@@ -164,7 +166,8 @@ def test_bert_against_both(trees: dict[str, Path], tables: dict[str, FlagTable])
         shipped = lint(m, m.default_variant, trees[version], "bert-340m")
         assert kinds(shipped) == [("warning", "duplicate", "--weight-decay"),
                                   ("warning", "duplicate", "--clip-grad"),
-                                  ("error", "parallel-sizes", "--pipeline-model-parallel-size")], version
+                                  ("error", "parallel-sizes", "--pipeline-model-parallel-size"),
+                                  ("error", "layers-pp", "--pipeline-model-parallel-size")], version
         for profile in ("bert-340m-8gpu", "bert-4b", "bert-20b"):
             assert lint(m, m.default_variant, trees[version], profile).ok, (version, profile)
     generated = [f for f in command_flags(m) if tables["0.17.0"].flags[f].origin == "dataclass"]
@@ -193,7 +196,7 @@ def test_cli_lint_args_against_the_wheel(trees: dict[str, Path], capsys: pytest.
     base = ["--project", str(PROJECT), "lint-args"]
     assert cli.main([*base, "deepseek-v3-gb200", "--megatron-src", str(trees["0.17.0"])]) == 0
     out = capsys.readouterr().out
-    assert "128 arguments checked against Megatron-LM 0.17.0" in out and "0 error(s), 2 warning(s)" in out
+    assert "128 arguments checked against Megatron-LM 0.17.0" in out and "0 error(s), 3 warning(s)" in out
     # the example as shipped: TP 8 x PP 16 on 8 GPUs; the manifest's default profile gives it its 128 GPUs
     assert cli.main([*base, "megatron-bert", "--megatron-src", str(trees["0.17.0"])]) == 0
     capsys.readouterr()
