@@ -44,7 +44,15 @@ class BomEngine(Protocol):
 # distribution of a name on sys.path is the one Python imports; later ones are listed as shadowed.
 BOM_SCRIPT = r"""
 import json, subprocess, sys
-out = {"python": "%d.%d.%d" % tuple(sys.version_info[:3]), "pip": {}, "shadowed": {}, "deb": None, "errors": {}}
+out = {"python": "%d.%d.%d" % tuple(sys.version_info[:3]), "pip": {}, "shadowed": {}, "deb": None, "errors": {},
+       "deb_arch": {}, "os": {}}
+try:
+    for line in open("/etc/os-release", encoding="utf-8", errors="replace"):
+        k, sep, v = line.strip().partition("=")
+        if sep and k in ("ID", "VERSION_ID", "VERSION_CODENAME"):
+            out["os"][k] = v.strip().strip('"')
+except OSError:
+    pass
 try:
     from importlib import metadata
     for d in metadata.distributions():
@@ -65,6 +73,7 @@ try:
         parts = line.split("\t")
         if len(parts) == 4 and parts[0].startswith("ii"):
             out["deb"][parts[1]] = parts[2]
+            out["deb_arch"][parts[1]] = parts[3]
 except Exception as e:
     out["errors"]["deb"] = "%s: %s" % (type(e).__name__, e)
 print(json.dumps(out))
@@ -85,6 +94,10 @@ class Bom:
     env: Mapping[str, str]
     shadowed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)  # what could not be read, and why
+    # For the standard formats (sbom.py) only; not in buildctl's own output (to_json, render_bom):
+    repo_digests: tuple[str, ...] = ()  # name@sha256:... of the registry manifests the engine knows
+    deb_arch: Mapping[str, str] = field(default_factory=dict)  # package -> dpkg architecture
+    os_release: Mapping[str, str] = field(default_factory=dict)  # ID, VERSION_ID, VERSION_CODENAME
 
     @property
     def stack(self) -> str | None:
@@ -127,6 +140,8 @@ def from_image(info: ImageView, image: str, result: RunOutcome) -> Bom:
         base={k: labels[lbl] for k, lbl in (("name", BASE_NAME_LABEL), ("digest", BASE_DIGEST_LABEL)) if lbl in labels},
         labels=labels, env=dict(info.env),
         shadowed={k: tuple(v) for k, v in (data.get("shadowed") or {}).items()}, errors=errors,
+        repo_digests=tuple(info.repo_digests), deb_arch=dict(data.get("deb_arch") or {}),
+        os_release=dict(data.get("os") or {}),
     )
 
 

@@ -1,18 +1,23 @@
-"""`buildctl verify`, `buildctl push`, `buildctl bom` and `buildctl diff`: thin handlers over
-verify.py, push.py and bom.py (which hold the logic and are tested on their own)."""
+"""`buildctl verify`, `buildctl push`, `buildctl bom`, `buildctl provenance` and `buildctl diff`: thin
+handlers over verify.py, push.py, bom.py, sbom.py, provenance.py and attest.py (which hold the logic and
+are tested on their own)."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl import bom, credentials, graph, lockfile, pins, push, target, verify
+from buildctl import attest, bom, credentials, graph, lockfile, pins, provenance, push, target, verify
 from buildctl.cmd_build import make_engine
-from buildctl.errors import ManifestErrors, PushError, SmokeFailed, UsageError, VerifyFailed
+from buildctl.errors import BuildctlError, ManifestErrors, PushError, SmokeFailed, UsageError, VerifyFailed
+from buildctl.lock import ImageRef
+from buildctl.lockfile import VariantLock
 from buildctl.model import Manifest
+from buildctl.registry import RegistryClient
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
@@ -37,10 +42,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("--json", action="store_true", help="machine-readable result")
     v.set_defaults(func=cmd_verify)
 
-    b = sub.add_parser("bom", help="bill of materials of an image: Python and Debian packages, component SHAs, base")
+    b = sub.add_parser("bom", help="bill of materials of an image: Python and Debian packages, component SHAs, base",
+                       description="The bill of materials of an image, read from the image (a throw-away container "
+                                   "lists Python distributions and Debian packages) and its labels. Default: "
+                                   "buildctl's own text (--json: its own schema). --format cyclonedx: CycloneDX 1.6 "
+                                   "JSON (validated against the schema), with purls, the base image by digest and "
+                                   "each git component with its commits (from the project's lock, when it is the one "
+                                   "the image was built from).")
     b.add_argument("image", metavar="IMAGE", help="local image (tag or id), or a registry reference to pull")
-    b.add_argument("--json", action="store_true", help="machine-readable result")
+    out = b.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="machine-readable result (buildctl's own schema)")
+    out.add_argument("--format", choices=("cyclonedx",), help="a standard format: cyclonedx (CycloneDX 1.6 JSON)")
     b.set_defaults(func=cmd_bom)
+
+    pv = sub.add_parser("provenance", help="SLSA provenance of an image: an in-toto statement naming every locked input",
+                        description="Print (or write) an in-toto Statement v1 with a SLSA Provenance v1 predicate for "
+                                    "IMAGE: its subject is the image's registry manifest digest, its "
+                                    "resolvedDependencies every input the lock pins (base digest, git commits, PR "
+                                    "heads and prepared commits, patches, downloads, pip files, apt versions). The lock "
+                                    "is the project's, checked against the image's lock-hash label. `buildctl push "
+                                    "--attest provenance` attaches it beside the image in the registry.")
+    pv.add_argument("image", metavar="IMAGE", help="a pushed image (tag, id or registry reference)")
+    pv.add_argument("--out", type=Path, metavar="FILE", help="write the statement to FILE (atomically) instead of stdout")
+    pv.set_defaults(func=cmd_provenance)
 
     d = sub.add_parser("diff", help="what changed between two images, mapped back to manifest entries")
     d.add_argument("a", metavar="IMAGE_A")
@@ -60,6 +84,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--registry", help="registry to push to (default: config `registry`, then the manifest's push.registry)")
     p.add_argument("--promote", action="store_true",
                    help="then move `latest` to the final image, only if its smoke suite passed")
+    p.add_argument("--attest", action="append", choices=("provenance",), default=[], metavar="KIND",
+                   help="attach evidence beside the final image, as an OCI 1.1 artifact whose subject is its manifest "
+                        "digest (listed under the referrers tag sha256-<hex> where the registry has no referrers "
+                        "API): provenance (the in-toto statement of `buildctl provenance`)")
     p.add_argument("--json", action="store_true", help="machine-readable result")
     p.set_defaults(func=cmd_push)
 
@@ -95,10 +123,33 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_bom(args: argparse.Namespace, ctx: Context) -> int:
     with _engine(ctx) as engine:
         result = bom.collect(engine, args.image)
-    if args.json:
+    if args.format == "cyclonedx":
+        from buildctl import sbom  # its schema validator takes seconds to import: only when asked for
+
+        try:
+            vlock: VariantLock | None = provenance.lock_for_image(ctx.pins_dir, result.labels, args.image).vlock
+        except BuildctlError as exc:
+            vlock = None
+            if result.components:
+                ctx.ui.warn(f"components are listed by their prepared commit only: {exc.what}")
+        ctx.ui.document(sbom.cyclonedx(result, vlock))
+    elif args.json:
         ctx.ui.json(result.to_json())
     else:
         ctx.ui.print(bom.render_bom(result).rstrip("\n"))
+    return 0
+
+
+def cmd_provenance(args: argparse.Namespace, ctx: Context) -> int:
+    with _engine(ctx) as engine:
+        stmt = provenance.for_image(engine, ctx.pins_dir, args.image, ctx.project)
+    text = provenance.to_text(stmt)
+    if args.out is not None:
+        lockfile.write_atomic(args.out, text)
+        ctx.ui.info(f"wrote {args.out}: {len(stmt['predicate']['buildDefinition']['resolvedDependencies'])} "
+                    f"resolved dependencies for {stmt['subject'][0]['name']}@sha256:{stmt['subject'][0]['digest']['sha256']}")
+    else:
+        ctx.ui.document(text)
     return 0
 
 
@@ -130,11 +181,35 @@ def cmd_diff(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+def _attacher(ctx: Context, engine: Engine, registry: str, redact: credentials.Redactor, source: str | None,
+              kinds: Sequence[str]) -> Callable[[push.Pushed], list[attest.Attached]]:
+    """What attaches the ``kinds`` of evidence to the final image once it is pushed (push.run calls it)."""
+
+    def attach(pushed: push.Pushed) -> list[attest.Attached]:
+        if source is None:
+            raise PushError(f"cannot attach evidence to {pushed.target}: the image is not in this engine",
+                            why="its labels name the lock it was built from", fix="build it here, then push")
+        info = engine.inspect_image(source)
+        client = RegistryClient(registry, login=credentials.registry_login(os.environ, registry),
+                                ca_bundle=ctx.config.ca_bundle, timeout=ctx.config.network_timeout, redact=redact)
+        out = []
+        for kind in kinds:
+            if kind != "provenance":
+                raise UsageError(f"no evidence of kind {kind!r}")
+            found = provenance.lock_for_image(ctx.pins_dir, info.labels, source)
+            stmt = provenance.statement(subject_name=ImageRef.parse(pushed.target).name(), subject_digest=pushed.digest,
+                                        found=found, labels=info.labels, image_id=info.id, project=ctx.project)
+            out.append(attest.attach(client, pushed.target, pushed.digest, attest.provenance_evidence(stmt)))
+        return out
+
+    return attach
+
+
 def publish(ctx: Context, t: target.Target, *, registry_arg: str | None, moving: Sequence[str], promote: bool,
-            extra_tags: Sequence[str] = ()) -> tuple[target.Target, push.PushReport]:
+            extra_tags: Sequence[str] = (), attest_kinds: Sequence[str] = ()) -> tuple[target.Target, push.PushReport]:
     """Push a built variant: nodes by content tag, the final image by its public tag and ``extra_tags``
-    (immutable), then, with ``promote``, the ``moving`` tags (only past a passed smoke gate).
-    Shared by `buildctl push` and `buildctl nightly`."""
+    (immutable), then the evidence ``attest_kinds`` beside the final image, then, with ``promote``, the
+    ``moving`` tags (only past a passed smoke gate). Shared by `buildctl push` and `buildctl nightly`."""
     lockfile.refuse_partial(t.lock, t.variant.name, action="push", lock_file=str(lockfile.lock_path(t.manifest_path)))
     if t.registry is None:
         raise UsageError(f"no registry to push {t.manifest.stack} to",
@@ -174,16 +249,17 @@ def publish(ctx: Context, t: target.Target, *, registry_arg: str | None, moving:
         last = items[-1]
         items += [push.PushItem(source=last.source, target=f"{public}:{tag}", node=last.node, key=last.key)
                   for tag in extra_tags]
+        attach = _attacher(ctx, engine, registry, redact, items[-1].source, attest_kinds) if attest_kinds else None
         report = push.run(engine, items, stack=t.manifest.stack, variant=t.variant.name, registry=registry,
                           promote=promote, reports=ctx.config.cache.reports, redact=redact,
-                          say=ctx.ui.info, log=write_log)
+                          say=ctx.ui.info, log=write_log, attach=attach)
     return t, report
 
 
 def cmd_push(args: argparse.Namespace, ctx: Context) -> int:
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry)
     t, report = publish(ctx, t, registry_arg=args.registry, moving=("latest",) if args.promote else (),
-                        promote=args.promote)
+                        promote=args.promote, attest_kinds=tuple(dict.fromkeys(args.attest)))
     if args.json:
         ctx.ui.json(report.to_json())
     else:

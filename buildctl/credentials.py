@@ -74,6 +74,51 @@ def env_auth(env: Mapping[str, str], registry: str) -> EnvAuth | None:
     return EnvAuth(registry=registry, username=user, password=password)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Login:
+    """A user name and password (or token) for one registry, for clients that speak its HTTP API."""
+
+    username: str
+    password: str
+
+    def __repr__(self) -> str:
+        return f"Login(username={self.username!r}, password={MASK!r})"
+
+
+def _host_key(key: str) -> str:
+    """docker's config keys a registry as ``host``, ``https://host`` or ``https://host/v1/``."""
+    return key.split("://", 1)[-1].split("/", 1)[0]
+
+
+def registry_login(env: Mapping[str, str], registry: str) -> Login | None:
+    """Credentials for ``registry``: BUILDCTL_REGISTRY_AUTH (the registry being pushed to), else the
+    ``auths`` entry of docker's config (``auth`` = base64 of USER:PASSWORD, or username/password).
+    Credential helpers and identity tokens are docker's own business: without a plain entry, None."""
+    auth = env_auth(env, registry)
+    if auth is not None:
+        return Login(username=auth.username, password=auth.password)
+    try:
+        data = json.loads((docker_config_dir(env) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    auths = data.get("auths") if isinstance(data, dict) else None
+    if not isinstance(auths, dict):
+        return None
+    for key, entry in auths.items():
+        if not isinstance(entry, dict) or _host_key(str(key)) != registry:
+            continue
+        if isinstance(entry.get("auth"), str) and entry["auth"]:
+            try:
+                user, sep, password = base64.b64decode(entry["auth"]).decode("utf-8").partition(":")
+            except (binascii.Error, ValueError):
+                continue
+            if sep and user:
+                return Login(username=user, password=password)
+        if isinstance(entry.get("username"), str) and isinstance(entry.get("password"), str):
+            return Login(username=entry["username"], password=entry["password"])
+    return None
+
+
 def docker_config_dir(env: Mapping[str, str]) -> Path:
     if env.get("DOCKER_CONFIG"):
         return Path(env["DOCKER_CONFIG"])

@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from buildctl.attest import Attached
 from buildctl.credentials import Redactor
 from buildctl.errors import BuildctlError, PushError, PushStalled, UnreachableError
 from buildctl.graph import Graph, image_ref
@@ -147,6 +148,7 @@ class PushReport:
     not_attempted: tuple[str, ...] = ()
     promoted: tuple[Promotion, ...] = ()
     not_promoted: tuple[Promotion, ...] = ()
+    attached: tuple[Attached, ...] = ()  # evidence attached beside the final image
 
     @property
     def ok(self) -> bool:
@@ -165,7 +167,8 @@ class PushReport:
                 "pushed": [p.to_json() for p in self.pushed], "failed": [f.to_json() for f in self.failed],
                 "not_attempted": list(self.not_attempted),
                 "promoted": [p.to_json() for p in self.promoted],
-                "not_promoted": [p.to_json() for p in self.not_promoted]}
+                "not_promoted": [p.to_json() for p in self.not_promoted],
+                "attached": [a.to_json() for a in self.attached]}
 
 
 class ReportSink:
@@ -416,13 +419,32 @@ def smoke_state(labels: Mapping[str, str]) -> SmokeState:
 def run(engine: PushEngine, items: Sequence[PushItem], *, stack: str, variant: str, registry: str,
         promote: bool, reports: Path, redact: Redactor, policy: RetryPolicy = RetryPolicy(),
         sleep: Callable[[float], None] = time.sleep, say: Callable[[str], None] = lambda _t: None,
-        log: Callable[[str], None] = lambda _t: None, clock: Callable[[], str] = _utc) -> PushReport:
-    """Push every item, then (with ``promote``) move the moving tags; the report is written as it goes."""
+        log: Callable[[str], None] = lambda _t: None, clock: Callable[[], str] = _utc,
+        attach: Callable[[Pushed], Sequence[Attached]] | None = None) -> PushReport:
+    """Push every item, then (with ``attach``) attach evidence to the last one (the final image, once all
+    were confirmed), then (with ``promote``) move the moving tags; the report is written as it goes.
+    An attachment that fails is a failure of the push: moving tags then stay where they are."""
     started = clock()
     publisher = Publisher(engine, redact=redact, policy=policy, sleep=sleep, say=say, log=log)
     sink = ReportSink(reports, stack, variant, started, redact)
     report = PushReport(stack=stack, variant=variant, registry=registry, started=started)
     report = publisher.push_items(items, report, sink)
+    if attach is not None and report.ok and items:
+        last = next(p for p in report.pushed if p.target == items[-1].target)
+        try:
+            done = tuple(attach(last))
+        except (PushError, UnreachableError) as exc:
+            text = redact(f"{exc.what}: {exc.why}" if exc.why else exc.what)
+            report = replace(report, failed=(*report.failed, Failed(
+                target=last.target, node="attach", kind=classify(text), error=text,
+                fix=redact(exc.fix or "check the registry, then push again"), attempts=1)))
+            publisher.say(f"FAILED    attach to {last.target}: {text}")
+        else:
+            for a in done:
+                publisher.say(f"attached  {a.kind} {a.repository}@{a.artifact} (subject {a.subject}; "
+                              f"referrers tag {a.referrers_tag})")
+            report = replace(report, attached=(*report.attached, *done))
+        sink.write(report)
     if promote:
         smoke = {i.source: smoke_state(engine.inspect_image(i.source).labels) for i in items if i.moving and i.source}
         report = publisher.promote(items, report, smoke, sink)
@@ -445,5 +467,7 @@ def render(report: PushReport) -> str:
     lines += [f"  {'':<{w}}  {t}  not attempted" for t in report.not_attempted]
     lines += [f"  {'moved':<{w}}  {p.target} -> {p.digest}" for p in report.promoted]
     lines += [f"  {'not moved':<{w}}  {p.target}: {p.reason}" for p in report.not_promoted]
+    lines += [f"  {'attached':<{w}}  {a.kind} {a.repository}@{a.artifact} -> {a.subject} (referrers tag "
+              f"{a.referrers_tag})" for a in report.attached]
     lines.append("result: ok" if report.ok else "result: FAILED")
     return "\n".join(lines) + "\n"

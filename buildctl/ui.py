@@ -35,6 +35,11 @@ class UI:
         self.out.file.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
         self.out.file.flush()
 
+    def document(self, text: str) -> None:
+        """A document (JSON of a standard format) exactly as given: no markup, emoji codes or wrapping."""
+        self.out.file.write(text if text.endswith("\n") else text + "\n")
+        self.out.file.flush()
+
     def print(self, text: str = "") -> None:
         self.out.print(text, markup=False)
 

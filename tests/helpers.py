@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import urllib.parse
 import uuid
 from typing import NoReturn
 
@@ -37,3 +39,66 @@ def lchanges(prs: dict[str, str] | None = None, patches: dict[str, str] | None =
     """Locked changes (schema 2) from the old prs/patches mappings: PRs in order, then patches."""
     return (tuple(LockedPr(number=int(n), head=h) for n, h in (prs or {}).items())
             + tuple(LockedPatch(file=f, sha256=s) for f, s in (patches or {}).items()))
+
+
+# -- what a provenance statement must name: every value of a lock entry (tests of provenance.py)
+
+# Informational: not an input of any build (lockfile: excluded from the lock hash as well), or said
+# otherwise (in_base: an annotation; platform: the arch of each apt purl; ref: the base by digest).
+LOCK_NOT_INPUTS = frozenset({"resolved_at", "branch_head", "computed", "in_base", "platform", "ref"})
+# The lock format's own field names; every other key of a mapping is data (a package, a PR number, a file).
+LOCK_FIELDS = frozenset({"base", "digest", "apt", "build_apt", "downloads", "url", "sha256", "pip", "build_pip",
+                         "name", "version", "hashes", "components", "repo", "commit", "prs", "patches",
+                         "submodules", "tree"})
+
+
+def locked_values(data: object, key: str = "") -> list[tuple[str, str]]:
+    """(key, value) of every string in a variant's lock entry, and the data keys of its mappings (package
+    names, PR numbers, patch files), leaving out what is not an input."""
+    out: list[tuple[str, str]] = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if k in LOCK_NOT_INPUTS:
+                continue
+            if k not in LOCK_FIELDS:
+                out.append((key, str(k)))
+            out += locked_values(v, str(k))
+    elif isinstance(data, list):
+        for v in data:
+            out += locked_values(v, key)
+    elif isinstance(data, str) and data:
+        out.append((key, data))
+    return out
+
+
+def _pieces(value: str) -> set[str]:
+    from packageurl import PackageURL
+
+    out = {value, value.rpartition("#")[2], value.rpartition("@")[2]}
+    if value.startswith("git+"):
+        bare = value.removeprefix("git+").partition("#")[0]
+        out |= {bare, bare.rpartition("@")[0] or bare}
+    if value.startswith("pkg:"):
+        purl = PackageURL.from_string(value)
+        out |= {purl.name, purl.version or "", *(str(q) for q in (purl.qualifiers or {}).values())}  # type: ignore[union-attr]
+    out.update(urllib.parse.unquote(t) for t in re.split(r"[@?&=#/]", value))
+    return out
+
+
+def named_by(descriptors: list[dict[str, object]]) -> set[str]:
+    """Everything in-toto ResourceDescriptors name: their values, and what their URIs name (a purl's name,
+    version and qualifiers; a git URI's repository, ref and path; the parts between separators)."""
+    out: set[str] = set()
+    for d in descriptors:
+        values = [d.get("uri", ""), d.get("name", "")]
+        for field in ("digest", "annotations"):
+            values += list((d.get(field) or {}).values())  # type: ignore[attr-defined]
+        for v in values:
+            out |= _pieces(str(v))
+    return out
+
+
+def unnamed_lock_values(lock_entry: object, descriptors: list[dict[str, object]]) -> list[tuple[str, str]]:
+    """The values of ``lock_entry`` that no descriptor names ([] when the statement names every input)."""
+    named = named_by(descriptors)
+    return [(k, v) for k, v in locked_values(lock_entry) if v not in named and v.removeprefix("sha256:") not in named]

@@ -15,10 +15,12 @@ import re
 import shutil
 import subprocess
 import tarfile
+import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -160,7 +162,8 @@ def outcomes(report: pipeline.Report) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------ tests
 
 
-def test_build_every_node_then_nothing(demo: Demo, engine: Engine, registry: str) -> None:
+def test_build_every_node_then_nothing(demo: Demo, engine: Engine, registry: str,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
     first = demo.build([engine])
     assert sorted(first.built) == sorted(ALL)
     t = demo.target()
@@ -192,6 +195,9 @@ def test_build_every_node_then_nothing(demo: Demo, engine: Engine, registry: str
     wheel_key = t.graph.node("wheel:fastmath").key
     assert [p.name for p in (demo.config().cache.wheels / "fastmath" / wheel_key).iterdir()] == [
         first.wheels["fastmath"].name]
+
+    # what the image is, in the formats other tools read (CycloneDX, in-toto/SLSA, OCI 1.1 referrers)
+    check_the_ecosystems_formats(demo, engine, registry, first.final, capsys)
 
     again = demo.build([engine])
     assert again.built == []
@@ -447,3 +453,60 @@ def test_dry_run_writes_dockerfiles(demo: Demo, tmp_path: Path, capsys: pytest.C
 
 
 # Interrupts (SIGINT, SIGTERM, SIGKILL at ten moments of a build) are tested in test_interrupts.py.
+
+
+def check_the_ecosystems_formats(demo: Demo, engine: Engine, registry: str, final: str,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The built demo image ``final``: its CycloneDX BOM validates against the 1.6 schema; its provenance
+    names every locked input; `push --attest provenance` attaches the statement, read back through the
+    referrers tag. (Called by the test that builds the demo: a build of its own would double its time.)"""
+    from buildctl import sbom
+    from tests.helpers import unnamed_lock_values
+
+    image = demo.target().refs["entrypoint"]
+    lock = json.loads(demo.lock.read_text())["variants"]["default"]
+    capsys.readouterr()
+
+    assert cli.main(["--project", str(demo.root), "bom", final, "--format", "cyclonedx"]) == 0
+    text = capsys.readouterr().out
+    sbom.validate(text)
+    doc = json.loads(text)
+    purls = sbom.components_by_purl(text)
+    assert "pkg:pypi/six@1.16.0" in purls and "pkg:pypi/tomli@2.0.1" in purls
+    assert f"pkg:deb/debian/jq@{quote(lock['apt']['jq'], safe='')}?arch=amd64&distro=debian-12" in purls
+    [base] = [c for c in doc["components"] if c["bom-ref"] == "base"]
+    assert base["version"] == lock["base"]["digest"]
+    [fm] = [c for c in doc["components"] if c["bom-ref"] == "component:fastmath"]
+    fastmath = lock["components"]["fastmath"]
+    assert fm["version"] == fastmath["tree"]
+    assert {c["uid"] for c in fm["pedigree"]["commits"]} == {fastmath["commit"], fastmath["tree"], *fastmath["prs"].values()}
+
+    digest = engine.registry_digest(image)  # the build pushed every node for other builders
+    assert digest is not None
+    assert cli.main(["--project", str(demo.root), "provenance", image]) == 0
+    stmt = json.loads(capsys.readouterr().out)
+    assert stmt["subject"] == [{"name": image.rsplit(":", 1)[0], "digest": {"sha256": digest.removeprefix("sha256:")}}]
+    deps = stmt["predicate"]["buildDefinition"]["resolvedDependencies"]
+    assert unnamed_lock_values(lock, deps) == []  # every locked input is named
+
+    assert cli.main(["--project", str(demo.root), "-q", "push", "demo", "--attest", "provenance", "--json"]) == 0
+    pushed = json.loads(capsys.readouterr().out)
+    public = f"{demo.repository}:default-{demo.target(skip_smoke=True).graph.final.key[:16]}"
+    final_digest = pushed["digests"][f"{registry}/{public}"]
+    [attached] = pushed["attached"]
+    assert (attached["subject"], attached["referrers_tag"]) == (final_digest, final_digest.replace(":", "-"))
+
+    def get(path: str, accept: str) -> bytes:
+        req = urllib.request.Request(f"http://{registry}/v2/{demo.repository}/{path}", headers={"Accept": accept})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return bytes(r.read())
+
+    index = json.loads(get(f"manifests/{final_digest.replace(':', '-')}", "application/vnd.oci.image.index.v1+json"))
+    [entry] = index["manifests"]
+    assert entry["digest"] == attached["artifact"] and entry["artifactType"] == "application/vnd.in-toto+json"
+    artifact = json.loads(get(f"manifests/{entry['digest']}", "application/vnd.oci.image.manifest.v1+json"))
+    assert artifact["subject"]["digest"] == final_digest
+    statement = json.loads(get(f"blobs/{artifact['layers'][0]['digest']}", "*/*"))
+    assert statement["subject"] == [{"name": f"{registry}/{demo.repository}",
+                                     "digest": {"sha256": final_digest.removeprefix("sha256:")}}]
+    assert statement["predicate"]["buildDefinition"]["resolvedDependencies"] == deps
