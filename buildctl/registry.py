@@ -132,7 +132,8 @@ class RegistryClient:
         self.host = host
         self.login = login
         self.timeout = timeout
-        self.redact = (redact or Redactor()).with_secrets(*((login.password,) if login else ()))
+        self.redact = (redact or Redactor()).with_secrets(
+            *((login.password, self._basic_header(login).removeprefix("Basic ")) if login else ()))
         self._ssl = ssl.create_default_context()
         if ca_bundle is not None:
             try:
@@ -142,6 +143,7 @@ class RegistryClient:
                                 fix="correct ca_bundle in the configuration (BUILDCTL_CA_BUNDLE)") from exc
         self._scheme: str | None = None
         self._tokens: dict[str, str] = {}  # scope -> bearer token
+        self._basic = False  # the registry asked for Basic: send it with every request from then on
         self._opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=self._ssl),
                                                    _NoRedirect())
 
@@ -196,8 +198,8 @@ class RegistryClient:
         if scheme.lower() == "basic":
             if self.login is None:
                 return None
-            raw = f"{self.login.username}:{self.login.password}".encode()
-            return "Basic " + base64.b64encode(raw).decode()
+            self._basic = True
+            return self._basic_header(self.login)
         if scheme.lower() != "bearer":
             return None
         if scope in self._tokens:
@@ -208,10 +210,7 @@ class RegistryClient:
             return None
         query = {k: v for k, v in (("service", fields.get("service", "")), ("scope", scope)) if v}
         url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(query)
-        headers = {}
-        if self.login is not None:
-            raw = f"{self.login.username}:{self.login.password}".encode()
-            headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
+        headers = {"Authorization": self._basic_header(self.login)} if self.login is not None else {}
         try:
             answer = self._raw("GET", url, headers=headers, limit=1 << 20)
         except OSError as exc:
@@ -230,6 +229,10 @@ class RegistryClient:
         self._tokens[scope] = token
         return f"Bearer {token}"
 
+    @staticmethod
+    def _basic_header(login: Login) -> str:
+        return "Basic " + base64.b64encode(f"{login.username}:{login.password}".encode()).decode()
+
     def request(self, method: str, path_or_url: str, *, repo: str, body: bytes | None = None,
                 headers: Mapping[str, str] | None = None, limit: int = MAX_MANIFEST,
                 ok: Sequence[int] = (200,)) -> _Answer:
@@ -240,6 +243,8 @@ class RegistryClient:
         hdrs = dict(headers or {})
         if scope in self._tokens:
             hdrs["Authorization"] = f"Bearer {self._tokens[scope]}"
+        elif self._basic and self.login is not None:
+            hdrs["Authorization"] = self._basic_header(self.login)
         try:
             answer = self._raw(method, url, body=body, headers=hdrs, limit=limit)
             if answer.status == 401:
