@@ -8,8 +8,10 @@ is SLSA Provenance v1.
 - ``buildDefinition.internalParameters``: the lock hash the image's labels carry, and the lock's own
   content hash when the lock has one;
 - ``buildDefinition.resolvedDependencies``: every input the lock pins, each as an in-toto
-  ResourceDescriptor: the base image by digest; each git component's base commit, the changes applied
-  on top (PR heads, patches) and the prepared commit; submodules; downloads with their sha256; pip
+  ResourceDescriptor: the base image by digest; each git component's base commit, its changes in the
+  order applied (cherry-picked commits; each PR's head and the exact commits applied from it; patches
+  with their sha256), the commits a change dragged in, submodules and the prepared commit; downloads
+  with their sha256; pip
   files with their sha256 (runtime and each component's build requirements; requirements the base
   already satisfies are named without a digest); apt packages at their exact versions (runtime,
   cuDNN and each component's build dependencies).
@@ -25,7 +27,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 from packageurl import PackageURL
 
@@ -34,7 +36,7 @@ from buildctl.bom import BASE_DIGEST_LABEL, LOCK_LABEL, STACK_LABEL, VARIANT_LAB
 from buildctl.errors import EngineError, LockError, UsageError
 from buildctl.imageview import ImageView
 from buildctl.lock import ImageRef
-from buildctl.lockfile import Lock, LockedPip, VariantLock
+from buildctl.lockfile import Lock, LockedComponent, LockedPatch, LockedPick, LockedPip, LockedPr, VariantLock
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -74,6 +76,7 @@ def lock_for_image(pins_dir: Path, labels: Mapping[str, str], image: str) -> Ima
     if lock is None or vlock is None:
         raise LockError(f"{image} was built from a lock of {stack}/{variant}, and {path} has none",
                         fix="run this in the project (or checkout) the image was built from: --project DIR")
+    lockfile.refuse_partial(lock, variant, action="state the provenance of", lock_file=str(path))
     if vlock.digest() != lock_hash:
         raise LockError(f"{path} is not the lock {image} was built from",
                         why=f"the image's {LOCK_LABEL} is {lock_hash}, {stack}/{variant} in the lock hashes to "
@@ -126,7 +129,8 @@ def _pips(pins_: tuple[LockedPip, ...], scope: str) -> Iterator[dict[str, Any]]:
         if p.in_base:
             yield _rd(uri=uri, name=p.name, kind="pip", scope=scope, in_base="true")
         for h in p.hashes:
-            yield _rd(uri=uri, name=p.name, digest=_sha256(h), kind="pip", scope=scope)
+            yield _rd(uri=uri, name=p.name, digest=_sha256(h), kind="pip", scope=scope,
+                      sdist="true" if p.sdist else "")
 
 
 def _apts(apt: Mapping[str, str], arch: str, scope: str) -> Iterator[dict[str, Any]]:
@@ -136,26 +140,58 @@ def _apts(apt: Mapping[str, str], arch: str, scope: str) -> Iterator[dict[str, A
         yield _rd(uri=uri, name=name, kind="apt", scope=scope)
 
 
+def _component(name: str, c: LockedComponent) -> Iterator[dict[str, Any]]:
+    """A component's base commit, its changes in the order applied (the commits each brought), the
+    commits its changes dragged in, its submodules and the prepared commit."""
+    git = f"git+{c.repo}"
+    yield _rd(uri=f"{git}@{c.commit}", name=name, digest={"gitCommit": c.commit}, kind="git", component=name,
+              role="base commit")
+    for i, change in enumerate(c.changes, 1):
+        step = str(i)
+        if isinstance(change, LockedPick):
+            yield _rd(uri=f"{git}@{change.sha}", name=f"{name} commit {change.sha[:12]}",
+                      digest={"gitCommit": change.sha}, kind="git", component=name, role="cherry-picked commit",
+                      change=step)
+        elif isinstance(change, LockedPr):
+            pr = f"PR #{change.number}"
+            yield _rd(uri=f"{git}@refs/pull/{change.number}/head", name=f"{name} {pr}",
+                      digest={"gitCommit": change.head}, kind="git", component=name, role="pull request head",
+                      change=step, mode=change.mode)
+            empty = set(change.empty)
+            for sha in change.commits:
+                yield _rd(uri=f"{git}@{sha}", name=f"{name} {pr} commit {sha[:12]}", digest={"gitCommit": sha},
+                          kind="git", component=name, role=f"commit of {pr}", change=step,
+                          empty="true" if sha in empty else "")
+            if change.merged_upstream is not None and change.merged_upstream.commit:
+                m = change.merged_upstream.commit
+                yield _rd(uri=f"{git}@{m}", name=f"{name} {pr} merge {m[:12]}", digest={"gitCommit": m}, kind="git",
+                          component=name, role=f"upstream merge of {pr}", change=step)
+        elif isinstance(change, LockedPatch):
+            yield _rd(uri=change.file, name=f"{name} patch {change.file}", digest={"sha256": change.sha256},
+                      kind="patch", component=name, change=step)
+        else:
+            assert_never(change)
+    for d in c.dragged:
+        yield _rd(uri=f"{git}@{d.sha}", name=f"{name} commit {d.sha[:12]}", digest={"gitCommit": d.sha}, kind="git",
+                  component=name, role=f"dragged in by {d.by}" if d.by else "dragged in")
+    for path, sha in sorted(c.submodules.items()):
+        yield _rd(uri=f"{git}#{path}", name=f"{name} submodule {path}", digest={"gitCommit": sha}, kind="git",
+                  component=name, role="submodule")
+    yield _rd(uri=git, name=f"{name} prepared", digest={"gitCommit": c.tree or c.commit}, kind="git",
+              component=name, role="prepared commit (base commit with the changes applied)")
+
+
 def materials(vlock: VariantLock) -> list[dict[str, Any]]:
     """Every input ``vlock`` pins, as in-toto ResourceDescriptors, in a fixed order."""
     b = vlock.base
+    if b is None or vlock.missing:
+        raise LockError("a partial lock has no complete set of inputs to state",
+                        why="; ".join(f"{k}: {why}" for k, why in sorted(vlock.missing.items())) or "no base",
+                        fix="lock it fully (`buildctl lock STACK` without --partial)")
     out = [_rd(uri=_oci_uri(b.ref, b.digest), name="base", digest=_sha256(b.digest), kind="base-image",
                reference=b.ref, platform=b.platform)]
     for name, c in sorted(vlock.components.items()):
-        git = f"git+{c.repo}"
-        out.append(_rd(uri=f"{git}@{c.commit}", name=name, digest={"gitCommit": c.commit}, kind="git",
-                       component=name, role="base commit"))
-        for number, head in sorted(c.prs.items(), key=lambda kv: int(kv[0])):
-            out.append(_rd(uri=f"{git}@refs/pull/{number}/head", name=f"{name} PR #{number}",
-                           digest={"gitCommit": head}, kind="git", component=name, role="pull request head"))
-        for file, sha in sorted(c.patches.items()):
-            out.append(_rd(uri=file, name=f"{name} patch {file}", digest={"sha256": sha}, kind="patch",
-                           component=name))
-        for path, sha in sorted(c.submodules.items()):
-            out.append(_rd(uri=f"{git}#{path}", name=f"{name} submodule {path}", digest={"gitCommit": sha},
-                           kind="git", component=name, role="submodule"))
-        out.append(_rd(uri=git, name=f"{name} prepared", digest={"gitCommit": c.tree or c.commit}, kind="git",
-                       component=name, role="prepared commit (base commit with the changes applied)"))
+        out += _component(name, c)
     for name, d in sorted(vlock.downloads.items()):
         out.append(_rd(uri=d.url, name=name, digest={"sha256": d.sha256}, kind="download"))
     out += _pips(vlock.pip, "runtime")
@@ -231,6 +267,8 @@ def statement(*, subject_name: str, subject_digest: str, found: ImageLock, label
             return str(p.resolve().relative_to(project.resolve()))
         return str(p)
 
+    deps = materials(vlock)  # refuses a partial lock
+    assert vlock.base is not None
     if labels.get(BASE_DIGEST_LABEL) and labels[BASE_DIGEST_LABEL] != vlock.base.digest:
         raise LockError(f"{subject_name} says its base is {labels[BASE_DIGEST_LABEL]}, the lock {vlock.base.digest}",
                         fix="the image's labels and its lock disagree: rebuild it")
@@ -259,7 +297,7 @@ def statement(*, subject_name: str, subject_digest: str, found: ImageLock, label
                     _rd(uri=shown(found.lock_path), name="lock", digest={"sha256": content_hash}, kind="lock")
                     if content_hash else _rd(uri=shown(found.lock_path), name="lock", kind="lock",
                                              lock_hash=vlock.digest()),
-                    *materials(vlock),
+                    *deps,
                 ],
             },
             "runDetails": run,

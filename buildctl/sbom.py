@@ -9,8 +9,8 @@
   with its architecture and distribution);
 - every component buildctl prepared from git (``io.buildctl.component.*`` labels: the prepared commit),
   with, when the lock the image was built from is given, its repository, base commit, the changes
-  applied on top (PR heads and their commits, patches with their sha256) and submodules, as CycloneDX
-  pedigree and properties.
+  applied on top (cherry-picks, PR heads and the commits applied from them, patches with their sha256)
+  and submodules, as CycloneDX pedigree and properties.
 
 The document is validated against the CycloneDX 1.6 JSON schema before it is returned (``validate``),
 so an invalid one never leaves this module. Pure: no engine, no network.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, assert_never
 
 from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, Property, XsUri
 from cyclonedx.model.bom import Bom as CdxBom
@@ -34,7 +34,7 @@ from buildctl import __version__
 from buildctl.bom import LOCK_LABEL, STACK_LABEL, VARIANT_LABEL, Bom
 from buildctl.errors import BuildctlError
 from buildctl.lock import ImageRef
-from buildctl.lockfile import LockedComponent, VariantLock
+from buildctl.lockfile import LockedComponent, LockedPatch, LockedPick, LockedPr, VariantLock
 
 PROP = "buildctl:"  # namespace of our CycloneDX properties
 
@@ -83,15 +83,25 @@ def _component(name: str, prepared: str, locked: LockedComponent | None) -> Comp
         return Component(type=ComponentType.LIBRARY, name=name, version=prepared, bom_ref=ref,
                          properties=_props([("prepared-commit", prepared)]))
     commits = [Commit(uid=locked.commit, message="base commit")]
-    commits += [Commit(uid=head, message=f"PR #{number} head") for number, head in sorted(locked.prs.items(),
-                                                                                          key=lambda kv: int(kv[0]))]
+    props: list[tuple[str, str]] = []
+    for change in locked.changes:
+        if isinstance(change, LockedPick):
+            commits.append(Commit(uid=change.sha, message="cherry-picked"))
+            props.append((f"pick:{change.sha}", change.sha))
+        elif isinstance(change, LockedPr):
+            commits.append(Commit(uid=change.head, message=f"PR #{change.number} head"))
+            commits += [Commit(uid=sha, message=f"applied from PR #{change.number} ({change.mode})")
+                        for sha in change.commits if sha != change.head]
+            props.append((f"pr:{change.number}", change.head))
+        elif isinstance(change, LockedPatch):
+            props.append((f"patch:{change.file}", f"sha256:{change.sha256}"))
+        else:
+            assert_never(change)
     if locked.tree and locked.tree != locked.commit:
         commits.append(Commit(uid=locked.tree, message="prepared: the base commit with the changes applied"))
     upstream = Component(type=ComponentType.LIBRARY, name=name, version=locked.commit, bom_ref=f"{ref}@upstream",
                          external_references=_vcs(locked.repo))
-    props = [("prepared-commit", prepared), ("commit", locked.commit), ("tree", locked.tree or locked.commit),
-             *((f"pr:{n}", head) for n, head in sorted(locked.prs.items(), key=lambda kv: int(kv[0]))),
-             *((f"patch:{f}", f"sha256:{h}") for f, h in sorted(locked.patches.items())),
+    props = [("prepared-commit", prepared), ("commit", locked.commit), ("tree", locked.tree or locked.commit), *props,
              *((f"submodule:{p}", sha) for p, sha in sorted(locked.submodules.items()))]
     return Component(
         type=ComponentType.LIBRARY, name=name, version=prepared, bom_ref=ref,

@@ -43,13 +43,17 @@ def lchanges(prs: dict[str, str] | None = None, patches: dict[str, str] | None =
 
 # -- what a provenance statement must name: every value of a lock entry (tests of provenance.py)
 
-# Informational: not an input of any build (lockfile: excluded from the lock hash as well), or said
-# otherwise (in_base: an annotation; platform: the arch of each apt purl; ref: the base by digest).
-LOCK_NOT_INPUTS = frozenset({"resolved_at", "branch_head", "computed", "in_base", "platform", "ref"})
-# The lock format's own field names; every other key of a mapping is data (a package, a PR number, a file).
+# Not an input of any build, or said otherwise: informational (resolved_at, branch_head: excluded from the
+# lock hash too; a PR's target branch, how it was merged upstream, a dragged commit's subject and label),
+# flags (computed, in_base, sdist: annotations), platform (the arch of each apt purl), ref (the base is named
+# by digest), and a PR's merges of its target that were left out (not applied: no input).
+LOCK_NOT_INPUTS = frozenset({"resolved_at", "branch_head", "computed", "in_base", "sdist", "platform", "ref",
+                             "target", "how", "subject", "by", "skipped_merges", "kind"})
+# The lock format's own field names; every other key of a mapping is data (a package, a file, a path).
 LOCK_FIELDS = frozenset({"base", "digest", "apt", "build_apt", "downloads", "url", "sha256", "pip", "build_pip",
-                         "name", "version", "hashes", "components", "repo", "commit", "prs", "patches",
-                         "submodules", "tree"})
+                         "name", "version", "hashes", "components", "repo", "changes", "sha", "number", "head",
+                         "mode", "commits", "empty", "merged_upstream", "commit", "file", "dragged", "submodules",
+                         "tree"})
 
 
 def locked_values(data: object, key: str = "") -> list[tuple[str, str]]:
@@ -66,8 +70,8 @@ def locked_values(data: object, key: str = "") -> list[tuple[str, str]]:
     elif isinstance(data, list):
         for v in data:
             out += locked_values(v, key)
-    elif isinstance(data, str) and data:
-        out.append((key, data))
+    elif isinstance(data, str | int) and not isinstance(data, bool) and data != "":
+        out.append((key, str(data)))
     return out
 
 

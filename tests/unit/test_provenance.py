@@ -17,8 +17,9 @@ from tests.unit.fakes_ship import FakeEngine, Image
 SHA = {c: c * 40 for c in "0123456789abcdef"}
 H = {c: c * 64 for c in "0123456789abcdef"}
 
-# A lock of every kind of entry (the demo stack's shape, plus a patch, a submodule, a build pip pin and
-# a pip requirement the base satisfies).
+# A lock (schema 2) of every kind of entry: the demo stack's shape, plus a cherry-pick, a PR applied by its
+# own commits with a merge of its target skipped and a commit it dragged in, a PR applied by merge and
+# merged upstream, a patch, a submodule, a build pip pin and a pip requirement the base satisfies.
 LOCK = {
     "base": {"ref": "127.0.0.1:5000/buildctl/demo-base:bookworm", "digest": "sha256:" + H["9"],
              "platform": "linux/amd64"},
@@ -34,11 +35,18 @@ LOCK = {
     "build_pip": {"fastmath": [{"name": "setuptools", "version": "69.5.1", "hashes": ["sha256:" + H["6"]],
                                 "in_base": False}]},
     "components": {
-        "fastmath": {"repo": "../demo/sources/fastmath.bundle", "commit": SHA["1"], "prs": {"7": SHA["2"]},
-                     "patches": {"patches/fix.patch": H["7"]}, "submodules": {"third_party/x": SHA["3"]},
-                     "tree": SHA["4"], "branch_head": SHA["5"]},
-        "demo-trainer": {"repo": "../demo/sources/demo-trainer.bundle", "commit": SHA["6"], "prs": {"3": SHA["7"]},
-                         "patches": {}, "submodules": {}, "tree": SHA["8"], "branch_head": ""}},
+        "fastmath": {"repo": "../demo/sources/fastmath.bundle", "base": SHA["1"],
+                     "changes": [{"kind": "commit", "sha": SHA["9"]},
+                                 {"kind": "pr", "number": 7, "head": SHA["2"], "mode": "own-commits", "target": "main",
+                                  "commits": [SHA["a"], SHA["2"]], "skipped_merges": [SHA["b"]], "empty": []},
+                                 {"kind": "patch", "file": "patches/fix.patch", "sha256": H["7"]}],
+                     "dragged": [{"sha": SHA["c"], "subject": "Remove a dependency", "by": "PR #7"}],
+                     "submodules": {"third_party/x": SHA["3"]}, "tree": SHA["4"], "branch_head": SHA["5"]},
+        "demo-trainer": {"repo": "../demo/sources/demo-trainer.bundle", "base": SHA["6"],
+                         "changes": [{"kind": "pr", "number": 3, "head": SHA["7"], "mode": "merge", "target": "main",
+                                      "commits": [SHA["7"]], "skipped_merges": [], "empty": [],
+                                      "merged_upstream": {"how": "merge", "commit": SHA["d"]}}],
+                         "dragged": [], "submodules": {}, "tree": SHA["8"], "branch_head": ""}},
     "resolved_at": "2026-12-01T00:00:00Z",
 }
 @pytest.fixture
@@ -97,6 +105,14 @@ def test_every_locked_entry_appears_in_the_resolved_dependencies(project: Path) 
     assert (f"git+../demo/sources/fastmath.bundle@{SHA['1']}", json.dumps({"gitCommit": SHA["1"]})) in by_uri
     assert ("git+../demo/sources/fastmath.bundle@refs/pull/7/head", json.dumps({"gitCommit": SHA["2"]})) in by_uri
     assert ("git+../demo/sources/fastmath.bundle", json.dumps({"gitCommit": SHA["4"]})) in by_uri  # prepared
+    for sha in ("9", "a", "c"):  # the cherry-pick, the PR's commit applied, the commit it dragged in
+        assert (f"git+../demo/sources/fastmath.bundle@{SHA[sha]}", json.dumps({"gitCommit": SHA[sha]})) in by_uri
+    assert not [d for d in deps if SHA["b"] in json.dumps(d)]  # a merge of the target that was left out is no input
+    roles = [d["annotations"].get("role", d["annotations"]["kind"]) for d in deps
+             if d["annotations"].get("component") == "fastmath"]
+    assert roles == ["base commit", "cherry-picked commit", "pull request head", "commit of PR #7",
+                     "commit of PR #7", "patch", "dragged in by PR #7", "submodule",
+                     "prepared commit (base commit with the changes applied)"]
     assert ("git+../demo/sources/fastmath.bundle#third_party/x", json.dumps({"gitCommit": SHA["3"]})) in by_uri
     assert ("patches/fix.patch", json.dumps({"sha256": H["7"]})) in by_uri
     assert (LOCK["downloads"]["hello-source"]["url"], json.dumps({"sha256": H["3"]})) in by_uri  # type: ignore[index]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from buildctl import bom, sbom
-from buildctl.lockfile import LockedBase, LockedComponent, VariantLock
+from buildctl.lockfile import LockedBase, LockedComponent, LockedPatch, LockedPick, LockedPr, VariantLock
 from tests.unit.fakes_ship import Image, Run
 
 BASE_DIGEST = "sha256:" + "9" * 64
@@ -22,8 +22,10 @@ LISTING = {"python": "3.11.2", "pip": {"PyYAML": "6.0", "fastmath": "0.1.0+g2ce4
            "os": {"ID": "debian", "VERSION_ID": "12", "VERSION_CODENAME": "bookworm"}, "errors": {}}
 VLOCK = VariantLock(
     base=LockedBase(ref="127.0.0.1:5000/buildctl/demo-base:bookworm", digest=BASE_DIGEST, platform="linux/amd64"),
-    components={"fastmath": LockedComponent(name="fastmath", repo="../demo/sources/fastmath.bundle", commit="c" * 40,
-                                            prs={"7": "d" * 40}, patches={"fix.patch": "e" * 64}, tree="a" * 40)})
+    components={"fastmath": LockedComponent(
+        name="fastmath", repo="../demo/sources/fastmath.bundle", commit="c" * 40, tree="a" * 40,
+        changes=(LockedPr(number=7, head="d" * 40, commits=("5" * 40, "d" * 40)), LockedPick(sha="6" * 40),
+                 LockedPatch(file="fix.patch", sha256="e" * 64)))})
 
 
 def the_bom(listing: dict[str, object] | None = None, labels: dict[str, str] | None = None,
@@ -59,8 +61,8 @@ def test_components_carry_their_commits_from_the_lock_and_only_the_label_without
     assert fm["version"] == "a" * 40
     assert fm["purl"] == f"pkg:generic/fastmath@{'a' * 40}?vcs_url=git%2B../demo/sources/fastmath.bundle%40{'c' * 40}"
     assert {(c["uid"], c["message"]) for c in fm["pedigree"]["commits"]} == {
-        ("c" * 40, "base commit"), ("d" * 40, "PR #7 head"),
-        ("a" * 40, "prepared: the base commit with the changes applied")}
+        ("c" * 40, "base commit"), ("d" * 40, "PR #7 head"), ("5" * 40, "applied from PR #7 (own-commits)"),
+        ("6" * 40, "cherry-picked"), ("a" * 40, "prepared: the base commit with the changes applied")}
     assert fm["pedigree"]["ancestors"][0]["version"] == "c" * 40
     props = {p["name"]: p["value"] for p in fm["properties"]}
     assert props["buildctl:tree"] == "a" * 40 and props["buildctl:pr:7"] == "d" * 40
