@@ -5,16 +5,16 @@ is SLSA Provenance v1.
   engine name an image by);
 - ``buildDefinition.externalParameters``: the stack, variant and manifest (with its sha256) it was
   built from;
-- ``buildDefinition.internalParameters``: the lock hash the image's labels carry, and the lock's own
-  content hash when the lock has one;
+- ``buildDefinition.internalParameters``: the lock hash the image's labels carry (the hash of the
+  variant's resolved entries that node keys and tags use);
 - ``buildDefinition.resolvedDependencies``: every input the lock pins, each as an in-toto
   ResourceDescriptor: the base image by digest; each git component's base commit, its changes in the
   order applied (cherry-picked commits; each PR's head and the exact commits applied from it; patches
   with their sha256), the commits a change dragged in, submodules and the prepared commit; downloads
-  with their sha256; pip
-  files with their sha256 (runtime and each component's build requirements; requirements the base
-  already satisfies are named without a digest); apt packages at their exact versions (runtime,
-  cuDNN and each component's build dependencies).
+  with their sha256; pip files with their sha256 (runtime and each component's build requirements;
+  requirements the base already satisfies are named without a digest); apt packages at their exact
+  versions (runtime, cuDNN and each component's build dependencies); and the lock file itself (the
+  sha256 of its bytes).
 
 The lock must be the one the image was built from: ``lock_for_image`` checks the image's
 ``io.buildctl.lock-hash`` label against it and refuses a lock that moved on, so that a statement never
@@ -23,6 +23,7 @@ names inputs the image was not built from. Pure apart from reading the lock file
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class ImageLock:
     manifest_path: Path
     manifest_sha256: str  # as the lock recorded it (the manifest that was locked)
     lock_path: Path
+    lock_sha256: str  # of the lock file's bytes, as read
     lock: Lock
     vlock: VariantLock
 
@@ -71,6 +73,12 @@ def lock_for_image(pins_dir: Path, labels: Mapping[str, str], image: str) -> Ima
                         fix=f"lock the stack (`buildctl lock {stack}`), build again, then ask again")
     manifest = pins.find(pins_dir, stack)
     path = lockfile.lock_path(manifest)
+    try:
+        file_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        file_sha256 = ""
+    except OSError as exc:
+        raise LockError(f"{path}: cannot read the lock: {exc}") from None
     lock = lockfile.read(path)
     vlock = lock.variants.get(variant) if lock is not None and lock.stack == stack else None
     if lock is None or vlock is None:
@@ -83,7 +91,7 @@ def lock_for_image(pins_dir: Path, labels: Mapping[str, str], image: str) -> Ima
                             f"{vlock.digest()} (re-locked since the build)",
                         fix="check out the lock the image was built from (git log -- " f"{path.name}), or rebuild")
     return ImageLock(stack=stack, variant=variant, manifest_path=manifest, manifest_sha256=lock.manifest_sha256,
-                     lock_path=path, lock=lock, vlock=vlock)
+                     lock_path=path, lock_sha256=file_sha256, lock=lock, vlock=vlock)
 
 
 # ------------------------------------------------------------------------------------------ materials
@@ -273,9 +281,6 @@ def statement(*, subject_name: str, subject_digest: str, found: ImageLock, label
         raise LockError(f"{subject_name} says its base is {labels[BASE_DIGEST_LABEL]}, the lock {vlock.base.digest}",
                         fix="the image's labels and its lock disagree: rebuild it")
     internal: dict[str, Any] = {"lockHash": vlock.digest(), "platform": vlock.base.platform}
-    content_hash = getattr(found.lock, "content_sha256", "")  # the lock's own hash, where the format has one
-    if content_hash:
-        internal["lockContentSha256"] = content_hash
     run: dict[str, Any] = {"builder": {"id": BUILDER_ID, "version": {"buildctl": __version__}}}
     if labels.get(CREATED_LABEL):
         run["metadata"] = {"finishedOn": labels[CREATED_LABEL]}
@@ -294,9 +299,8 @@ def statement(*, subject_name: str, subject_digest: str, found: ImageLock, label
                 },
                 "internalParameters": internal,
                 "resolvedDependencies": [
-                    _rd(uri=shown(found.lock_path), name="lock", digest={"sha256": content_hash}, kind="lock")
-                    if content_hash else _rd(uri=shown(found.lock_path), name="lock", kind="lock",
-                                             lock_hash=vlock.digest()),
+                    _rd(uri=shown(found.lock_path), name="lock", digest={"sha256": found.lock_sha256}, kind="lock",
+                        lock_hash=vlock.digest()),
                     *deps,
                 ],
             },

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,9 @@ def test_every_locked_entry_appears_in_the_resolved_dependencies(project: Path) 
     assert ("pkg:deb/jq@1.6-2.1?arch=amd64", "null") in by_uri
     assert [d["annotations"]["scope"] for d in deps if d.get("uri", "").startswith("pkg:deb/python3-dev@")] == [
         "build:fastmath"]
-    assert [d["name"] for d in deps if d["annotations"]["kind"] == "lock"] == ["lock"]
+    [lock] = [d for d in deps if d["annotations"]["kind"] == "lock"]
+    assert lock["uri"] == "pins/demo.lock.json" and lock["annotations"]["lock-hash"] == vlock().digest()
+    assert lock["digest"] == {"sha256": hashlib.sha256((project / "pins" / "demo.lock.json").read_bytes()).hexdigest()}
 
 
 def test_a_lock_that_moved_on_since_the_build_is_refused(project: Path) -> None:
