@@ -479,7 +479,8 @@ def check_the_ecosystems_formats(demo: Demo, engine: Engine, registry: str, fina
     [fm] = [c for c in doc["components"] if c["bom-ref"] == "component:fastmath"]
     fastmath = lock["components"]["fastmath"]
     assert fm["version"] == fastmath["tree"]
-    assert {c["uid"] for c in fm["pedigree"]["commits"]} == {fastmath["commit"], fastmath["tree"], *fastmath["prs"].values()}
+    applied = {sha for ch in fastmath["changes"] if ch["kind"] == "pr" for sha in (ch["head"], *ch["commits"])}
+    assert applied and {c["uid"] for c in fm["pedigree"]["commits"]} == {fastmath["base"], fastmath["tree"], *applied}
 
     digest = engine.registry_digest(image)  # the build pushed every node for other builders
     assert digest is not None
