@@ -6,7 +6,7 @@ is SLSA Provenance v1.
 - ``buildDefinition.externalParameters``: the stack, variant and manifest (with its sha256) it was
   built from;
 - ``buildDefinition.internalParameters``: the lock hash the image's labels carry (the hash of the
-  variant's resolved entries that node keys and tags use);
+  variant's resolved entries that node keys and tags use) and the lock's own integrity hash (lockcheck);
 - ``buildDefinition.resolvedDependencies``: every input the lock pins, each as an in-toto
   ResourceDescriptor: the base image by digest; each git component's base commit, its changes in the
   order applied (cherry-picked commits; each PR's head and the exact commits applied from it; patches
@@ -32,7 +32,7 @@ from typing import Any, Protocol, assert_never
 
 from packageurl import PackageURL
 
-from buildctl import __version__, lockfile, pins
+from buildctl import __version__, lockcheck, lockfile, pins
 from buildctl.bom import BASE_DIGEST_LABEL, LOCK_LABEL, STACK_LABEL, VARIANT_LABEL
 from buildctl.errors import EngineError, LockError, UsageError
 from buildctl.imageview import ImageView
@@ -280,7 +280,10 @@ def statement(*, subject_name: str, subject_digest: str, found: ImageLock, label
     if labels.get(BASE_DIGEST_LABEL) and labels[BASE_DIGEST_LABEL] != vlock.base.digest:
         raise LockError(f"{subject_name} says its base is {labels[BASE_DIGEST_LABEL]}, the lock {vlock.base.digest}",
                         fix="the image's labels and its lock disagree: rebuild it")
-    internal: dict[str, Any] = {"lockHash": vlock.digest(), "platform": vlock.base.platform}
+    # the lock's own integrity hash (lockcheck: checked by lockfile.read, so it is the recorded one)
+    integrity = str(lockcheck.integrity(found.lock.to_json())["sha256"])
+    internal: dict[str, Any] = {"lockHash": vlock.digest(), "lockIntegritySha256": integrity,
+                                "platform": vlock.base.platform}
     run: dict[str, Any] = {"builder": {"id": BUILDER_ID, "version": {"buildctl": __version__}}}
     if labels.get(CREATED_LABEL):
         run["metadata"] = {"finishedOn": labels[CREATED_LABEL]}
@@ -300,7 +303,7 @@ def statement(*, subject_name: str, subject_digest: str, found: ImageLock, label
                 "internalParameters": internal,
                 "resolvedDependencies": [
                     _rd(uri=shown(found.lock_path), name="lock", digest={"sha256": found.lock_sha256}, kind="lock",
-                        lock_hash=vlock.digest()),
+                        lock_hash=vlock.digest(), lock_integrity=integrity),
                     *deps,
                 ],
             },

@@ -86,6 +86,8 @@ def test_the_statement_is_in_toto_v1_with_slsa_provenance_v1_for_the_manifest_di
     assert bd["externalParameters"] == {"stack": "demo", "variant": "default",
                                         "manifest": {"uri": "pins/demo.yaml", "digest": {"sha256": H["a"]}}}
     assert bd["internalParameters"]["lockHash"] == vlock().digest()
+    recorded = json.loads((project / "pins" / "demo.lock.json").read_text())["integrity"]["sha256"]
+    assert bd["internalParameters"]["lockIntegritySha256"] == recorded
     run = s["predicate"]["runDetails"]
     assert run["builder"]["id"] == provenance.BUILDER_ID and run["metadata"] == {"finishedOn": "2026-12-01T10:00:00Z"}
     assert run["byproducts"] == [{"name": "image config", "digest": {"sha256": H["f"]}}]
