@@ -81,8 +81,10 @@ def test_nightly_does_not_move_when_the_smoke_gate_fails(
     root, repository = project
     manifest = root / "pins" / "demo.yaml"
     # the demo image has no DeepEP: requiring the hybridep check must stop the build at the gate
-    manifest.write_text(manifest.read_text().replace("required: [versions, protected, imports]",
-                                                     "required: [versions, protected, imports, hybridep]"))
+    text = manifest.read_text()
+    required = "required: [versions, protected, imports, requirements]"
+    assert required in text, "the demo's smoke.required changed: update this test's edit"  # a no-op edit passed unseen
+    manifest.write_text(text.replace(required, "required: [versions, protected, imports, requirements, hybridep]"))
     reports = tmp_path / "reports"
     code = cli.main(["--project", str(root), "-q", "nightly", "demo", "--report-dir", str(reports)])
     _cleanup_built(root, image_cleanup)
