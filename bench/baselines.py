@@ -1,0 +1,246 @@
+"""What users would write instead of buildctl, from the same target (manifest + lock): two Dockerfiles.
+
+- ``multistage``: buildctl's own graph as one multi-stage Dockerfile (each node a stage, rendered by
+  buildctl/render.py; the compile a stage that runs the same wheel.sh; assemble takes the wheel from
+  that stage). The strongest one-file equivalent: a pin change reruns what buildctl reruns.
+- ``recipe``: one stage, steps in the order the seed guide's Dockerfile has them: system packages (the
+  compiles' build dependencies included) and downloads, pip, then each compile inside the same image,
+  then the install of what they built, the source trees, the environment and the entrypoint. What a user
+  of the guide has; every step depends on all steps above it.
+
+Both are built with BuildKit (``docker build``, DOCKER_BUILDKIT=1, Debian's client; no ``# syntax=`` line:
+ENGINE.md), install pip packages from the same loopback wheelhouse buildctl's builds use (one URL for the
+whole benchmark, so that the build arg does not defeat the cache), and put ``LABEL io.buildctl.bench=<run>``
+right after FROM: no layer of an earlier run or of buildctl's own builds is reused, and every image of the
+run carries the label, which is how the benchmark finds what to remove.
+
+Each compile step prints ``COMPILE_MARK <component>`` before it runs: a step the cache spares prints
+nothing, so counting the marks in the build output counts the compiles that ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from buildctl import render
+from buildctl.graph import (
+    AptPin,
+    AssembleNodeSpec,
+    CompileEnvNodeSpec,
+    EntrypointNodeSpec,
+    FileSpec,
+    Node,
+    PipPin,
+    PythonNodeSpec,
+    SystemNodeSpec,
+    WheelNodeSpec,
+)
+from buildctl.model import PipConstraintPolicy
+from buildctl.target import Target
+
+COMPILE_MARK = "BENCH-COMPILE-RUNS"
+LABEL = "io.buildctl.bench"
+# BuildKit keeps LABEL out of its cache keys, but a build arg is in the key of every RUN after its ARG: one
+# value per benchmark run, so that no RUN step of an earlier run (or of buildctl's own builds) is reused.
+RUN_ARG = "BUILDCTL_BENCH_RUN"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Inputs:
+    """What the host prepared for the target: source trees by component, downloads by sha256."""
+
+    trees: Mapping[str, Path]
+    downloads: Path  # <cache>/downloads/files (named by sha256)
+
+
+def stage(name: str) -> str:
+    return name.replace(":", "-")
+
+
+def _from(text: str, parent: str, name: str, run_id: str) -> str:
+    """``text`` with its first FROM named ``name`` and followed by the run's label."""
+    return re.sub(r"(?m)^FROM .*$", f"FROM {parent} AS {name}\n{_mark(run_id)}", text, count=1)
+
+
+def _mark(run_id: str) -> str:
+    return f"ARG {RUN_ARG}\nLABEL {LABEL}={run_id}"
+
+
+def _put(src: Path, dest: Path, mode: int = 0o644) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dest)
+    os.chmod(dest, mode)
+
+
+def _tree(src: Path, dest: Path) -> None:
+    shutil.copytree(src, dest, symlinks=True)
+
+
+def _context_file(cf: render.ContextFile, dest: Path, node: Node, inputs: Inputs) -> None:
+    if cf.tree is not None:
+        _tree(inputs.trees[cf.tree], dest)
+    elif cf.download is not None:
+        _put(inputs.downloads / _sha(node, cf.download), dest, int(cf.mode, 8))
+    else:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(cf.text or "")
+        os.chmod(dest, int(cf.mode, 8))
+
+
+def _sha(node: Node, name: str) -> str:
+    files: tuple[FileSpec, ...] = getattr(node.spec, "files", ())
+    found = next((f.sha256 for f in files if f.name == name), None)
+    assert found, f"{node.name}: download {name} has no checksum (the target is locked)"
+    return found
+
+
+def multistage(t: Target, ctx: Path, inputs: Inputs, run_id: str) -> str:
+    """Write the multi-stage Dockerfile and its context into ``ctx``; returns the final stage's name."""
+    lines: list[str] = []
+    for n in t.graph.nodes:
+        if n.kind == "base":
+            continue
+        name = stage(n.name)
+        parent = t.base_ref if n.parents[0] == "base" else stage(n.parents[0])
+        spec = n.spec
+        if isinstance(spec, WheelNodeSpec):
+            # the compile: what buildctl runs in a container of compile-env, as a RUN of a stage FROM it
+            r = render.render(n, templates=t.templates, parent_ref=parent)
+            assert r.script is not None
+            _tree(inputs.trees[spec.component], ctx / name / "src")
+            (ctx / name / "wheel.sh").write_text(r.script)
+            lines += [f"FROM {parent} AS {name}", _mark(run_id),
+                      f"COPY {name}/src/ /src/", f"COPY {name}/wheel.sh /buildctl/wheel.sh",
+                      f"RUN echo {COMPILE_MARK} {spec.component}; mkdir -p /out /ccache; "
+                      "BUILDCTL_JOBS=2 sh /buildctl/wheel.sh", ""]
+            continue
+        extra: list[str] = []
+        if isinstance(spec, AssembleNodeSpec) and spec.wheels:
+            # the wheels come from their compile stages, not from the wheelhouse: render assemble without
+            # them and install them by path in a step of their own
+            for w in spec.wheels:
+                extra.append(f"COPY --from={stage('wheel:' + w.component)} /out/ /tmp/components/{w.component}/")
+            extra.append(f"RUN PIP_BREAK_SYSTEM_PACKAGES=1 {spec.python} -m pip install --no-index --no-deps "
+                         "--no-cache-dir --no-compile /tmp/components/*/*.whl && rm -rf /tmp/components")
+            n = dataclasses.replace(n, spec=dataclasses.replace(spec, wheels=()))
+        r = render.render(n, templates=t.templates, parent_ref=parent)
+        text = _from(r.dockerfile.replace("COPY rootfs/ /", f"COPY {name}/rootfs/ /"), parent, name, run_id)
+        if extra:
+            head, sep, rest = text.partition(_mark(run_id) + "\n")
+            text = head + sep + "\n".join(extra) + "\n" + rest
+        lines.append(text)
+        for cf in r.context:
+            _context_file(cf, ctx / name / cf.path, n, inputs)
+    (ctx / "Dockerfile").write_text("\n".join(lines))
+    return stage(t.graph.final.name)
+
+
+# ------------------------------------------------------------------------------------ the recipe
+
+
+def _apt_arg(p: AptPin) -> str:
+    return p.name if p.version == "*" else shlex.quote(f"{p.name}={p.version}")
+
+
+def _pip_lines(pins: tuple[PipPin, ...]) -> list[str]:
+    out = []
+    for p in pins:
+        if p.in_base:
+            continue
+        assert p.version, f"pip pin {p.name} is not locked"
+        out.append(shlex.quote(" ".join([f"{p.name}=={p.version}", *(f"--hash={h}" for h in p.hashes)])))
+    return out
+
+
+def _pip_run(python: str, constraint: PipConstraintPolicy, pins: tuple[PipPin, ...], req: str) -> str | None:
+    lines = _pip_lines(pins)
+    if not lines:
+        return None
+    env = "PIP_BREAK_SYSTEM_PACKAGES=1 " + ("PIP_CONSTRAINT= " if constraint is PipConstraintPolicy.UNSET else "")
+    return (f"printf '%s\\n' {' '.join(lines)} > {req} && "
+            f'{env}{python} -m pip install --no-index --find-links "${{{render.WHEELHOUSE_ARG}}}" '
+            f"--only-binary=:all: --no-deps --no-cache-dir --require-hashes -r {req} && rm -f {req}")
+
+
+def recipe(t: Target, ctx: Path, inputs: Inputs, run_id: str) -> str:
+    """Write the one-stage, guide-ordered Dockerfile and its context into ``ctx``; returns the stage name."""
+    nodes = {n.name: n for n in t.graph.nodes}
+    system = nodes["system"].spec
+    python = nodes["python"].spec
+    assemble = nodes["assemble"].spec
+    entry = nodes["entrypoint"].spec
+    assert isinstance(system, SystemNodeSpec) and isinstance(python, PythonNodeSpec)
+    assert isinstance(assemble, AssembleNodeSpec) and isinstance(entry, EntrypointNodeSpec)
+    envs = [n.spec for n in t.graph.nodes if isinstance(n.spec, CompileEnvNodeSpec)]
+    wheels = [n.spec for n in t.graph.nodes if isinstance(n.spec, WheelNodeSpec)]
+    if any(n.kind == "cudnn" for n in t.graph.nodes) or system.sources or any(e.sources for e in envs):
+        raise SystemExit("bench: the recipe baseline knows no cuDNN node or extra apt sources (the demo has none)")
+    df = [f"FROM {t.base_ref} AS recipe", _mark(run_id), f"ARG {render.WHEELHOUSE_ARG}"]
+    # 1. system packages (the compiles' build dependencies too, as the guide's single image has them) and downloads
+    for f in system.files:
+        assert f.sha256
+        _put(inputs.downloads / f.sha256, ctx / "rootfs" / f.dest.lstrip("/"), int(f.mode, 8))
+    if system.files:
+        df.append("COPY rootfs/ /")
+    removes = []
+    if system.remove_pip:
+        removes.append(f"PIP_BREAK_SYSTEM_PACKAGES=1 {system.python} -m pip uninstall -y "
+                       + " ".join(shlex.quote(p) for p in system.remove_pip))
+    if system.remove_paths:
+        removes.append("rm -rf " + " ".join(shlex.quote(p) for p in system.remove_paths))
+    packages = {p.name: p for p in system.apt}
+    for e in envs:
+        packages.update({p.name: p for p in e.apt if p.name not in packages})
+    steps = [*removes]
+    if packages:
+        steps += ["apt-get update", "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+                  + " ".join(_apt_arg(p) for p in packages.values()), "rm -rf /var/lib/apt/lists/*"]
+    if steps:
+        df.append("RUN " + " && ".join(steps))
+    # 2. pip
+    pip = _pip_run(python.python, python.constraint, python.pins, "/tmp/requirements.txt")
+    if pip:
+        df.append(f"RUN {pip}")
+    # 3. the compiles, inside the same image
+    for w, e in zip(wheels, envs, strict=True):
+        assert w.component == e.component
+        df.append(f"COPY src/{w.component}/ /src/{w.component}/")
+        _tree(inputs.trees[w.component], ctx / "src" / w.component)
+        run = [f"echo {COMPILE_MARK} {w.component}"]
+        build_pip = _pip_run(e.python, e.constraint, e.pins, f"/tmp/build-{w.component}.txt")
+        if build_pip:
+            run.append(build_pip)
+        run += [f"export {k}={shlex.quote(v)}" for k, v in sorted(w.env.items())]
+        if w.parallel_env:
+            run.append(f"export {w.parallel_env}=2")
+        run += [f"cd /src/{w.component}", "mkdir -p /out", w.command]
+        df.append("RUN " + " && ".join(run))
+    # 4. the install of what they built
+    if wheels:
+        df.append(f"RUN PIP_BREAK_SYSTEM_PACKAGES=1 {assemble.python} -m pip install --no-index --no-deps "
+                  "--no-cache-dir /out/*.whl && rm -rf /out /src /root/.cache")
+    for tr in assemble.trees:
+        rel = f"trees/{tr.component}"
+        _tree(inputs.trees[tr.component], ctx / rel)
+        df.append(f"COPY {rel}/ {tr.path}/")
+    df += [f"ENV {k}={render._env_value(v)}" for k, v in sorted(assemble.env.items())]
+    # 5. the entrypoint
+    dest = ctx / "entrypoint" / entry.script_path.lstrip("/")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(entry.script)
+    os.chmod(dest, int(entry.script_mode, 8))
+    df += ["COPY entrypoint/ /", f"WORKDIR {entry.workdir}",
+           "ENTRYPOINT " + _json(entry.entrypoint), "CMD " + _json(entry.cmd)]
+    (ctx / "Dockerfile").write_text("\n".join(df) + "\n")
+    return "recipe"
+
+
+def _json(items: tuple[str, ...]) -> str:
+    return json.dumps(list(items))

@@ -1,0 +1,121 @@
+"""A second Docker engine on this machine, ENGINE.md's way, for the second-builder scenario.
+
+Its own bridge on an unused /16, data-root, exec-root, pidfile and socket; --iptables=false and
+--ip-masq=false so that it touches none of the first engine's rules; never --bridge=none (that deletes the
+host's docker0 and breaks the first engine). Started empty, stopped and removed on exit: each use is a
+builder with an empty local cache that shares only the registry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from buildctl.engine import Engine
+from buildctl.errors import EngineError
+
+_NETS = [ipaddress.ip_network(f"10.{n}.0.0/16") for n in range(201, 255)] + [
+    ipaddress.ip_network(f"172.{n}.0.0/16") for n in range(24, 32)]
+
+
+class SecondEngineError(Exception):
+    """The second engine could not be started (the message says why)."""
+
+
+def _used() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    used: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for cmd in (["ip", "-4", "-o", "addr", "show"], ["ip", "-4", "route", "show", "table", "all"]):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True).stdout
+        for word in out.split():
+            if word[0].isdigit() and "." in word:
+                with contextlib.suppress(ValueError):
+                    used.append(ipaddress.ip_network(word, strict=False))
+    return used
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10, check=False)
+    if done.returncode != 0:
+        raise SecondEngineError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+def _answers(eng: Engine) -> bool:
+    try:
+        eng.ping()
+    except EngineError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def second_engine(bridges: list[str] | None = None) -> Iterator[Engine]:
+    """A fresh, empty dockerd beside the shared one; stopped, its bridge and folders removed, on exit.
+    ``bridges``: the bridge's name is added to it (for a check that it is gone)."""
+    dockerd = shutil.which("dockerd") or ("/usr/sbin/dockerd" if Path("/usr/sbin/dockerd").exists() else None)
+    if os.geteuid() != 0:
+        raise SecondEngineError("a second engine needs root (a bridge and a dockerd)")
+    if dockerd is None or shutil.which("ip") is None:
+        raise SecondEngineError("a second engine needs dockerd and ip (apt-get install docker.io iproute2)")
+    tag = uuid.uuid4().hex[:6]
+    bridge = f"docker-bb{tag}"  # at most 15 characters
+    if bridges is not None:
+        bridges.append(bridge)
+    state = Path(tempfile.mkdtemp(prefix="bb-eng2-", dir="/tmp"))  # short: a socket path has a length limit
+    proc: subprocess.Popen[bytes] | None = None
+    made_bridge = False
+    eng: Engine | None = None
+    log = state / "dockerd.log"
+    try:
+        # the same lock file as the tests' second engine: two sessions never pick one network at once
+        with open("/tmp/buildctl-second-engine.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            used = _used()
+            net = next((n for n in _NETS if not any(n.overlaps(u) for u in used)), None)
+            if net is None:
+                raise SecondEngineError("no unused /16 for the second engine's bridge")
+            _ip("link", "add", bridge, "type", "bridge")
+            made_bridge = True
+            _ip("addr", "add", f"{net.network_address + 1}/{net.prefixlen}", "dev", bridge)
+            _ip("link", "set", bridge, "up")
+        (state / "daemon.json").write_text(json.dumps({}))
+        sock = state / "docker.sock"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [dockerd, "--config-file", str(state / "daemon.json"), "--bridge", bridge, "--iptables=false",
+                 "--ip-masq=false", "--ip-forward=false", "--data-root", str(state / "root"),
+                 "--exec-root", str(state / "exec"), "--pidfile", str(state / "docker.pid"),
+                 "--host", f"unix://{sock}", "--containerd-namespace", f"bench-{tag}",
+                 "--containerd-plugins-namespace", f"bench-{tag}-plugins"],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        eng = Engine(f"unix://{sock}", name="second")
+        deadline = time.monotonic() + 60
+        while not _answers(eng):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace").splitlines()[-10:]
+                raise SecondEngineError("the second dockerd did not come up:\n    " + "\n    ".join(tail))
+            time.sleep(0.3)
+        yield eng
+    finally:
+        if eng is not None:
+            eng.close()
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        if made_bridge:
+            subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=10, check=False)
+        if f" {state}/" not in Path("/proc/self/mountinfo").read_text():  # never rm -rf through a mount
+            shutil.rmtree(state, ignore_errors=True)

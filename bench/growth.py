@@ -1,0 +1,102 @@
+"""How plan and no-op build cost grow with the number of components (item 5 of issue 14).
+
+A generated stack with N source-tree components (no compiles: 200 compiles would take hours here), each
+its own root commit of one generated repository (made with git fast-import, fixed identities and dates),
+installed at /opt/gen/cNNN on the demo base. Per N: `buildctl plan` and a no-op `buildctl build` (after
+one untimed build), each a process of its own whose wall time and peak resident memory are measured.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@buildctl.invalid",
+           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@buildctl.invalid"}
+
+
+class GrowthError(Exception):
+    pass
+
+
+def make_repo(path: Path, n: int) -> list[str]:
+    """A bare repository with ``n`` root commits (refs/heads/cNNN); their SHAs in order."""
+    subprocess.run(["git", "init", "-q", "--bare", str(path)], check=True)
+    stream = []
+    for i in range(n):
+        body = f"generated component {i}\n".encode()
+        msg = f"component c{i:03d}\n".encode()
+        stream += [f"commit refs/heads/c{i:03d}".encode(), f"mark :{i + 1}".encode(),
+                   b"author bench <bench@buildctl.invalid> 1700000000 +0000",
+                   b"committer bench <bench@buildctl.invalid> 1700000000 +0000",
+                   f"data {len(msg)}".encode(), msg,
+                   f"M 100644 inline c{i:03d}/README".encode(), f"data {len(body)}".encode(), body, b""]
+    subprocess.run(["git", "-C", str(path), "fast-import", "--quiet"], input=b"\n".join(stream) + b"\n",
+                   check=True, env={**os.environ, **GIT_ENV})
+    out = subprocess.run(["git", "-C", str(path), "for-each-ref", "--format=%(refname:short) %(objectname)",
+                          "refs/heads/"], capture_output=True, text=True, check=True).stdout
+    shas = dict(line.split() for line in out.splitlines())
+    return [shas[f"c{i:03d}"] for i in range(n)]
+
+
+def manifest(n: int, repo: Path, shas: list[str], base_image: str, repository: str) -> str:
+    lines = ["schema: 1", "stack: gen", f"description: generated stack with {n} source-tree components (bench)",
+             "base:", "  alias: gen-base", "  description: the demo base", "  contract:", "    python: \"3.11\"",
+             "    nvcc: false", "variants:", "  default:", f"    image: {base_image}", "    platform: linux/amd64",
+             "    cuda: \"13\"", "    gpu_archs: [\"9.0\"]", "    python: \"3.11\"", "components:"]
+    for i, sha in enumerate(shas):
+        lines += [f"  c{i:03d}:", f"    repo: {repo.as_uri()}", f"    commit: {sha}", "    submodules: false",
+                  "    install:", "      kind: source-tree", f"      path: /opt/gen/c{i:03d}"]
+    lines += ["smoke:", "  required: [versions]", "  gpu_tier: waived", "  gpu_waiver: generated stack, no GPU code",
+              "  python: python3", "push:", f"  registry: {base_image.split('/', 1)[0]}",
+              f"  repository: {repository}"]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    seconds: float
+    peak_mib: float
+
+
+def measure(argv: list[str], env: dict[str, str], what: str) -> Measured:
+    """Run ``argv`` as a child process; its wall time and peak RSS (from wait4's rusage)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.monotonic() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        tail = "\n    ".join(output.decode(errors="replace").strip().splitlines()[-12:])
+        raise GrowthError(f"{what} failed (exit {proc.returncode}):\n    {tail}")
+    return Measured(seconds=seconds, peak_mib=usage.ru_maxrss / 1024)
+
+
+def buildctl(project: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "buildctl", "--project", str(project), "-q", *args]
+
+
+def name_growth(sizes: list[int], seconds: list[float]) -> dict[str, object]:
+    """Marginal cost per component between consecutive sizes, and whether the growth is linear.
+
+    Linear when the marginal cost of the largest step is within a factor 2 of the first's (a fixed start-up
+    cost is then the intercept); otherwise super- or sub-linear, named as such."""
+    marginal = [(seconds[i + 1] - seconds[i]) / (sizes[i + 1] - sizes[i]) for i in range(len(sizes) - 1)]
+    if not marginal:
+        return {"marginal_s_per_component": [], "growth": "n/a (one size)"}
+    first, last = marginal[0], marginal[-1]
+    if first <= 0 or last <= 0:
+        name = "flat (the fixed start-up cost dominates; no per-component cost measurable)"
+    elif last > 2 * first:
+        name = f"super-linear (the last step costs {last / first:.1f}x per component what the first does)"
+    elif last < first / 2:
+        name = f"sub-linear (the last step costs {last / first:.2f}x per component what the first does)"
+    else:
+        name = f"linear (per-component cost {first * 1000:.1f} ms then {last * 1000:.1f} ms)"
+    return {"marginal_s_per_component": marginal, "growth": name}

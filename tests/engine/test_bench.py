@@ -1,0 +1,76 @@
+"""The benchmark's quick mode runs in CI (issue 14), so that `make bench` cannot rot unseen.
+
+The same code path as `make bench` (bench/bench_rebuild.py) with one repetition, one generated C file and
+growth stacks of 3 and 6 components, against the test registry and the real engine (a second engine is
+started and stopped by the bench itself). No timing is asserted: figures are checked for being there, and
+the counts that follow from the scenario (what buildctl rebuilds, how many compiles each way ran) are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.engine.conftest import docker_cli
+
+PROJECT = Path(__file__).resolve().parents[2]
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def bench(*args: str, tmp: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(PROJECT), "BUILDCTL_CONFIG": str(tmp / "no-config.toml")}
+    env.pop("BUILDCTL_CACHE", None)
+    if HOST_CA.is_file():
+        env["BUILDCTL_CA_BUNDLE"] = str(HOST_CA)
+    return subprocess.run([sys.executable, str(PROJECT / "bench" / "bench_rebuild.py"), *args], env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_bench_quick_mode(registry: str, demo_base: str, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    done = bench("--quick", "--registry", registry, "--base-image", demo_base, "--out", str(out), tmp=tmp_path,
+                 timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert "Traceback" not in done.stderr
+    [result] = list(out.glob("*-quick.json"))
+    res = json.loads(result.read_text())
+    assert res["machine"]["cores"] and res["machine"]["engine"] and res["load_before"] and res["load_after"]
+    s = res["summary"]
+    # (a) nothing changed: buildctl rebuilds nothing, the Dockerfiles run no step and no compile
+    assert s["a"]["buildctl"]["rebuilt"] == [0] and s["a"]["buildctl"]["compiles"] == [0]
+    for kind in ("multistage", "recipe"):
+        assert s["a"][kind]["rebuilt"] == [0] and s["a"][kind]["compiles"] == [0], kind
+    # (b) a runtime pip pin: buildctl and the multi-stage file recompile nothing; the recipe recompiles
+    assert sorted(res["runs"]["b"]["buildctl"][0]["detail"]) == ["assemble", "entrypoint", "python"]
+    assert s["b"]["multistage"]["compiles"] == [0] and s["b"]["recipe"]["compiles"] == [1]
+    # (c) fastmath's PR list: one compile each way
+    assert "wheel:fastmath" in res["runs"]["c"]["buildctl"][0]["detail"]
+    assert s["c"]["buildctl"]["compiles"] == s["c"]["multistage"]["compiles"] == s["c"]["recipe"]["compiles"] == [1]
+    # (d) the second builder: nothing to build when nothing changed; the pin bump recompiles only in the recipe
+    assert s["d1"]["buildctl"]["rebuilt"] == [0] and s["d1"]["recipe"]["compiles"] == [0]
+    assert s["d2"]["buildctl"]["compiles"] == [0] and s["d2"]["recipe"]["compiles"] == [1]
+    # (e) bytes of an unchanged push are counted (and far fewer than the first push's)
+    for tool in ("buildctl", "multistage", "recipe"):
+        e = res["push"][tool]
+        assert e["first"] > 0 and len(e["again"]) == 1 and e["again"][0] < e["first"], (tool, e)
+    assert [g["components"] for g in res["growth"]["sizes"]] == [3, 6]
+    assert "growth of plan:" in done.stdout and "(a) nothing changed" in done.stdout
+    # nothing of the run is left: images, containers, the second engine's bridge
+    run = res["run_id"]
+    assert f"bench-{run}" not in docker_cli("images", "--format", "{{.Repository}}:{{.Tag}}")
+    assert not docker_cli("images", "-aq", "--filter", f"label=io.buildctl.bench={run}").split()
+    assert not docker_cli("ps", "-aq", "--filter", f"label=io.buildctl.bench={run}").split()
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    assert len(res["second_engine_bridges"]) == 4  # (d1) and (d2), each tool on an empty engine of its own
+    assert not [b for b in res["second_engine_bridges"] if f" {b}:" in links or f" {b}@" in links]
+
+
+def test_bench_fails_without_a_traceback(tmp_path: Path) -> None:
+    done = bench("--quick", "--registry", "127.0.0.1:9", "--out", str(tmp_path / "r"), tmp=tmp_path, timeout=120)
+    assert done.returncode == 1
+    assert "bench: error:" in done.stderr and "127.0.0.1:9" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert not (tmp_path / "r").exists()

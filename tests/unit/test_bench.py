@@ -1,0 +1,39 @@
+"""Pure parts of the benchmark (bench/): reading BuildKit's output, naming growth."""
+
+from __future__ import annotations
+
+from bench import baselines, growth
+from bench.bench_rebuild import parse_buildkit
+
+PLAIN = f"""#1 [internal] load build definition from Dockerfile
+#1 transferring dockerfile: 1.2kB done
+#4 [recipe 1/6] FROM 127.0.0.1:5000/buildctl/demo-base@sha256:abc
+#5 [recipe 2/6] COPY rootfs/ /
+#5 CACHED
+#6 [recipe 3/6] RUN apt-get update && apt-get install -y jq
+#6 CACHED
+#7 [recipe 4/6] RUN printf '%s\\n' six==1.17.0 > /tmp/requirements.txt
+#7 0.512 Processing six
+#8 [recipe 5/6] RUN echo {baselines.COMPILE_MARK} fastmath && cd /src/fastmath
+#8 0.201 {baselines.COMPILE_MARK} fastmath
+#8 12.30 building 'fastmath._core' extension
+#9 [recipe 6/6] WORKDIR /opt/demo-trainer
+#10 exporting to image
+"""
+
+
+def test_parse_buildkit_counts_steps_that_ran_and_compiles() -> None:
+    ran, total, compiles = parse_buildkit(PLAIN)
+    assert (ran, total) == (2, 4)  # COPY, RUN x3; FROM, WORKDIR and internal steps are not counted
+    assert compiles == ["fastmath"]  # the mark in the step's header is not a compile that ran
+
+
+def test_parse_buildkit_all_cached() -> None:
+    text = "#5 [a 2/3] RUN x\n#5 CACHED\n#6 [a 3/3] COPY y /\n#6 CACHED\n"
+    assert parse_buildkit(text) == (0, 2, [])
+
+
+def test_name_growth() -> None:
+    assert growth.name_growth([10, 50, 200], [1.0, 1.4, 2.9])["growth"].startswith("linear")
+    assert growth.name_growth([10, 50, 200], [1.0, 1.4, 9.0])["growth"].startswith("super-linear")
+    assert growth.name_growth([10, 50, 200], [1.0, 1.0, 1.0])["growth"].startswith("flat")
