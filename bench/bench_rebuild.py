@@ -526,7 +526,9 @@ def table(res: dict[str, Any]) -> str:
         out.append(f"growth {g['components']:>4} components: plan {g['plan']['seconds']['median']:.2f}s "
                    f"({g['plan']['peak_mib']:.0f} MiB peak), no-op build {g['noop']['seconds']['median']:.2f}s "
                    f"({g['noop']['peak_mib']:.0f} MiB peak)")
-    if res.get("growth"):
+    if res.get("growth", {}).get("error"):
+        out.append(f"growth: FAILED: {res['growth']['error']}")
+    elif res.get("growth"):
         out.append(f"growth of plan: {res['growth']['plan_growth']['growth']}")
         out.append(f"growth of no-op build: {res['growth']['noop_growth']['growth']}")
     return "\n".join(out)
@@ -745,7 +747,12 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
             with wheelhouse.serve(whdir, port=0) as url:
                 b.wheelhouse_url = url
                 scenarios(b, args.reps, proxy, counter, res)
-            res["growth"] = run_growth(b, sizes, args.reps, f"{args.registry}/{BASE_PATH}")
+            try:
+                res["growth"] = run_growth(b, sizes, args.reps, f"{args.registry}/{BASE_PATH}")
+            except (growth.GrowthError, BuildctlError, subprocess.CalledProcessError) as exc:
+                # the scenarios' figures are kept; the run still fails (exit 1) after writing them
+                res["growth"] = {"error": str(exc)}
+                say(f"growth failed: {exc}")
     finally:
         if b is not None:
             say("removing what the bench made")
@@ -763,7 +770,7 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
     print(f"\nmachine: {res['machine']['cores']} cores, {res['machine']['memory_gib']} GiB, engine "
           f"{res['machine']['engine']}; load before: {load_before}; after: {res['load_after']}")
     print(f"results: {out}")
-    return 0
+    return 1 if res["growth"].get("error") else 0
 
 
 if __name__ == "__main__":
