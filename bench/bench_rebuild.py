@@ -25,7 +25,7 @@ components (--sizes). A table goes to stdout, every repetition's figures with th
 bench/results/<time>.json (--out).
 
     python3 bench/bench_rebuild.py [--reps N] [--weight N] [--sizes 10,50,200] [--registry HOST:PORT]
-    python3 bench/bench_rebuild.py --quick    # CI: one repetition, small sizes, the same code path
+    python3 bench/bench_rebuild.py --quick    # CI: one repetition, small sizes, no apt, a pure-Python "compile"
 
 Needs the engine, a registry with the demo base (`make demo-up`; `make bench` runs it first), root for the
 second engine, and BUILDCTL_CA_BUNDLE where pip needs a proxy's CA (`make bench` passes the host bundle).
@@ -135,9 +135,10 @@ def weight_source(i: int, functions: int = 40) -> str:
     return "\n".join(out) + "\n"
 
 
-def fastmath_repo(work: Path, weight: int, reps: int) -> tuple[Path, str, list[str]]:
+def fastmath_repo(work: Path, weight: int, reps: int, *, light: bool = False) -> tuple[Path, str, list[str]]:
     """The bench's copy of the fastmath repository: main carries ``weight`` generated C files (compiled into
     the extension), and refs/pull/(PR_BASE+r)/head for each repetition r is a one-line change on top of it.
+    ``light`` (--quick): main builds no C extension, so that the compile needs no compiler (and no apt).
     Returns (bare repository, main's SHA, the PR heads)."""
     bare = work / "git" / "fastmath.git"
     git("init", "-q", "--bare", str(bare))
@@ -157,6 +158,12 @@ def fastmath_repo(work: Path, weight: int, reps: int) -> tuple[Path, str, list[s
         (tree / "setup.py").write_text(setup.replace(old, json.dumps(["fastmath/_core.c", *names])))
         git("-C", str(tree), "add", "-A")
         git("-C", str(tree), "commit", "-q", "-m", f"bench: {weight} generated C files (compile weight)")
+    if light:
+        setup = (tree / "setup.py").read_text()
+        if "    ext_modules=[\n" not in setup:
+            raise BenchError("demo/sources/fastmath.bundle: setup.py has no `ext_modules=[` line any more")
+        (tree / "setup.py").write_text(setup.replace("    ext_modules=[\n", "    ext_modules=[] and [\n"))
+        git("-C", str(tree), "commit", "-q", "-am", "bench (quick): no C extension, a pure-Python wheel")
     main = git("-C", str(tree), "rev-parse", "HEAD")
     git("-C", str(tree), "push", "-q", "-f", "origin", "HEAD:refs/heads/main")
     heads = []
@@ -178,7 +185,16 @@ class States:
     locks: dict[str, str] = field(default_factory=dict)
 
 
-def manifests(registry: str, repository: str, repo: Path, main: str, heads: list[str]) -> States:
+APT = """apt:
+  packages:
+    - jq=1.6*          # a pattern: the lock resolves it to bookworm's exact version
+    - less             # unversioned: the lock pins it
+"""
+BUILD_APT = "      apt: [gcc, libc6-dev, python3-dev, git]   # git: the wheel version carries +<short sha>, as TE's does\n"
+
+
+def manifests(registry: str, repository: str, repo: Path, main: str, heads: list[str], *,
+              light: bool = False) -> States:
     # demo-trainer stays ../demo/sources/ (each project has a `demo` link to the checkout's); fastmath is the
     # bench's own copy, by file:// URL (a manifest names no absolute host path)
     text = (ROOT / "pins" / "demo.yaml").read_text()
@@ -187,9 +203,11 @@ def manifests(registry: str, repository: str, repo: Path, main: str, heads: list
     text = text.replace("../demo/sources/fastmath.bundle", repo.as_uri()).replace(FASTMATH_COMMIT, main)
     text = text.replace("127.0.0.1:5000", registry)
     text = re.sub(r"(?m)^  repository: .*$", f"  repository: {repository}", text)
-    for needle in (PR7, SIX):
+    for needle in (PR7, SIX, *((APT, BUILD_APT) if light else ())):
         if needle not in text:
             raise BenchError(f"pins/demo.yaml no longer holds the line the bench changes:\n{needle}")
+    if light:  # --quick: no apt packages at all (what costs most in a cold build here)
+        text = text.replace(APT, "").replace(BUILD_APT, "")
     texts = {"s0": text}
     for r, head in enumerate(heads):
         texts[f"b{r}"] = text.replace(SIX, f"    - six=={SIX_BUMPS[r]}\n")
@@ -673,7 +691,8 @@ def base_in(engine: Engine, registry: str, local_base: str) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="one repetition, one weight file, sizes 3 and 6 (what the CI test runs; no timing claims)")
+                    help="what the CI test runs (no timing claims): one repetition, sizes 3 and 6, and the demo "
+                         "without apt packages, its compile a pure-Python wheel build")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each scenario (default 3, at most 5)")
     ap.add_argument("--weight", type=int, default=8, help="generated C files in the compile (default 8)")
     ap.add_argument("--sizes", default="10,50,200", help="component counts of the growth stacks (default 10,50,200)")
@@ -685,7 +704,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the work folder (images are removed regardless)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.reps, args.weight, args.sizes = 1, 1, "3,6"
+        args.reps, args.weight, args.sizes = 1, 0, "3,6"
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s]
     except ValueError:
@@ -735,8 +754,8 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
             (project / "images").symlink_to(ROOT / "images")
             (project / "demo").symlink_to(ROOT / "demo")
             say(f"work folder {work}; fastmath with {args.weight} generated C file(s)")
-            repo, main, heads = fastmath_repo(work, args.weight, args.reps)
-            states = manifests(args.registry, repository, repo, main, heads)
+            repo, main, heads = fastmath_repo(work, args.weight, args.reps, light=args.quick)
+            states = manifests(args.registry, repository, repo, main, heads, light=args.quick)
             say(f"locking {len(states.texts)} states with `buildctl lock demo`")
             lock_all(states, work, env)
             whdir = work / "wheelhouse"
