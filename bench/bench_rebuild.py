@@ -511,6 +511,45 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.1f}x" if b > 0 else "n/a"
 
 
+def _cell(f: dict[str, Any], unit: str) -> str:
+    sec = f["seconds"]
+    rebuilt = "/".join(map(str, f["rebuilt"]))
+    return (f"{sec['median']:.2f} s ({sec['min']:.2f}-{sec['max']:.2f}), {rebuilt} of {f['total']} {unit}, "
+            f"{'/'.join(map(str, f['compiles']))} compile(s)")
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """The README's tables from one result file (`--report FILE`)."""
+    s = res["summary"]
+    out = ["| scenario | buildctl | multi-stage Dockerfile | recipe Dockerfile | ratio |", "|---|---|---|---|---|"]
+    rows = [("a", "(a) nothing changed", "multistage", "multi-stage / buildctl"),
+            ("b", "(b) runtime pip pin bumped (six)", "recipe", "recipe / buildctl"),
+            ("c", "(c) fastmath's PR list changed (a PR added)", "recipe", "recipe / buildctl"),
+            ("d1", "(d1) second builder, empty cache, nothing changed", "recipe", "recipe / buildctl"),
+            ("d2", "(d2) second builder, empty cache, the pin of (b) bumped", "recipe", "recipe / buildctl")]
+    for key, label, versus, name in rows:
+        if key not in s:
+            continue
+        t = s[key]
+        base = t["buildctl"]["seconds"]["median"]
+        cells = [_cell(t[tool], "nodes" if tool == "buildctl" else "steps") if tool in t else "-" for tool in TOOLS]
+        out.append(f"| {label} | {' | '.join(cells)} | {name}: {ratio(t[versus]['seconds']['median'], base)} |")
+    e = res.get("push", {})
+    if e:
+        out += ["", "| (e) bytes sent to the registry | buildctl | multi-stage | recipe |", "|---|---|---|---|",
+                "| first push of s0 | " + " | ".join(f"{e[t]['first']:,}" for t in TOOLS) + " |",
+                "| the unchanged s0 pushed again | " + " | ".join(spread_txt(e[t]["again"]) for t in TOOLS) + " |"]
+    g = res.get("growth", {})
+    if g.get("sizes"):
+        out += ["", "| components | nodes | `plan` | peak | no-op `build` | peak |", "|---|---|---|---|---|---|"]
+        for row in g["sizes"]:
+            out.append(f"| {row['components']} | {row['nodes']} | {row['plan']['seconds']['median']:.2f} s | "
+                       f"{row['plan']['peak_mib']:.0f} MiB | {row['noop']['seconds']['median']:.2f} s | "
+                       f"{row['noop']['peak_mib']:.0f} MiB |")
+        out += ["", f"plan: {g['plan_growth']['growth']}; no-op build: {g['noop_growth']['growth']}"]
+    return "\n".join(out)
+
+
 def table(res: dict[str, Any]) -> str:
     rows: list[tuple[str, ...]] = [("scenario", "buildctl", "multistage", "recipe", "recipe/buildctl",
                                     "multistage/buildctl")]
@@ -702,7 +741,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"(default {LOCAL_BASE})")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="folder for the JSON result")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (images are removed regardless)")
+    ap.add_argument("--report", type=Path, metavar="FILE", help="print the README's tables from a result file; "
+                    "builds nothing")
     args = ap.parse_args(argv)
+    if args.report:
+        try:
+            print(markdown(json.loads(args.report.read_text())))
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"bench: error: {args.report}: not a result file of this bench ({exc!r})", file=sys.stderr)
+            return 1
+        return 0
     if args.quick:
         args.reps, args.weight, args.sizes = 1, 0, "3,6"
     try:
