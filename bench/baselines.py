@@ -24,12 +24,11 @@ import dataclasses
 import json
 import os
 import re
-import shlex
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from buildctl import render
+from buildctl import quoting, render
 from buildctl.graph import (
     AptPin,
     AssembleNodeSpec,
@@ -127,7 +126,7 @@ def multistage(t: Target, ctx: Path, inputs: Inputs, run_id: str) -> str:
             # them and install them by path in a step of their own
             for w in spec.wheels:
                 extra.append(f"COPY --from={stage('wheel:' + w.component)} /out/ /tmp/components/{w.component}/")
-            extra.append(f"RUN PIP_BREAK_SYSTEM_PACKAGES=1 {spec.python} -m pip install --no-index --no-deps "
+            extra.append(f"RUN PIP_BREAK_SYSTEM_PACKAGES=1 {quoting.sh(spec.python)} -m pip install --no-index --no-deps "
                          "--no-cache-dir --no-compile /tmp/components/*/*.whl && rm -rf /tmp/components")
             n = dataclasses.replace(n, spec=dataclasses.replace(spec, wheels=()))
         r = render.render(n, templates=t.templates, parent_ref=parent)
@@ -146,7 +145,7 @@ def multistage(t: Target, ctx: Path, inputs: Inputs, run_id: str) -> str:
 
 
 def _apt_arg(p: AptPin) -> str:
-    return p.name if p.version == "*" else shlex.quote(f"{p.name}={p.version}")
+    return quoting.sh(p.name) if p.version == "*" else quoting.sh(f"{p.name}={p.version}")
 
 
 def _pip_lines(pins: tuple[PipPin, ...]) -> list[str]:
@@ -154,8 +153,10 @@ def _pip_lines(pins: tuple[PipPin, ...]) -> list[str]:
     for p in pins:
         if p.in_base:
             continue
-        assert p.version, f"pip pin {p.name} is not locked"
-        out.append(shlex.quote(" ".join([f"{p.name}=={p.version}", *(f"--hash={h}" for h in p.hashes)])))
+        if p.sdist or p.download or not p.version:
+            raise SystemExit(f"bench: the recipe baseline installs locked index wheels only, not {p.name} "
+                             "(an sdist, a download or an unlocked pin; the demo has none)")
+        out.append(quoting.sh(" ".join([f"{p.name}=={p.version}", *(f"--hash={h}" for h in p.hashes)])))
     return out
 
 
@@ -165,7 +166,7 @@ def _pip_run(python: str, constraint: PipConstraintPolicy, pins: tuple[PipPin, .
         return None
     env = "PIP_BREAK_SYSTEM_PACKAGES=1 " + ("PIP_CONSTRAINT= " if constraint is PipConstraintPolicy.UNSET else "")
     return (f"printf '%s\\n' {' '.join(lines)} > {req} && "
-            f'{env}{python} -m pip install --no-index --find-links "${{{render.WHEELHOUSE_ARG}}}" '
+            f'{env}{quoting.sh(python)} -m pip install --no-index --find-links "${{{render.WHEELHOUSE_ARG}}}" '
             f"--only-binary=:all: --no-deps --no-cache-dir --require-hashes -r {req} && rm -f {req}")
 
 
@@ -191,16 +192,17 @@ def recipe(t: Target, ctx: Path, inputs: Inputs, run_id: str) -> str:
         df.append("COPY rootfs/ /")
     removes = []
     if system.remove_pip:
-        removes.append(f"PIP_BREAK_SYSTEM_PACKAGES=1 {system.python} -m pip uninstall -y "
-                       + " ".join(shlex.quote(p) for p in system.remove_pip))
+        removes.append(f"PIP_BREAK_SYSTEM_PACKAGES=1 {quoting.sh(system.python)} -m pip uninstall -y "
+                       + quoting.sh_join(system.remove_pip))
     if system.remove_paths:
-        removes.append("rm -rf " + " ".join(shlex.quote(p) for p in system.remove_paths))
+        removes.append("rm -rf " + quoting.sh_join(system.remove_paths))
     packages = {p.name: p for p in system.apt}
     for e in envs:
         packages.update({p.name: p for p in e.apt if p.name not in packages})
     steps = [*removes]
     if packages:
-        steps += ["apt-get update", "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+        install = "apt-get install -y" + ("" if system.recommends else " --no-install-recommends")
+        steps += ["apt-get update", f"DEBIAN_FRONTEND=noninteractive {install} "
                   + " ".join(_apt_arg(p) for p in packages.values()), "rm -rf /var/lib/apt/lists/*"]
     if steps:
         df.append("RUN " + " && ".join(steps))
@@ -217,26 +219,26 @@ def recipe(t: Target, ctx: Path, inputs: Inputs, run_id: str) -> str:
         build_pip = _pip_run(e.python, e.constraint, e.pins, f"/tmp/build-{w.component}.txt")
         if build_pip:
             run.append(build_pip)
-        run += [f"export {k}={shlex.quote(v)}" for k, v in sorted(w.env.items())]
+        run += [f"export {quoting.env_name(k)}={quoting.sh(v)}" for k, v in sorted(w.env.items())]
         if w.parallel_env:
-            run.append(f"export {w.parallel_env}=2")
+            run.append(f"export {quoting.env_name(w.parallel_env)}=2")
         run += [f"cd /src/{w.component}", "mkdir -p /out", w.command]
         df.append("RUN " + " && ".join(run))
     # 4. the install of what they built
     if wheels:
-        df.append(f"RUN PIP_BREAK_SYSTEM_PACKAGES=1 {assemble.python} -m pip install --no-index --no-deps "
+        df.append(f"RUN PIP_BREAK_SYSTEM_PACKAGES=1 {quoting.sh(assemble.python)} -m pip install --no-index --no-deps "
                   "--no-cache-dir /out/*.whl && rm -rf /out /src /root/.cache")
     for tr in assemble.trees:
         rel = f"trees/{tr.component}"
         _tree(inputs.trees[tr.component], ctx / rel)
         df.append(f"COPY {rel}/ {tr.path}/")
-    df += [f"ENV {k}={render._env_value(v)}" for k, v in sorted(assemble.env.items())]
+    df += [f"ENV {quoting.env_name(k)}={quoting.dockerfile(v)}" for k, v in sorted(assemble.env.items())]
     # 5. the entrypoint
     dest = ctx / "entrypoint" / entry.script_path.lstrip("/")
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(entry.script)
     os.chmod(dest, int(entry.script_mode, 8))
-    df += ["COPY entrypoint/ /", f"WORKDIR {entry.workdir}",
+    df += ["COPY entrypoint/ /", f"WORKDIR {quoting.dockerfile(entry.workdir)}",
            "ENTRYPOINT " + _json(entry.entrypoint), "CMD " + _json(entry.cmd)]
     (ctx / "Dockerfile").write_text("\n".join(df) + "\n")
     return "recipe"
