@@ -42,6 +42,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -761,6 +762,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: error: {DOCKER} (Debian's docker.io client, which can use BuildKit) is missing",
               file=sys.stderr)
         return 1
+    # SIGTERM (a CI timeout, `kill`) goes the way of Ctrl-C: through the cleanup of what the run made
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return _main(args, sizes)
     except (BenchError, SecondEngineError, growth.GrowthError) as exc:
