@@ -82,6 +82,7 @@ from buildctl.index import DEFAULT_INDEX, HttpFetcher, SimpleIndex
 from buildctl.model import InstallKind, ReproLevel
 from buildctl.plan import ArchCheck
 from buildctl.records import NodeRecord, RecordStore, state_root
+from buildctl.sources import BUILD_GIT_ENV
 
 if TYPE_CHECKING:
     from buildctl.engine import Engine
@@ -894,7 +895,9 @@ class _Build:
         try:
             self.progress.log(node.name, f"compiling with {jobs} job(s)")
             result = e.run(self.ref(node.parents[0]), ["/buildctl/wheel.sh"], entrypoint=["/bin/sh"],
-                           env={"BUILDCTL_JOBS": str(jobs)},
+                           # the tree keeps the host user's uid (cp -a): git would call it "dubious" and the
+                           # version would lose its +sha, so the copy is marked safe (sources.BUILD_GIT_ENV)
+                           env={"BUILDCTL_JOBS": str(jobs), **BUILD_GIT_ENV},
                            mounts=[Mount(source=self.prepared[node.component], target="/src", read_only=True),
                                    Mount(source=self.config.cache.ccache, target="/ccache", read_only=False),
                                    Mount(source=out, target="/out", read_only=False)],
@@ -999,7 +1002,8 @@ def extract_wheel(image_tar: Path, dest: Path) -> Path | None:
 
 
 def dry_run(t: Target, out: Path, *, wheels: Mapping[str, render.WheelFile] | None = None) -> list[Path]:
-    """Write every node's rendered Dockerfile (and compile script, and context listing) into ``out``."""
+    """Write every node's rendered Dockerfile, compile script, context listing and every text file of its
+    context (``<node>.context/<path>``: the launch script among them) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for n in t.graph.nodes:
@@ -1015,10 +1019,21 @@ def dry_run(t: Target, out: Path, *, wheels: Mapping[str, render.WheelFile] | No
             sh.write_text(r.script)
             written.append(sh)
         if r.context:
+            # every text file of the context, at its path (the launch script, keyrings' lists, ...), so that the
+            # whole image reads as text; downloads, source trees and wheels are named (they are fetched/built)
+            folder = out / f"{n.slug}.context"
+            for c in r.context:
+                if c.text is not None:
+                    f = safepath.inside(folder, c.path)
+                    f.parent.mkdir(parents=True, exist_ok=True)
+                    f.write_text(c.text)
+                    f.chmod(int(c.mode, 8))
+                    written.append(f)
             listing = out / f"{n.slug}.context.txt"
             listing.write_text("".join(f"{c.path}  mode {c.mode}  " + (
                 f"download {c.download}" if c.download else f"source tree of {c.tree}" if c.tree else
-                f"wheel of {c.wheel}" if c.wheel else f"text, {len(c.text or '')} bytes") + "\n" for c in r.context))
+                f"wheel of {c.wheel}" if c.wheel else
+                f"text, {len(c.text or '')} bytes, in {folder.name}/{c.path}") + "\n" for c in r.context))
             written.append(listing)
     summary = out / "graph.json"
     summary.write_text(json.dumps({"stack": t.graph.stack, "variant": t.graph.variant, "nodes": [

@@ -162,8 +162,26 @@ def outcomes(report: pipeline.Report) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------ tests
 
 
+HOST_USER = 4242  # a non-root uid: the files of a cache that a non-root user's buildctl wrote
+
+
+def own_sources_as_a_host_user(demo: Demo) -> None:
+    """Export the demo's prepared sources into the cache as the build will find them, owned by a non-root uid,
+    as they are when a non-root user runs buildctl against a rootful engine (the compile runs as root)."""
+    t = demo.target()
+    assert t.vlock is not None
+    sources = Sources.from_config(demo.config(), base_dir=t.manifest_path.parent)
+    for c in t.manifest.components:
+        tree = sources.exported(sources.prepare_component(c, t.vlock.components[c.name]))
+        for path in [tree, *tree.rglob("*")]:
+            os.lchown(path, HOST_USER, HOST_USER)
+        assert tree.stat().st_uid == HOST_USER
+
+
 def test_build_every_node_then_nothing(demo: Demo, engine: Engine, registry: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # item 6 of issue 12: the compile keeps its +sha whoever owns the source (git's "dubious ownership")
+    own_sources_as_a_host_user(demo)
     first = demo.build([engine])
     assert sorted(first.built) == sorted(ALL)
     t = demo.target()
@@ -206,6 +224,13 @@ def test_build_every_node_then_nothing(demo: Demo, engine: Engine, registry: str
     assert cli.main(["--project", str(demo.root), "-q", "build", "demo", "--skip-smoke"]) == 0
     # the same build gives what the profiles and the variant override say (one build serves both tests)
     check_profiles_and_the_variant_override(demo, engine, first)
+    # item 7 of issue 12: a second checkout elsewhere has the same keys, so it builds nothing
+    other = demo.root.parent / "elsewhere" / "checkout"
+    shutil.copytree(demo.root, other, symlinks=True)
+    moved = target.load(other, demo.config(), "demo", None, skip_smoke=True)
+    assert {n.name: n.key for n in moved.graph.nodes} == {n.name: n.key for n in t.graph.nodes}
+    assert cli.main(["--project", str(other), "-q", "build", "demo", "--skip-smoke"]) == 0
+    assert engine.image_exists(moved.refs["entrypoint"])
 
 
 FAKE_TORCHRUN = b"""#!/usr/bin/python3
@@ -449,6 +474,10 @@ def test_dry_run_writes_dockerfiles(demo: Demo, tmp_path: Path, capsys: pytest.C
     names = sorted(p.name for p in out.iterdir())
     assert "system.Dockerfile" in names and "wheel-fastmath.sh" in names and "graph.json" in names
     assert (out / "system.Dockerfile").read_text().startswith("# system:")
+    # item 8 of issue 12: every text file of a context is written out, the launch script included
+    script = out / "entrypoint.context" / "rootfs" / "usr" / "local" / "bin" / "buildctl-launch"
+    assert script.read_text().startswith("#!/usr/bin/env bash\n") and script.stat().st_mode & 0o777 == 0o755
+    assert "in entrypoint.context/rootfs/usr/local/bin/buildctl-launch" in (out / "entrypoint.context.txt").read_text()
     shutil.rmtree(out)
 
 
