@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "registry). Default: DOCKER_HOST or the local socket")
     b.add_argument("--skip-smoke", action="store_true",
                    help="build the entrypoint without the smoke gate (the image is labelled smoke=skipped)")
-    b.add_argument("--dry-run", action="store_true", help="write the rendered Dockerfiles for review, build nothing")
+    b.add_argument("--dry-run", action="store_true", help="write what each node is built from for review (Dockerfile, compile script, every text file of its context, e.g. the launch script, under NODE.context/), build nothing")
     b.add_argument("--out", type=Path, help="--dry-run: folder to write into (default: under the cache)")
     b.set_defaults(func=handle_build)
 
