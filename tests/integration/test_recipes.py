@@ -56,7 +56,7 @@ def render(stack: str, variant: str, out: Path) -> Rendered:
     config = load_config({"BUILDCTL_CACHE": str(out / "cache"), "BUILDCTL_CONFIG": str(out / "none.toml")})
     t = target.load(ROOT, config, stack, variant, skip_smoke=False)
     pipeline.dry_run(t, out / "dry")
-    files = {p.name: p.read_text() for p in (out / "dry").iterdir()}
+    files = {p.name: p.read_text() for p in (out / "dry").iterdir() if p.is_file()}
     return Rendered(files=files, graph=t.graph)
 
 
