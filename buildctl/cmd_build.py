@@ -56,7 +56,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "registry). Default: DOCKER_HOST or the local socket")
     b.add_argument("--skip-smoke", action="store_true",
                    help="build the entrypoint without the smoke gate (the image is labelled smoke=skipped)")
-    b.add_argument("--dry-run", action="store_true", help="write what each node is built from for review (Dockerfile, compile script, every text file of its context, e.g. the launch script, under NODE.context/), build nothing")
+    b.add_argument("--dry-run", action="store_true",
+                   help="prepare the locked sources (changes applied), then write what each node is built from "
+                        "for review (Dockerfile, compile script, every text file of its context, e.g. the launch "
+                        "script, under NODE.context/); build nothing")
     b.add_argument("--out", type=Path, help="--dry-run: folder to write into (default: under the cache)")
     b.set_defaults(func=handle_build)
 
@@ -172,6 +175,8 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
                     skip_smoke=args.skip_smoke, profile=args.profile)
     if args.dry_run:
         out = args.out or ctx.config.cache.root / "dry-run" / t.graph.stack / t.graph.variant
+        for line in pipeline.prepare_sources(t, Sources.from_config(ctx.config, base_dir=t.manifest_path.parent)):
+            ctx.ui.print(line)
         written = pipeline.dry_run(t, out)
         ctx.ui.print(f"rendered {sum(1 for w in written if w.suffix == '.Dockerfile')} Dockerfile(s) of "
                      f"{t.graph.stack}/{t.graph.variant} into {out}")

@@ -57,7 +57,7 @@ def real_resolvers(config: Config) -> Resolvers:
     from buildctl.sources import Sources
 
     engine = Engine(network_timeout=config.network_timeout)
-    fetcher = HttpFetcher(ca_bundle=config.ca_bundle, timeout=config.network_timeout)
+    fetcher = HttpFetcher.from_config(config)
     index = SimpleIndex([config.pip_index_url or DEFAULT_INDEX, *config.pip_extra_index_urls], fetcher)
     return Resolvers(registry=engine, git=Sources.from_config(config), in_base=EngineInBase(engine, config),
                      index=index, fetch=fetcher)

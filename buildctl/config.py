@@ -31,6 +31,7 @@ CONFIG_KEYS = {
     "registry": "BUILDCTL_REGISTRY",
     "registry_mirrors": "BUILDCTL_REGISTRY_MIRRORS",
     "git_mirrors": "BUILDCTL_GIT_MIRRORS",
+    "download_mirrors": "BUILDCTL_DOWNLOAD_MIRRORS",
     "network_timeout": "BUILDCTL_NETWORK_TIMEOUT",
     "stall_timeout": "BUILDCTL_STALL_TIMEOUT",
 }
@@ -84,6 +85,10 @@ class Config:
     registry_mirrors: Mapping[str, str] = field(default_factory=dict)
     # git mirrors: "https://github.com/" -> "file:///srv/mirrors/" (git's url.<base>.insteadOf)
     git_mirrors: Mapping[str, str] = field(default_factory=dict)
+    # download mirrors: URL prefix -> mirror prefix, for plain downloads and wheels fetched by URL
+    # ("https://developer.download.nvidia.com/" -> "https://mirror.example/nvidia/"); the lock keeps the URL
+    # as the manifest writes it, the file comes from the mirror and is checked against the same sha256.
+    download_mirrors: Mapping[str, str] = field(default_factory=dict)
     network_timeout: float = 10.0
     stall_timeout: float = 60.0  # a push or pull attempt with no bytes moving for this long is retried (3 in all)
     cache: CacheLayout
@@ -157,8 +162,16 @@ _VALUE_RULES: Mapping[str, syntax.Rule] = {
 _MAP_RULES: Mapping[str, tuple[syntax.Rule, syntax.Rule]] = {
     "registry_mirrors": (_host_path, _host_path),
     "git_mirrors": (_git_mirror, _git_mirror),
+    "download_mirrors": (lambda v: syntax.url(v, ("https", "http", "file")),
+                         lambda v: syntax.url(v, ("https", "http", "file"))),
 }
 NETWORK_TIMEOUT_MAX = 3600.0
+
+
+def mirror_url(url: str, mirrors: Mapping[str, str]) -> str:
+    """``url`` with the longest matching prefix of ``mirrors`` replaced by its mirror (unchanged: none matches)."""
+    best = max((p for p in mirrors if url.startswith(p)), key=len, default=None)
+    return url if best is None else mirrors[best] + url[len(best):]
 
 
 def load_config(env: Mapping[str, str] | None = None) -> Config:
@@ -287,6 +300,7 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
         registry=string("registry"),
         registry_mirrors=mapping("registry_mirrors"),
         git_mirrors=mapping("git_mirrors"),
+        download_mirrors=mapping("download_mirrors"),
         network_timeout=timeout,
         stall_timeout=stall,
         cache=CacheLayout(root=cache_root),

@@ -16,7 +16,7 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -31,10 +31,16 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from buildctl.config import Config, mirror_url
 from buildctl.errors import LockError, UnreachableError
 
 DEFAULT_INDEX = "https://pypi.org/simple/"
 CHUNK = 1 << 20
+
+
+def _prefix(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}/"
 
 
 def redact(url: str) -> str:
@@ -47,25 +53,37 @@ def redact(url: str) -> str:
 
 
 class HttpFetcher:
-    def __init__(self, *, ca_bundle: Path | None = None, timeout: float = 10.0) -> None:
+    def __init__(self, *, ca_bundle: Path | None = None, timeout: float = 10.0,
+                 mirrors: Mapping[str, str] | None = None) -> None:
         self.timeout = timeout
+        self.mirrors = dict(mirrors or {})  # URL prefix -> mirror prefix (Config.download_mirrors)
         self._ssl = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
 
+    @classmethod
+    def from_config(cls, config: Config) -> HttpFetcher:
+        return cls(ca_bundle=config.ca_bundle, timeout=config.network_timeout, mirrors=config.download_mirrors)
+
     def open(self, url: str, *, accept: str | None = None) -> IO[bytes]:
+        asked = url
+        url = mirror_url(url, self.mirrors)
+        via = f" through the mirror {redact(url)}" if url != asked else ""
         req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
         try:
             resp: IO[bytes] = urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl)
             return resp
         except urllib.error.HTTPError as exc:
-            raise LockError(f"{redact(url)} answered HTTP {exc.code} {exc.reason}",
+            raise LockError(f"{redact(asked)}{via} answered HTTP {exc.code} {exc.reason}",
                             fix="check the URL in the manifest or the index settings in the configuration") from None
         except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise UnreachableError(
                 f"cannot reach {urllib.parse.urlsplit(url).netloc.rsplit('@', 1)[-1] or url}"
-                f" (for {redact(url)})",
+                f" (for {redact(asked)}{via})",
                 why=f"{reason} (timeout {self.timeout:g} s)",
-                fix="check the network or proxy; a TLS-intercepting proxy needs its CA as ca_bundle "
+                fix=("" if via else "or point download_mirrors at a mirror of it in the buildctl configuration "
+                     f"(download_mirrors = {{ \"{_prefix(asked)}\" = \"<mirror prefix>\" }}, or "
+                     "BUILDCTL_DOWNLOAD_MIRRORS); ")
+                    + "check the network or proxy; a TLS-intercepting proxy needs its CA as ca_bundle "
                     "(BUILDCTL_CA_BUNDLE) in the buildctl configuration",
             ) from None
 

@@ -31,7 +31,7 @@ from debian.debian_support import Version as DebianVersion
 from packaging.utils import canonicalize_name
 
 from buildctl import graph
-from buildctl.config import Config
+from buildctl.config import Config, mirror_url
 from buildctl.errors import BuildctlError, EngineError, LockDrift, LockError, SourceError, UnreachableError
 from buildctl.lockfile import (
     DraggedCommit,
@@ -368,7 +368,8 @@ def cudnn_pattern(m: Manifest, v: Variant) -> tuple[str, str] | None:
     return spec.package, spec.apt_version or f"{spec.version}-*"
 
 
-def download_wheels(m: Manifest, v: Variant, downloads: Mapping[str, LockedDownload]) -> dict[str, tuple[str, str]]:
+def download_wheels(m: Manifest, v: Variant, downloads: Mapping[str, LockedDownload],
+                    mirrors: Mapping[str, str] | None = None) -> dict[str, tuple[str, str]]:
     """Canonical name -> (requirement line, sha256) of each ``install: pip`` download of the variant.
 
     The line is a direct reference with the locked checksum (``name @ URL#sha256=...``): pip in the base
@@ -384,7 +385,7 @@ def download_wheels(m: Manifest, v: Variant, downloads: Mapping[str, LockedDownl
             continue
         name, _version, _filename, url = w
         sha = downloads[d.name].sha256
-        out[name] = (f"{name} @ {url}#sha256={sha}", sha)
+        out[name] = (f"{name} @ {mirror_url(url, mirrors or {})}#sha256={sha}", sha)
     return out
 
 
@@ -607,7 +608,7 @@ def resolve(m: Manifest, v: Variant, resolvers: Resolvers, config: Config, *,
             continue
         downloads.update(got)
         keyrings.update(content)
-    wheels = download_wheels(m, v, downloads)
+    wheels = download_wheels(m, v, downloads, config.download_mirrors)
     request = probe_request(m, v, keyrings, wheels)
     pip: tuple[LockedPip, ...] = ()
     build_pip: dict[str, tuple[LockedPip, ...]] = {}

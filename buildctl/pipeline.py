@@ -375,7 +375,7 @@ class _Build:
                 files.update({f.name: f for f in n.spec.files})
         if not files:
             return
-        fetcher = HttpFetcher(ca_bundle=self.config.ca_bundle, timeout=self.config.network_timeout)
+        fetcher = HttpFetcher.from_config(self.config)
         folder = self.config.cache.downloads / "files"
         folder.mkdir(parents=True, exist_ok=True)
         for f in files.values():
@@ -415,7 +415,7 @@ class _Build:
         # wheels the manifest downloads (install: pip): fetched and verified like any download, served by file name
         downloaded = [p for p in pins.values() if p.download]
         if downloaded:
-            fetcher = HttpFetcher(ca_bundle=self.config.ca_bundle, timeout=self.config.network_timeout)
+            fetcher = HttpFetcher.from_config(self.config)
             folder = self.config.cache.downloads / "files"
             folder.mkdir(parents=True, exist_ok=True)
             for p in downloaded:
@@ -999,6 +999,24 @@ def extract_wheel(image_tar: Path, dest: Path) -> Path | None:
                         out.write_bytes(src.read())
                         return out
     return None
+
+
+def prepare_sources(t: Target, sources: Sources) -> list[str]:
+    """Prepare every git component at its lock, as a build would first (`build --dry-run` does this, so that
+    a change that does not apply, or a mirror that lacks objects, shows before anything is built). Raises
+    what preparing raises; returns one line per component."""
+    lines: list[str] = []
+    for c in t.manifest.components:
+        locked = t.vlock.components.get(c.name) if t.vlock else None
+        if locked is None:
+            why = f"not locked{' (the lock is partial)' if t.vlock and t.vlock.missing else ''}"
+            lines.append(f"source {c.name}: not prepared: {why}; `buildctl lock {t.manifest.stack}` first")
+            continue
+        prepared = sources.prepare_component(c, locked)
+        what = ", ".join(ch.label() for ch in locked.changes) or "no changes"
+        subs = f", {len(prepared.submodules)} submodule(s)" if prepared.submodules else ""
+        lines.append(f"source {c.name}: prepared {prepared.tree} ({locked.commit[:12]} + {what}{subs})")
+    return lines
 
 
 def dry_run(t: Target, out: Path, *, wheels: Mapping[str, render.WheelFile] | None = None) -> list[Path]:

@@ -140,9 +140,9 @@ def decode_label(value: str, source: str = EXPECT_LABEL) -> Expectation:
 
 
 def _section_versions(manifest: Manifest, lock: VariantLock | None) -> dict[str, Any]:
-    if lock is not None:
+    if lock is not None and "pip" not in lock.missing:
         dists = [{"name": p.name, "version": p.version} for p in lock.pip]
-    else:  # before locking, the manifest's exact pins are all that is known
+    else:  # before locking (or in a partial lock without pip), the manifest's exact pins are all that is known
         dists = [{"name": r.name, "version": r.specifier[2:]} for r in manifest.pip.requirements if r.exact]
     comps: list[dict[str, Any]] = []
     for c in manifest.components:

@@ -513,8 +513,11 @@ class Sources:
     """
 
     def __init__(self, *, cache: Path, mirrors: Mapping[str, str] | None = None, network_timeout: float = 10.0,
-                 base_dir: Path | None = None, fetch_timeout: float | None = None) -> None:
+                 base_dir: Path | None = None, fetch_timeout: float | None = None,
+                 ca_bundle: Path | None = None) -> None:
         self.cache = cache
+        # The configured CA bundle (a TLS-intercepting proxy's): git over https trusts it as pip does.
+        self.ca_bundle = ca_bundle
         self.mirrors = dict(mirrors or {})
         self.network_timeout = float(network_timeout)
         # A fetch of a large repository (TE with cutlass) legitimately takes minutes; stalls are caught by
@@ -522,13 +525,14 @@ class Sources:
         self.fetch_timeout = float(fetch_timeout) if fetch_timeout else max(1800.0, 60 * self.network_timeout)
         self.base_dir = base_dir
         self._fresh: set[tuple[str, bool]] = set()
+        self._remote_refs: dict[str, dict[str, str]] = {}  # url -> refs as ls-remote listed them
         self._ssh_default: bool | None = None
         self._git_checked = False
 
     @classmethod
     def from_config(cls, config: Config, *, base_dir: Path | None = None) -> Sources:
         return cls(cache=config.cache.sources, mirrors=config.git_mirrors,
-                   network_timeout=config.network_timeout, base_dir=base_dir)
+                   network_timeout=config.network_timeout, base_dir=base_dir, ca_bundle=config.ca_bundle)
 
     # -- paths
 
@@ -553,6 +557,9 @@ class Sources:
         env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
         env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C", LANGUAGE="C", GIT_LFS_SKIP_SMUDGE="1")
         if network:
+            if self.ca_bundle is not None:
+                # GIT_SSL_CAINFO outranks http.sslCAInfo (and is set on many machines): set both.
+                env["GIT_SSL_CAINFO"] = str(self.ca_bundle)
             if self._use_default_ssh(env):
                 env["GIT_SSH_COMMAND"] = f"ssh -o BatchMode=yes -o ConnectTimeout={max(1, int(self.network_timeout))}"
         else:
@@ -613,6 +620,8 @@ class Sources:
             argv += insteadof_args(self.mirrors)
             argv += ["-c", f"http.lowSpeedLimit={_LOW_SPEED_BYTES}",
                      "-c", f"http.lowSpeedTime={max(1, int(self.network_timeout))}"]
+            if self.ca_bundle is not None:
+                argv += ["-c", f"http.sslCAInfo={self.ca_bundle}"]
         else:
             argv += ["-c", "core.autocrlf=false", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0",
                      "-c", "maintenance.auto=false"]
@@ -667,7 +676,14 @@ class Sources:
         shown = self._display(url)
         why = _last_lines(result.err)
         if kind == "unreachable":
-            raise UnreachableError(f"cannot reach git remote {shown} ({what})", why=why, fix=mirror_hint(url))
+            tls = any(m in result.err.lower() for m in ("certificate", "ssl", "gnutls"))
+            fix = mirror_hint(url)
+            if tls:
+                fix = ((f"git was given the configured ca_bundle {self.ca_bundle} (http.sslCAInfo): check that it "
+                        "holds the CA that signed this server's certificate; " if self.ca_bundle else
+                        "behind a TLS-intercepting proxy, set ca_bundle (BUILDCTL_CA_BUNDLE) in the buildctl "
+                        "configuration: git gets it as http.sslCAInfo, as pip gets it as --cert; ") + fix)
+            raise UnreachableError(f"cannot reach git remote {shown} ({what})", why=why, fix=fix)
         if kind == "not-found":
             raise SourceError(f"git remote {shown} has no repository there ({what})", why=why,
                               fix="check the component's repo URL (and the mirror it maps to)")
@@ -712,20 +728,103 @@ class Sources:
                       git_dir=mirror, what="list mirror refs")
         return parse_ls_remote(r.out, pulls=pulls)
 
-    def _refresh(self, url: str, mirror: Path, *, pulls: bool) -> None:
-        """Bring the mirror up to date with the remote (called with the mirror locked)."""
+    def _refresh(self, url: str, mirror: Path, *, pulls: bool, wanted: Sequence[str] = ()) -> None:
+        """Bring the mirror up to date with the remote (called with the mirror locked). ``wanted``: the
+        commits the caller needs, named when the remote turns out to lack objects they hold."""
         if (url, pulls) in self._fresh or (url, True) in self._fresh:
             return
         self._init_mirror(mirror, url)
         # ls-remote first: small, bounded by network_timeout, so an unreachable host fails in seconds;
         # and when nothing moved (the common case for a re-lock) there is nothing to fetch.
         remote = parse_ls_remote(
-            self._git(["ls-remote", "--refs", "--", url], network=True, url=url, what="ls-remote").out, pulls=pulls)
-        if remote != self._local_refs(mirror, pulls=pulls):
-            self._git(["--git-dir", str(mirror), "fetch", "--quiet", "--prune", "--no-tags",
-                       "--no-write-fetch-head", "--", url, *(_REFSPECS_ALL if pulls else _REFSPECS_NO_PULLS)],
-                      network=True, url=url, timeout=self.fetch_timeout, what="fetch")
+            self._git(["ls-remote", "--refs", "--", url], network=True, url=url, what="ls-remote").out, pulls=True)
+        self._remote_refs[url] = remote
+        # A mirror that lacks objects some PR heads hold (large blobs left out) cannot be fetched whole:
+        # such a remote is marked in the cache mirror, and its PR heads are fetched one by one when asked.
+        narrow = pulls and self._git(["config", "--get", "buildctl.pullsOnDemand"], git_dir=mirror,
+                                     check=False, what="read mirror config").out.strip() == "true"
+        wide = pulls and not narrow
+        if {k: v for k, v in remote.items() if wide or not k.startswith("refs/pull/")} != self._local_refs(
+                mirror, pulls=wide):
+            r = self._fetch_refs(url, mirror, _REFSPECS_ALL if wide else _REFSPECS_NO_PULLS, prune=True)
+            if r.rc != 0 and wide and self._lacks_objects(r) and self._local_remote(url) is not None:
+                r = self._fetch_refs(url, mirror, _REFSPECS_NO_PULLS, prune=True)
+                if r.rc == 0:
+                    self._git(["config", "buildctl.pullsOnDemand", "true"], git_dir=mirror, what="mark mirror")
+            if r.rc != 0:
+                self._explain_missing_objects(url, r, wanted)  # raises when the wanted commits lack objects
+                if wanted and self._lacks_objects(r) and self._local_remote(url) is not None:
+                    return  # other refs of this mirror are incomplete, not the wanted commits: fetched by SHA
+                self._raise_network(r, url=url, what="fetch")
         self._fresh.add((url, pulls))
+
+    def _fetch_refs(self, url: str, mirror: Path, refspecs: Sequence[str], *, prune: bool = False) -> _Result:
+        return self._git(["--git-dir", str(mirror), "fetch", "--quiet", *(["--prune"] if prune else []), "--no-tags",
+                          "--no-write-fetch-head", "--", url, *refspecs],
+                         network=True, url=url, timeout=self.fetch_timeout, check=False, what="fetch")
+
+    @staticmethod
+    def _lacks_objects(r: _Result) -> bool:
+        text = r.err.lower()
+        return any(m in text for m in ("corruption", "pack-objects died", "missing blob", "missing tree",
+                                       "unable to read", "bad object", "did not send all necessary objects"))
+
+    def _fetch_pr_on_demand(self, url: str, mirror: Path, number: int) -> None:
+        """For a remote whose PR heads are fetched one by one: fetch refs/pull/N/head now."""
+        ref = f"refs/pull/{number}/head"
+        sha = self._remote_refs.get(url, {}).get(ref)
+        if sha is None:
+            return
+        r = self._fetch_refs(url, mirror, [f"+{ref}:{ref}"])
+        if r.rc != 0:
+            self._explain_missing_objects(url, r, [sha])
+            self._raise_network(r, url=url, what=f"fetch PR #{number}")
+
+    def _local_remote(self, url: str) -> Path | None:
+        """Where a local remote (a path or file:// URL, after mirror rules) is on this machine."""
+        effective = self.effective_url(url)
+        if effective.startswith("file://"):
+            effective = effective[len("file://"):]
+        elif url_kind(effective) != "path":
+            return None
+        p = Path(effective)
+        return p if p.exists() else None
+
+    def _explain_missing_objects(self, url: str, r: _Result, wanted: Sequence[str]) -> None:
+        """A fetch that died because the remote lacks objects (a mirror without its large blobs): raise a
+        SourceError that names them, with their paths in the wanted commits, instead of git's error."""
+        if not self._lacks_objects(r):
+            return
+        remote = self._local_remote(url)
+        if remote is None:
+            return
+        # With wanted commits, only their own trees matter (what an export writes): history that lacks
+        # objects is left to a shallow fetch. Without, the remote's whole history is what failed.
+        tips = ["--no-walk", *wanted] if wanted else ["--all"]
+        listing = self._git(["--git-dir", str(remote), "rev-list", "--objects", "--missing=print", *tips, "--"],
+                            check=False, what="list the remote's objects")
+        missing = [line[1:].strip() for line in listing.out.splitlines() if line.startswith("?")]
+        if not missing:
+            return
+        paths: dict[str, str] = {}
+        for tip in wanted:
+            tree = self._git(["--git-dir", str(remote), "ls-tree", "-r", "-z", "--full-tree", tip, "--"],
+                             check=False, what="list tree").out
+            for item in filter(None, tree.split("\0")):
+                meta, _, path = item.partition("\t")
+                sha = meta.split(" ")[-1]
+                if sha in missing:
+                    paths.setdefault(sha, path)
+        shown = [f"{paths[m]} (blob {m[:12]})" if m in paths else m for m in missing[:10]]
+        at = f" at {', '.join(w[:12] for w in wanted)}" if wanted else ""
+        raise SourceError(
+            f"{self._display(url)} lacks {len(missing)} object(s) that {'the tree of the commit' if wanted else 'its history'}"
+            f"{at} holds: {', '.join(shown)}{' ...' if len(missing) > 10 else ''}",
+            why=f"the repository at {remote} is incomplete, so git cannot hand out the commit "
+                f"({_last_lines(r.err, 2)})",
+            fix="complete that mirror (fetch the missing objects from the original repository into it), or point "
+                "git_mirrors at a complete one; the lock does not need them (it records submodules by their gitlinks)",
+        )
 
     def _missing(self, mirror: Path, shas: Sequence[str]) -> list[str]:
         if not shas:
@@ -742,12 +841,19 @@ class Sources:
         missing = self._missing(mirror, shas)
         if not missing:
             return
-        self._refresh(url, mirror, pulls=pulls)
+        self._refresh(url, mirror, pulls=pulls, wanted=missing)
         for sha in self._missing(mirror, missing):
             # Servers that allow it (GitHub does) hand out a commit by SHA even when no ref points at it.
             r = self._git(["--git-dir", str(mirror), "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
                            "--", url, f"+{sha}:refs/buildctl/keep/{sha}"],
                           network=True, url=url, timeout=self.fetch_timeout, check=False, what="fetch by SHA")
+            if r.rc != 0 and self._lacks_objects(r) and self._local_remote(url) is not None:
+                self._explain_missing_objects(url, r, [sha])  # raises when the commit's own tree lacks objects
+                # only its history lacks objects (a mirror without some large blobs): the commit alone will do
+                # for what is read from it here (an export of its tree); the mirror becomes shallow there.
+                r = self._git(["--git-dir", str(mirror), "fetch", "--quiet", "--depth=1", "--no-tags",
+                               "--no-write-fetch-head", "--", url, f"+{sha}:refs/buildctl/keep/{sha}"],
+                              network=True, url=url, timeout=self.fetch_timeout, check=False, what="fetch by SHA")
             if r.rc != 0 and classify_failure(r.err) == "unreachable":
                 self._raise_network(r, url=url, what="fetch by SHA")
         still = self._missing(mirror, missing)
@@ -861,6 +967,10 @@ class Sources:
             self._refresh(url, mirror, pulls=True)
             r = self._git(["rev-parse", "--verify", "--quiet", f"refs/pull/{number}/head^{{commit}}"],
                           git_dir=mirror, check=False, what="find PR head")
+            if r.rc != 0 and f"refs/pull/{number}/head" in self._remote_refs.get(url, {}):
+                self._fetch_pr_on_demand(url, mirror, number)
+                r = self._git(["rev-parse", "--verify", "--quiet", f"refs/pull/{number}/head^{{commit}}"],
+                              git_dir=mirror, check=False, what="find PR head")
             if r.rc != 0:
                 count = sum(1 for ref in self._local_refs(mirror, pulls=True) if ref.startswith("refs/pull/"))
                 raise SourceError(
@@ -1122,7 +1232,7 @@ class Sources:
                 raise self._diagnose(url, mirror, commit, changes, failure, epoch=epoch)
             head = self._git(["rev-parse", "HEAD"], cwd=work, what="prepare").out.strip()
             self._git(["update-ref", "refs/heads/prepared", head], cwd=work, what="prepare")
-            self._git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(work),
+            self._git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--", str(work),
                        f"+refs/heads/prepared:refs/buildctl/prepared/{key}"], git_dir=mirror,
                       what="store the prepared tree")
             return head
@@ -1216,6 +1326,14 @@ class Sources:
             tried.append(f"{ch.label()} before {other.label()}")
             if self._tries(mirror, commit, order, epoch=epoch):
                 works.append(f"apply {ch.label()} before {other.label()} (move it up in the component's changes)")
+        for k in range(f.index + 1, len(changes)):
+            later = changes[k]
+            if not files & self._touches(mirror, commit, later):
+                continue
+            order = [*changes[:f.index], *changes[f.index + 1:k + 1], ch, *changes[k + 1:]]
+            tried.append(f"{ch.label()} after {later.label()}")
+            if self._tries(mirror, commit, order, epoch=epoch):
+                works.append(f"apply {ch.label()} after {later.label()} (move it down in the component's changes)")
         if isinstance(ch, PrChange) and ch.mode == "own-commits":
             merged = PrChange(number=ch.number, head=ch.head, mode="merge")
             tried.append(f"apply: merge for {ch.label()}")

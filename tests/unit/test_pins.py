@@ -253,7 +253,11 @@ def test_deepseek_manifest_carries_the_guide_exactly() -> None:
     assert values["--pipeline-model-parallel-layout"] == ("Et|(tt|)*30L",)
     assert values["--cuda-graph-scope"] == ("attn", "moe_router", "moe_preprocess")
     te = m.component("transformer-engine")
-    assert te.commit == "d2945c6a571e3978677614d1fe08779966a5a4ef"
+    assert te.commit == "70f536662ae10a62a54f4ed1ba92e3314c5cfd69"  # tag v2.9, on release_v2.9 (issue 10)
+    assert te.branch == "release_v2.9"
+    assert [c.label() for c in te.steps] == ["commit d2945c6a571e", "PR #2146", "PR #2150"]
+    assert te.steps[0].commit == "d2945c6a571e3978677614d1fe08779966a5a4ef"
+    assert all(p.apply == "own-commits" and p.target == "main" for p in te.prs)
     assert [(p.number, p.head) for p in te.prs] == [
         (2146, "abf4722f06885c583199cd522f325f242df0f3b3"), (2150, "7e48668814ab7fa47c76e8d0d0bd37af35ed94c0")]
     assert m.component("deepep-hybridep").commit == "3f601f7ac1c062c46502646ff04c535013bfca00"

@@ -33,7 +33,11 @@ def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
     return json.loads(capsys.readouterr().out)
 
 
-def test_deepseek_cuda13_plan_without_lock_or_network(offline: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_deepseek_cuda13_plan_from_the_committed_partial_lock_without_network(
+        offline: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """pins/deepseek-v3-gb200.lock.json holds the git sections only (scripts/check-upstream.sh against the
+    real repositories): the compile nodes' sources are locked, their keys wait for the base digest and the
+    apt versions."""
     d = plan_json(capsys, "deepseek-v3-gb200", "--variant", "cuda13")
     names = [n["name"] for n in d["nodes"]]
     assert names == ["base", "cudnn", "system", "python", "compile-env:transformer-engine",
@@ -41,12 +45,15 @@ def test_deepseek_cuda13_plan_without_lock_or_network(offline: None, capsys: pyt
                      "assemble", "entrypoint"]
     assert all(len(n["key"]) == 64 and n["provisional"] for n in d["nodes"])
     assert {n["state"] for n in d["nodes"]} == {"unknown"}
-    assert d["locked"] is False and d["platform"] == "linux/arm64"
-    te = next(n for n in d["nodes"] if n["name"] == "wheel:transformer-engine")
-    assert te["unlocked"] == ["source transformer-engine (commit d2945c6a571e3978677614d1fe08779966a5a4ef + "
-                              "PR #2146, PR #2150)"]
+    assert d["locked"] is True and d["platform"] == "linux/arm64"
+    for name in ("wheel:transformer-engine", "wheel:deepep-hybridep"):
+        wheel = next(n for n in d["nodes"] if n["name"] == name)
+        assert wheel["unlocked"] == [] and wheel["own_inputs_locked"] is True  # the source tree is locked
+        assert "base: base nvcr.io/nvidia/pytorch:25.09-py3 digest" in wheel["waits_for"]
+    te_env = next(n for n in d["nodes"] if n["name"] == "compile-env:transformer-engine")
+    assert "cudnn: apt libcudnn9-cuda-13=9.14.0.64-*" in te_env["waits_for"]
+    assert any("is partial (not locked: apt, base" in n for n in d["notes"])
     assert next(n for n in d["nodes"] if n["name"] == "compile-env:transformer-engine")["parents"] == ["cudnn"]
-    assert any("will change once locked" in n for n in d["notes"])
     assert any("engine not reachable" in n for n in d["notes"])
     # the same plan twice: the same keys
     again = plan_json(capsys, "deepseek-v3-gb200", "--variant", "cuda13")

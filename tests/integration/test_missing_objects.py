@@ -1,0 +1,140 @@
+"""A submodule mirror that lacks a blob (as the cutlass mirror lacks a PNG under media/images/): the lock
+records the gitlink without fetching the submodule, and preparing the tree names what is missing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buildctl.errors import SourceError
+from buildctl.sources import Sources
+
+ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, "GIT_CONFIG_GLOBAL": os.devnull,
+       "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+       "GIT_COMMITTER_EMAIL": "t@t", "GIT_AUTHOR_DATE": "@1700000000 +0000", "GIT_COMMITTER_DATE": "@1700000000 +0000"}
+
+
+def git(*args: str, cwd: Path | None = None) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, env=ENV, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_submodule_mirror_without_a_blob_locks_by_gitlink_and_prepare_names_the_missing_file(tmp_path: Path) -> None:
+    sub = tmp_path / "sub"
+    (sub / "media" / "images").mkdir(parents=True)
+    git("init", "-q", "-b", "main", str(sub))
+    (sub / "kernel.h").write_text("int k;\n")
+    (sub / "media" / "images" / "perf.png").write_bytes(b"\x89PNG big picture")
+    git("add", ".", cwd=sub)
+    git("commit", "-q", "-m", "sub", cwd=sub)
+    sub_sha = git("rev-parse", "HEAD", cwd=sub)
+    blob = git("rev-parse", "HEAD:media/images/perf.png", cwd=sub)
+    sub_mirror = tmp_path / "sub.git"
+    git("clone", "-q", "--bare", "--no-local", str(sub), str(sub_mirror))
+    git("--git-dir", str(sub_mirror), "repack", "-q", "-a", "-d")
+    # Drop the blob from the mirror: unpack everything loose, then delete its file.
+    packs = list((sub_mirror / "objects" / "pack").glob("*.pack"))
+    for pack in packs:
+        (sub_mirror / "objects" / "pack" / pack.name).rename(tmp_path / pack.name)
+        with (tmp_path / pack.name).open("rb") as fh:
+            subprocess.run(["git", "--git-dir", str(sub_mirror), "unpack-objects", "-q"], stdin=fh, env=ENV, check=True)
+        (sub_mirror / "objects" / "pack" / pack.with_suffix(".idx").name).unlink()
+    (sub_mirror / "objects" / blob[:2] / blob[2:]).unlink()
+
+    top = tmp_path / "top"
+    git("init", "-q", "-b", "main", str(top))
+    (top / "README").write_text("top\n")
+    (top / ".gitmodules").write_text(f'[submodule "3rdparty/sub"]\n\tpath = 3rdparty/sub\n\turl = {sub_mirror}\n')
+    git("add", ".", cwd=top)
+    git("update-index", "--add", "--cacheinfo", f"160000,{sub_sha},3rdparty/sub", cwd=top)
+    git("commit", "-q", "-m", "top", cwd=top)
+    top_sha = git("rev-parse", "HEAD", cwd=top)
+
+    s = Sources(cache=tmp_path / "cache")
+    assert s.gitlinks(str(top), top_sha) == {"3rdparty/sub": sub_sha}  # the lock's view: nothing fetched
+    assert not any((tmp_path / "cache" / "mirrors").glob("sub-*.git"))
+    with pytest.raises(SourceError) as err:
+        s.prepare(str(top), top_sha)
+    text = str(err.value)
+    assert f"lacks 1 object(s) that the tree of the commit at {sub_sha[:12]} holds: media/images/perf.png (blob {blob[:12]})" in text
+    assert "complete that mirror" in text
+
+
+def _drop_blob(mirror: Path, blob: str, scratch: Path) -> None:
+    for pack in list((mirror / "objects" / "pack").glob("*.pack")):
+        moved = scratch / pack.name
+        pack.rename(moved)
+        with moved.open("rb") as fh:
+            subprocess.run(["git", "--git-dir", str(mirror), "unpack-objects", "-q"], stdin=fh, env=ENV, check=True)
+        pack.with_suffix(".idx").unlink()
+    (mirror / "objects" / blob[:2] / blob[2:]).unlink()
+
+
+def test_a_mirror_whose_other_refs_lack_objects_still_serves_what_is_pinned(tmp_path: Path) -> None:
+    """As the Megatron-LM and cudnn-frontend mirrors: some PR heads (or old history) hold a blob the mirror
+    lacks. The pinned commit, its branch and the other PRs lock; a submodule whose history (not tree) lacks
+    it is fetched alone."""
+    work = tmp_path / "work"
+    git("init", "-q", "-b", "main", str(work))
+    (work / "big.bin").write_bytes(b"large file, later deleted")
+    (work / "a.txt").write_text("a\n")
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "old", cwd=work)
+    blob = git("rev-parse", "HEAD:big.bin", cwd=work)
+    git("rm", "-q", "big.bin", cwd=work)
+    git("commit", "-q", "-m", "drop big file", cwd=work)
+    main = git("rev-parse", "HEAD", cwd=work)
+    git("checkout", "-q", "-b", "good", cwd=work)
+    (work / "b.txt").write_text("b\n")
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "good pr", cwd=work)
+    good = git("rev-parse", "HEAD", cwd=work)
+    mirror = tmp_path / "m.git"
+    git("clone", "-q", "--bare", "--no-local", str(work), str(mirror))
+    git("--git-dir", str(mirror), "update-ref", "refs/pull/1/head", good)
+    git("--git-dir", str(mirror), "update-ref", "-d", "refs/heads/good")
+    # history that lacks the blob: main's first commit
+    _drop_blob(mirror, blob, tmp_path)
+
+    s = Sources(cache=tmp_path / "cache")
+    with pytest.raises(SourceError) as err:  # the whole history cannot be fetched: said so
+        s.resolve_commit(str(mirror), main[:10], branch="main")
+    assert f"lacks 1 object(s) that its history holds: {blob}" in str(err.value)
+    # as a submodule (its tree is complete): fetched alone, shallow
+    sub = Sources(cache=tmp_path / "cache-sub")
+    out = sub.export(sub.prepare(str(mirror), main, submodules=False), tmp_path / "out")
+    assert (out / "a.txt").read_text() == "a\n" and not (out / "big.bin").exists()
+
+
+def test_pr_heads_that_lack_objects_do_not_stop_the_rest_from_locking(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    git("init", "-q", "-b", "main", str(work))
+    (work / "a.txt").write_text("a\n")
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "main", cwd=work)
+    main = git("rev-parse", "HEAD", cwd=work)
+    heads = {}
+    for n, name in ((1, "fine.txt"), (2, "huge.bin")):
+        git("checkout", "-q", "-b", f"pr{n}", main, cwd=work)
+        (work / name).write_text(f"pr {n}\n")
+        git("add", ".", cwd=work)
+        git("commit", "-q", "-m", f"pr {n}", cwd=work)
+        heads[n] = git("rev-parse", "HEAD", cwd=work)
+    blob = git("rev-parse", f"{heads[2]}:huge.bin", cwd=work)
+    mirror = tmp_path / "m.git"
+    git("clone", "-q", "--bare", "--no-local", str(work), str(mirror))
+    for n, head in heads.items():
+        git("--git-dir", str(mirror), "update-ref", f"refs/pull/{n}/head", head)
+        git("--git-dir", str(mirror), "update-ref", "-d", f"refs/heads/pr{n}")
+    _drop_blob(mirror, blob, tmp_path)
+
+    s = Sources(cache=tmp_path / "cache")
+    assert s.resolve_commit(str(mirror), main[:10], branch="main") == main  # heads and tags only
+    assert s.pr_head(str(mirror), 1) == heads[1]  # fetched when asked
+    with pytest.raises(SourceError) as err:
+        s.pr_head(str(mirror), 2)
+    assert f"lacks 1 object(s) that the tree of the commit at {heads[2][:12]} holds: huge.bin" in str(err.value)
+    again = Sources(cache=tmp_path / "cache")  # the next run remembers: no whole fetch attempted again
+    assert again.pr_head(str(mirror), 1) == heads[1]
