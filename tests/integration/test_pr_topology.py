@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import cmd_lock
+from buildctl import cmd_lock, lockfile
 from buildctl.errors import SourceError
 from buildctl.lock import resolve_component
 from buildctl.lockfile import LockedComponent, LockedPr, VariantLock
@@ -227,7 +227,7 @@ def test_dry_run_shows_a_change_that_does_not_apply_before_anything_is_built(
                 "base": {"ref": "127.0.0.1:9/none/base:1", "digest": "sha256:" + "0" * 64, "platform": "linux/amd64"},
                 "components": {"te": {"repo": os.path.relpath(topo.path, proj / "pins"), "base": topo.m3, "tree": "f" * 40, "changes": [
                     {"kind": "pr", "number": 60, "head": topo.e1, "mode": "own-commits", "commits": [topo.e1]}]}}}}}
-    (proj / "pins" / "topo.lock.json").write_text(json.dumps(lock))
+    lockfile.write_data(proj / "pins" / "topo.lock.json", lock)
     assert cli.main(["--project", str(proj), "build", "topo", "--dry-run", "--out", str(tmp_path / "dry")]) == 7
     err = capsys.readouterr().err
     assert f"PR #60 does not apply to {topo.m3[:12]}" in err and "in: build.sh" in err
