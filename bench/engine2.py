@@ -117,5 +117,14 @@ def second_engine(bridges: list[str] | None = None) -> Iterator[Engine]:
                 proc.wait(timeout=10)
         if made_bridge:
             subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=10, check=False)
-        if f" {state}/" not in Path("/proc/self/mountinfo").read_text():  # never rm -rf through a mount
+        # a stopped dockerd leaves its default network namespace mounted under the exec-root: unmount what is
+        # mounted inside our own folder (deepest first), then remove it; never rm -rf through a mount
+        for point in sorted(_mounts_under(state), key=len, reverse=True):
+            subprocess.run(["umount", point], capture_output=True, timeout=10, check=False)
+        if not _mounts_under(state):
             shutil.rmtree(state, ignore_errors=True)
+
+
+def _mounts_under(folder: Path) -> list[str]:
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return [p for p in points if p.startswith(f"{folder}/")]
