@@ -63,6 +63,10 @@ from buildctl.errors import (
 )
 from buildctl.runs import OWNER_LABEL, dead_owner, owner
 
+# The classic builder's words for a step's container: "---> Running in 3f2a..." and, once it is gone,
+# "Removing intermediate container 3f2a..." (group 1 set).
+_STEP_CONTAINER = re.compile(r"(?:Running in|(Removing intermediate container)) ([0-9a-f]{12,64})")
+
 # Labels on every container run() creates, so that a leftover one (a killed test run) can be found:
 # the engine's name, and the owner (host, pid, start time) of the process that made it.
 RUN_LABEL = "org.buildctl.run"
@@ -210,6 +214,9 @@ class Engine:
         self._local = threading.local()
         self._sinks: dict[int, list[Any]] = {}  # id -> HTTP responses of a running stream
         self._containers: set[str] = set()  # containers run() started and has not removed yet
+        # the classic builder's step containers ("---> Running in <id>") of builds still streaming: the
+        # engine removes them itself once it sees the client gone (forcerm), a moment later; cancel() waits
+        self._step_containers: set[str] = set()
 
     def __repr__(self) -> str:
         return f"Engine(name={self.name!r}, at={self.address!r})"
@@ -285,13 +292,34 @@ class Engine:
         with self._lock:
             responses = [r for sink in self._sinks.values() for r in sink]
             cids = sorted(self._containers)
+            steps = sorted(self._step_containers)
         for r in responses:
             _cut(r)
         removed = []
         for cid in cids:
             if self._remove_container(cid):
                 removed.append(cid)
+        removed.extend(cid for cid in steps if self._step_container_gone(cid))
         return removed
+
+    def _step_container_gone(self, cid: str, wait_s: float = 15.0) -> bool:
+        """Wait for the engine to remove a cancelled build's step container, then remove it ourselves."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self._api().inspect_container(cid)
+            except docker.errors.NotFound:
+                break
+            except (docker.errors.APIError, requests.exceptions.RequestException):
+                return False
+            if time.monotonic() >= deadline:
+                if not self._remove_container(cid):
+                    return False
+                break
+            time.sleep(0.2)
+        with self._lock:
+            self._step_containers.discard(cid)
+        return True
 
     def _remove_container(self, cid: str) -> bool:
         try:
@@ -454,6 +482,7 @@ class Engine:
         """
         tail: deque[str] = deque(maxlen=15)
         lines: list[str] = []
+        steps: set[str] = set()  # this build's step containers (cancel() waits for those still there)
         partial = ""
         image_id = ""
         error = ""
@@ -501,7 +530,13 @@ class Engine:
                         emit(text.rstrip("\n") + "\n")
                         continue
                     if "stream" in chunk:
-                        emit(str(chunk["stream"]))
+                        text = str(chunk["stream"])
+                        for m in _STEP_CONTAINER.finditer(text):
+                            with self._lock:
+                                (self._step_containers.discard if m.group(1) else self._step_containers.add)(
+                                    m.group(2))
+                            steps.add(m.group(2))
+                        emit(text)
                     elif "status" in chunk and not (chunk.get("progressDetail") or {}).get("current"):
                         # A base pulled during the build: its state changes, not every progress tick.
                         emit(str(Progress(status=str(chunk["status"]), layer=str(chunk.get("id", "")))) + "\n")
@@ -520,6 +555,9 @@ class Engine:
         finally:
             if out is not None:
                 out.close()
+            if not self.cancelled:  # a cancelled build's steps stay listed for cancel() to wait on
+                with self._lock:
+                    self._step_containers.difference_update(steps)
         if error or not image_id:
             if log_file is None:
                 fd, name = tempfile.mkstemp(prefix="buildctl-build-", suffix=".log")
