@@ -153,6 +153,7 @@ NUMBER_RULES: Mapping[tuple[str, str], tuple[float, float]] = {
     ("EntrypointOverride", "gpus"): (0.0, 1_000_000.0),
     ("EntrypointOverride", "nodes"): (0.0, 100_000.0),
     ("Launcher", "master_port"): (0.0, 65535.0),
+    ("Variant", "nvlink_domain"): (0.0, 1_000_000.0),
     ("PullRequest", "number"): (0.0, float(PR_NUMBER_MAX)),
     ("Change", "pr"): (0.0, float(PR_NUMBER_MAX)),
 }

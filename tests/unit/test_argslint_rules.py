@@ -314,3 +314,11 @@ def test_seed_stacks_have_no_errors_but_the_upstream_defect(stack: str) -> None:
                 assert r.errors, f"{stack}/{v.name}/{name} is kept as an upstream defect and must show it"
             else:
                 assert not r.errors, f"{stack}/{v.name}/{name}: {[str(e) for e in r.errors]}"
+
+
+@pytest.mark.parametrize("value", ["0", "-8", "2000000"])
+def test_nvlink_domain_is_a_positive_bounded_count_naming_the_key(value: str) -> None:
+    with pytest.raises(ManifestErrors) as info:
+        manifest("- --num-layers: 8\n", variant=f"nvlink_domain: {value}\n")
+    (err,) = info.value.errors
+    assert str(err).startswith("pins/t.yaml:8:20: variants.v.nvlink_domain: must be more than 0"), str(err)
