@@ -81,10 +81,16 @@ def test_hybridep_passes_as_far_as_one_gpu_allows() -> None:
     assert "1 GPU (NVIDIA H200): HybridEPBuffer needs a process group of at least 2 ranks" in h["summary"]
 
 
-def test_megatron_args_parse_with_the_pinned_megatron() -> None:
+def test_megatron_args_parse_and_validate_with_the_pinned_megatron() -> None:
     for tier in ("gpu", "build"):
         m = checks(tier)["megatron-args"]
         assert m["status"] == "pass", m["summary"]
+        rows = m["details"]["validate"]
+        assert [r["profile"] for r in rows] == ["base"] and all(r["ok"] for r in rows)
+        assert rows[0]["world_size"] == 256 and rows[0]["stage"] == "config"  # TransformerConfig built too
+        assert rows[0]["derived"]["data_parallel_size"] == 32  # 256 ranks / (TP1 x PP8)
+    assert checks("gpu")["megatron-args"]["details"]["validate"][0]["answered"] == []  # the real device answered
+    assert checks("build")["megatron-args"]["details"]["validate"][0].get("answered_from", "").startswith("gpu_archs 9.0")
 
 
 def test_readme_smoke_table_is_made_from_these_reports() -> None:
@@ -95,12 +101,15 @@ def test_readme_smoke_table_is_made_from_these_reports() -> None:
     assert mod.table(DATA) in (ROOT / "README.md").read_text()
 
 
-def test_fp8_fails_because_the_hopper_launch_asks_for_mxfp8() -> None:
+def test_fp8_passes_for_the_hopper_launchs_tensorwise_recipe() -> None:
     gpu, build = checks("gpu")["fp8"], checks("build")["fp8"]
-    assert build["status"] == "pass"  # the recipe class imports
-    assert gpu["status"] == "fail"  # but TE says it does not run on the GPU the hopper variant targets
-    assert gpu["details"]["support"]["families"]["fp8"]["supported"] is True
-    assert gpu["details"]["support"]["families"]["fp8_block_scaling"]["supported"] is True
+    assert load("expect.json")["checks"]["fp8"]["recipe"] == "tensorwise"
+    assert build["status"] == "pass", build["summary"]  # the recipe class imports
+    assert gpu["status"] == "pass", gpu["summary"]  # TE says it runs here, and a te.Linear step ran under it
+    support, run = gpu["details"]["support"], gpu["details"]["run"]
+    assert support["class"] == "transformer_engine.common.recipe.Float8CurrentScaling" and support["supported"]
+    assert run["ok"] and run["finite"] and run["gradients"]
+    assert support["families"]["mxfp8"]["supported"] is False  # what the launch used before the recipes fix
 
 
 def test_attention_passes_on_the_gpu_and_fails_the_build_tier_on_flash_attn() -> None:
