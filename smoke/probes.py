@@ -731,7 +731,11 @@ def probe_hybridep_roundtrip(args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def probe_megatron_args(args: Mapping[str, Any]) -> dict[str, Any]:
-    """Parse the baked arguments with the pinned Megatron-LM's own parser (parse_args, no validation)."""
+    """Parse the baked arguments with the pinned Megatron-LM's own parser (parse_args, no validation).
+
+    Answers also ``legacy_models`` (whether the launch builds Megatron's legacy models; None when the
+    namespace has neither use_legacy_models nor use_mcore_models) and ``legacy_models_from`` (that dest).
+    """
     module = str(args.get("module", "megatron.training.arguments"))
     argv = [str(args.get("argv0", "pretrain_gpt.py")), *(str(a) for a in args["args"])]
     try:
@@ -761,8 +765,25 @@ def probe_megatron_args(args: Mapping[str, Any]) -> dict[str, Any]:
     finally:
         sys.argv = saved
     values = vars(ns) if hasattr(ns, "__dict__") else {}
+    legacy, legacy_from = _legacy_models(values)
     return {"ok": True, "parser": f"{module}.parse_args", "arguments": len(argv) - 1, "namespace_size": len(values),
-            "attention_backend": str(values.get("attention_backend")) if "attention_backend" in values else None}
+            "attention_backend": str(values.get("attention_backend")) if "attention_backend" in values else None,
+            "legacy_models": legacy, "legacy_models_from": legacy_from}
+
+
+def _legacy_models(values: Mapping[str, Any]) -> tuple[bool | None, str | None]:
+    """Whether the parsed launch builds Megatron's legacy models, and the dest that decided it.
+
+    effebd81: Megatron-Core models are the default and ``--use-legacy-models`` (use_legacy_models) selects
+    the legacy ones (``--use-mcore-models`` is a deprecated no-op). Older Megatron-LM (early 2024) had no
+    use_legacy_models: legacy models were the default and ``--use-mcore-models`` (use_mcore_models) opted
+    in. Neither dest: not known (None, None).
+    """
+    if "use_legacy_models" in values:
+        return bool(values["use_legacy_models"]), "use_legacy_models"
+    if "use_mcore_models" in values:
+        return not bool(values["use_mcore_models"]), "use_mcore_models"
+    return None, None
 
 
 class _AnsweredProps:
