@@ -148,6 +148,10 @@ class ImageInfo:
     history: tuple[HistoryEntry, ...] = field(default=())
     workdir: str = ""
     user: str = ""
+    # The storage driver's own view: its name and, for overlay2, each layer's diff folder on the engine's
+    # host, top layer first (UpperDir, then LowerDir's entries); () when the driver is another or says nothing.
+    storage_driver: str = ""
+    layer_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1064,6 +1068,15 @@ def _tuple(value: object) -> tuple[str, ...] | None:
     return None
 
 
+def _layer_dirs(driver: Mapping[str, Any]) -> tuple[str, ...]:
+    """overlay2's diff folders of an image, top layer first; () for another driver or incomplete data."""
+    data = driver.get("Data") or {}
+    if driver.get("Name") != "overlay2" or not isinstance(data, Mapping) or not data.get("UpperDir"):
+        return ()
+    lower = str(data.get("LowerDir") or "")
+    return (str(data["UpperDir"]), *(d for d in lower.split(":") if d))
+
+
 def _image_info(attrs: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> ImageInfo:
     config = attrs.get("Config") or {}
     env: dict[str, str] = {}
@@ -1086,6 +1099,8 @@ def _image_info(attrs: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) 
         layers=tuple(str(x) for x in (attrs.get("RootFS") or {}).get("Layers") or ()),
         workdir=str(config.get("WorkingDir") or ""),
         user=str(config.get("User") or ""),
+        storage_driver=str((attrs.get("GraphDriver") or {}).get("Name") or ""),
+        layer_dirs=_layer_dirs(attrs.get("GraphDriver") or {}),
         history=tuple(
             HistoryEntry(
                 created=int(h.get("Created") or 0),

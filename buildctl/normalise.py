@@ -11,14 +11,25 @@ are named in its manifest but not included, because the engine skips layers it a
 without opening their files, so a 20 GB base is never written twice.
 
 ``normalise_layer`` and ``thin_archive`` are pure (files in, files out); ``settle_whiteouts`` drives the engine.
+
+The save costs a write of the whole image (1.6 s for the demo's 190 MB here; minutes for a 20 GB one), yet
+most RUNs delete nothing below them. So first, where the engine is on this host (a unix socket) with the
+overlay2 driver, the node's own layers are read where the driver keeps them (``GraphDriver`` UpperDir and
+LowerDir): overlay2 stores a whiteout as a character device 0:0 and an opaque folder as the xattr
+``trusted.overlay.opaque=y`` (``user.overlay.opaque`` in userxattr mode). None there: nothing to settle, no
+save. Anything it cannot read or tell (another driver, a folder it may not read, an xattr it cannot ask)
+falls back to the save, as does a process that is not root (trusted.* xattrs are hidden from it).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
+import os
 import posixpath
+import stat
 import tarfile
 import tempfile
 from collections.abc import Sequence
@@ -128,9 +139,60 @@ def thin_archive(dest: Path, *, config: dict[str, Any], tag: str, parent_layers:
         add("manifest.json", json.dumps(manifest).encode())
 
 
+_OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
+
+
+def _dir_has_whiteout(root: str) -> bool | None:
+    """Whether an overlay2 diff folder holds a whiteout or an opaque folder; None when it cannot tell."""
+    unreadable: list[OSError] = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable.append):
+        for name in (dirpath, *(os.path.join(dirpath, d) for d in dirnames)):
+            if name != root and os.path.islink(name):
+                continue
+            for key in _OPAQUE_XATTRS:
+                try:
+                    if os.getxattr(name, key, follow_symlinks=False) == b"y":
+                        return True
+                except OSError as exc:
+                    if exc.errno not in (errno.ENODATA, errno.ENOTSUP) or (
+                            exc.errno == errno.ENOTSUP and key.startswith("trusted.")):
+                        return None  # a question the filesystem would not answer: cannot tell
+        for name in filenames:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                return None
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                return True
+    return None if unreadable else False
+
+
+def own_layers_have_whiteouts(layer_dirs: Sequence[str], layers: int, parent_layers: int) -> bool | None:
+    """From overlay2's diff folders (top first, one per layer of ``layers``): whether the layers above the first
+    ``parent_layers`` hold a whiteout; None when it cannot tell (folders missing, unreadable, not one per layer)."""
+    own = layers - parent_layers
+    if own < 0 or len(layer_dirs) != layers:
+        return None
+    found = False
+    for d in layer_dirs[:own]:
+        if not os.path.isdir(d):
+            return None
+        answer = _dir_has_whiteout(d)
+        if answer is None:
+            return None
+        found = found or answer
+    return found
+
+
 def settle_whiteouts(engine: Engine, ref: str, *, parent_layers: int, scratch: Path, epoch: int) -> bool:
     """Rewrite the whiteouts of ``ref``'s own layers (those after the first ``parent_layers``) and load the
-    result under the same tag; False when there was nothing to rewrite. The image as built is removed."""
+    result under the same tag; False when there was nothing to rewrite. The image as built is removed.
+    Where overlay2's folders show no whiteout in those layers (see the module's text), nothing is saved."""
+    if engine.address.startswith("unix://") and os.geteuid() == 0:  # trusted.* xattrs are hidden from others
+        info = engine.inspect_image(ref)
+        if info.storage_driver == "overlay2" and own_layers_have_whiteouts(
+                info.layer_dirs, len(info.layers), parent_layers) is False:
+            return False
     with tempfile.TemporaryDirectory(prefix="settle-", dir=scratch) as tmp:
         work = Path(tmp)
         saved_tar = work / "image.tar"
