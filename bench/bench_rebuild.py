@@ -19,7 +19,8 @@ repeated --reps times (each repetition makes a change never built before, so no 
   (e) pushing an unchanged image again: bytes sent to the registry (through a counting relay).
 
 Figures: wall time, nodes (buildctl) or build steps (Dockerfiles) rebuilt, compiles run. The fastmath
-compile gets realistic weight from generated C sources (--weight files, about 2 s of gcc CPU time each here).
+compile gets realistic weight from generated C sources (--weight files, about 1.5 s of gcc CPU time each here;
+the default 20 makes one compile about 30 s).
 Then `plan` and no-op `build` time and peak memory of generated stacks of 10, 50 and 200 source-tree
 components (--sizes). A table goes to stdout, every repetition's figures with the machine to
 bench/results/<time>.json (--out).
@@ -767,7 +768,8 @@ def main(argv: list[str] | None = None) -> int:
                          "without apt packages, its compile a pure-Python wheel build, and all of (d) on one second "
                          "engine")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each scenario (default 3, at most 5)")
-    ap.add_argument("--weight", type=int, default=8, help="generated C files in the compile (default 8)")
+    ap.add_argument("--weight", type=int, default=20, help="generated C files in the compile (default 20: one "
+                    "compile takes about 30 s here)")
     ap.add_argument("--sizes", default="10,50,200", help="component counts of the growth stacks (default 10,50,200)")
     ap.add_argument("--registry", default=os.environ.get("BUILDCTL_BENCH_REGISTRY", DEMO_REGISTRY),
                     help=f"registry holding (or to be given) the demo base (default {DEMO_REGISTRY}, as make demo)")
