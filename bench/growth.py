@@ -86,21 +86,33 @@ def buildctl(project: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "buildctl", "--project", str(project), "-q", *args]
 
 
-def name_growth(sizes: list[int], seconds: list[float]) -> dict[str, object]:
-    """Marginal cost per component between consecutive sizes, and whether the growth is linear.
+def name_growth(sizes: list[int], runs: list[list[float]]) -> dict[str, object]:
+    """How a cost grows with the component count, from every repetition's figure (``runs[i]``: size i's).
 
-    Linear when the marginal cost of the largest step is within a factor 2 of the first's (a fixed start-up
-    cost is then the intercept); otherwise super- or sub-linear, named as such."""
-    marginal = [(seconds[i + 1] - seconds[i]) / (sizes[i + 1] - sizes[i]) for i in range(len(sizes) - 1)]
-    if not marginal:
-        return {"marginal_s_per_component": [], "growth": "n/a (one size)"}
-    first, last = marginal[0], marginal[-1]
-    if first <= 0 or last <= 0:
-        name = "flat (the fixed start-up cost dominates; no per-component cost measurable)"
-    elif last > 2 * first:
-        name = f"super-linear (the last step costs {last / first:.1f}x per component what the first does)"
-    elif last < first / 2:
-        name = f"sub-linear (the last step costs {last / first:.2f}x per component what the first does)"
+    A least-squares line a + b*n through all points gives the per-component cost b and the start-up a. The
+    growth is "flat" when what b adds over the sizes measured is within the noise (the widest spread of one
+    size's repetitions); otherwise it is named from the fastest repetition of each size: "linear" when the
+    marginal cost of the largest step is within a factor 2 of the first's, super- or sub-linear if not."""
+    pts = [(float(n), y) for n, ys in zip(sizes, runs, strict=True) for y in ys]
+    if len(sizes) < 2 or not pts:
+        return {"growth": "n/a (one size)", "per_component_ms": None, "startup_s": None}
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    b = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    a = my - b * mx
+    rise = b * (max(sizes) - min(sizes))
+    noise = max(max(ys) - min(ys) for ys in runs)
+    fastest = [min(ys) for ys in runs]
+    marginal = [(fastest[i + 1] - fastest[i]) / (sizes[i + 1] - sizes[i]) for i in range(len(sizes) - 1)]
+    fit = f"fit {b * 1000:.2f} ms per component on {a:.2f} s of start-up"
+    if rise <= noise:
+        name = (f"flat: what the components add from {min(sizes)} to {max(sizes)} ({rise:.2f} s) is within the "
+                f"noise ({noise:.2f} s); {fit}")
+    elif marginal[0] > 0 and marginal[-1] > 2 * marginal[0]:
+        name = f"super-linear: the last step costs {marginal[-1] / marginal[0]:.1f}x per component what the first does; {fit}"
+    elif marginal[0] > 0 and 0 < marginal[-1] < marginal[0] / 2:
+        name = f"sub-linear: the last step costs {marginal[-1] / marginal[0]:.2f}x per component what the first does; {fit}"
     else:
-        name = f"linear (per-component cost {first * 1000:.1f} ms then {last * 1000:.1f} ms)"
-    return {"marginal_s_per_component": marginal, "growth": name}
+        name = f"linear: {fit} ({rise:.2f} s more at {max(sizes)} than at {min(sizes)}, noise {noise:.2f} s)"
+    return {"growth": name, "per_component_ms": b * 1000, "startup_s": a, "rise_s": rise, "noise_s": noise,
+            "marginal_s_per_component": marginal}

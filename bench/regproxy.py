@@ -46,6 +46,18 @@ def _pump(src: socket.socket, dst: socket.socket, counter: Counter, up: bool) ->
             dst.shutdown(socket.SHUT_WR)
 
 
+def _connection(client: socket.socket, remote: socket.socket, counter: Counter) -> None:
+    """Both directions of one connection; both sockets closed once each side has said it is done."""
+    down = threading.Thread(target=_pump, args=(remote, client, counter, False), daemon=True)
+    down.start()
+    try:
+        _pump(client, remote, counter, True)
+        down.join()
+    finally:
+        for s in (client, remote):
+            s.close()
+
+
 @contextlib.contextmanager
 def relay(upstream: str) -> Iterator[tuple[str, Counter]]:
     """``(127.0.0.1:PORT, counter)`` of a relay to ``upstream`` (HOST:PORT) while the block runs."""
@@ -69,8 +81,7 @@ def relay(upstream: str) -> Iterator[tuple[str, Counter]]:
             except OSError:
                 client.close()
                 continue
-            for a, b, up in ((client, remote, True), (remote, client, False)):
-                threading.Thread(target=_pump, args=(a, b, counter, up), daemon=True).start()
+            threading.Thread(target=_connection, args=(client, remote, counter), daemon=True).start()
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
