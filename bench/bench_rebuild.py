@@ -27,7 +27,7 @@ bench/results/<time>.json (--out).
 
     python3 bench/bench_rebuild.py [--reps N] [--weight N] [--sizes 10,50,200] [--registry HOST:PORT]
     python3 bench/bench_rebuild.py --quick    # CI: one repetition, small sizes, no apt, a pure-Python "compile",
-                                              # all of (d) on one second engine
+                                              # all of (d) on one second engine, growth beside the scenarios
 
 Needs the engine, a registry with the demo base (`make demo-up`; `make bench` runs it first), root for the
 second engine, and BUILDCTL_CA_BUNDLE where pip needs a proxy's CA (`make bench` passes the host bundle).
@@ -649,6 +649,16 @@ def _measured(ms: list[growth.Measured]) -> dict[str, Any]:
             "peak_mib": max(m.peak_mib for m in ms)}
 
 
+def growth_or_error(b: Bench, sizes: list[int], reps: int, base_ref: str) -> dict[str, Any]:
+    """run_growth's result, or {"error": ...}: the scenarios' figures are kept, and the run still fails (exit 1)
+    after writing them."""
+    try:
+        return run_growth(b, sizes, reps, base_ref)
+    except (growth.GrowthError, BuildctlError, subprocess.CalledProcessError) as exc:
+        say(f"growth failed: {exc}")
+        return {"error": str(exc)}
+
+
 def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: dict[str, Any]) -> None:
     runs: dict[str, dict[str, list[Fig]]] = {k: {t: [] for t in TOOLS} for k in ("a", "b", "c", "d1", "d2")}
     res["runs"] = runs
@@ -766,8 +776,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="what the CI test runs (no timing claims): one repetition, sizes 2 and 4, the demo "
-                         "without apt packages, its compile a pure-Python wheel build, and all of (d) on one second "
-                         "engine")
+                         "without apt packages, its compile a pure-Python wheel build, all of (d) on one second "
+                         "engine, and the growth stacks measured while the scenarios run")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each scenario (default 3, at most 5)")
     ap.add_argument("--weight", type=int, default=20, help="generated C files in the compile (default 20: one "
                     "compile takes about 30 s here)")
@@ -854,15 +864,20 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
             (work / "logs").mkdir()
             b = Bench(work=work, project=project, engine=engine, registry=args.registry, repository=repository,
                       run_id=run_id, env=env, states=states, quick=args.quick, wheelhouse_dir=whdir)
+            base_ref = f"{args.registry}/{BASE_PATH}"
             with wheelhouse.serve(whdir, port=0) as url:
                 b.wheelhouse_url = url
-                scenarios(b, args.reps, proxy, counter, res)
-            try:
-                res["growth"] = run_growth(b, sizes, args.reps, f"{args.registry}/{BASE_PATH}")
-            except (growth.GrowthError, BuildctlError, subprocess.CalledProcessError) as exc:
-                # the scenarios' figures are kept; the run still fails (exit 1) after writing them
-                res["growth"] = {"error": str(exc)}
-                say(f"growth failed: {exc}")
+                if args.quick:
+                    # --quick (counts, no timing claims): the growth stacks (--local, their own cache, nothing
+                    # through the counting relay) are built and measured while the scenarios run
+                    with ThreadPoolExecutor(max_workers=1) as pool:
+                        beside = pool.submit(growth_or_error, b, sizes, args.reps, base_ref)
+                        scenarios(b, args.reps, proxy, counter, res)
+                        res["growth"] = beside.result()
+                else:
+                    scenarios(b, args.reps, proxy, counter, res)
+            if not args.quick:
+                res["growth"] = growth_or_error(b, sizes, args.reps, base_ref)
     finally:
         if b is not None:
             say("removing what the bench made")
