@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from smoke.checks import Context, import_failure, no_gpu
+from smoke.checks import Context, import_failure, megatron_args, no_gpu
 from smoke.expect import Section, SectionError
 from smoke.report import CheckResult, failed, passed, skipped
 
@@ -64,10 +64,7 @@ def _models(ctx: Context) -> tuple[bool | None, str, dict[str, Any]]:
     if data is None:
         return None, "the expectation has no megatron-args section to parse the launch with", {}
     try:
-        mas = Section("megatron-args", data)
-        args = mas.strs("args")
-        argv0 = mas.str_opt("argv0") or "pretrain_gpt.py"
-        module = mas.str_opt("module") or "megatron.training.arguments"
+        args, argv0, module = megatron_args.launch(Section("megatron-args", data))
     except SectionError as exc:
         return None, f"the megatron-args section is unusable: {exc}", {}
     res = ctx.probe("megatron_args", {"args": list(args), "argv0": argv0, "module": module})

@@ -67,10 +67,14 @@ def _validate(ctx: Context, sec: Section, argv0: str, module: str) -> tuple[list
     return rows, bad
 
 
+def launch(sec: Section) -> tuple[tuple[str, ...], str, str]:
+    """The section's baked arguments, script (argv0) and parser module, with their defaults."""
+    return (sec.strs("args"), sec.str_opt("argv0") or "pretrain_gpt.py",
+            sec.str_opt("module") or "megatron.training.arguments")
+
+
 def _run(ctx: Context, sec: Section) -> CheckResult:
-    args = sec.strs("args")
-    argv0 = sec.str_opt("argv0") or "pretrain_gpt.py"
-    module = sec.str_opt("module") or "megatron.training.arguments"
+    args, argv0, module = launch(sec)
     res = ctx.probe("megatron_args", {"args": list(args), "argv0": argv0, "module": module})
     details = {"argv0": argv0, "arguments": len(args), "module": module, "probe": res.to_json()}
     if not res.ok:
