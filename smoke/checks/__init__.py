@@ -7,6 +7,7 @@ the image is a failed result with the text Python (or the tool) gave.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -38,13 +39,25 @@ class Context:
     env: Mapping[str, str]
     root: str = "/"  # file checks read the image's files under this root (unit tests: a tmp tree)
     gpu: Gpu | None = None
+    # answers of REPEATABLE probes in this run, by their exact question (a check that asks what another asked
+    # gets the same answer without a second process importing Megatron and TE)
+    answers: dict[str, ProbeResult] = field(default_factory=dict, compare=False, repr=False)
 
     def path(self, p: str) -> str:
         return os.path.join(self.root, p.lstrip("/"))
 
     def probe(self, name: str, args: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,
               stub: bool = True) -> ProbeResult:
-        return self.prober.probe(name, args or {}, env=env, stub=stub)
+        if name not in REPEATABLE:
+            return self.prober.probe(name, args or {}, env=env, stub=stub)
+        key = json.dumps([name, dict(args or {}), dict(env or {}), stub], sort_keys=True, default=str)
+        if key not in self.answers:
+            self.answers[key] = self.prober.probe(name, args or {}, env=env, stub=stub)
+        return self.answers[key]
+
+
+# Probes whose answer, for one question in one image and run, cannot change: parse_args of fixed arguments.
+REPEATABLE = frozenset({"megatron_args"})
 
 
 CheckFn = Callable[[Context, Section], CheckResult]

@@ -168,3 +168,22 @@ def test_megatron_args_probe_answers_legacy_models(suite: Suite) -> None:
         res = prober.probe("megatron_args", {"args": args})
         assert res.ok, res.data
         assert (res.data["legacy_models"], res.data["legacy_models_from"]) == (legacy, dest), (parser, args)
+
+
+def test_the_launch_is_parsed_once_for_attention_and_megatron_args(suite: Suite) -> None:
+    """Both checks ask the megatron_args probe the same question: one parse in the run (smoke.checks.REPEATABLE),
+    and both checks read its answer. The mimic parser counts its calls in a file beside it."""
+    counter = suite.site / "parses.txt"
+    counting = MCORE_DEFAULT.replace(
+        "def parse_args(extra_args_provider=None, ignore_unknown_args=False):\n",
+        "def parse_args(extra_args_provider=None, ignore_unknown_args=False):\n"
+        f"    with open({str(counter)!r}, 'a') as f:\n        f.write('parse\\n')\n")
+    megatron(suite, counting)
+    args = ["--num-layers", "4", "--use-mcore-models", "--use-flash-attn"]
+    report = suite.run({"required": ["attention", "megatron-args"], "checks": {
+        "attention": {"backend": "auto", "use_flash_attn": True},
+        "megatron-args": {"args": args, "argv0": "pretrain_gpt.py"}}})
+    by = {c.name: c for c in report.checks}
+    assert by["attention"].status == "pass", by["attention"].summary
+    assert by["megatron-args"].status == "pass", by["megatron-args"].summary
+    assert counter.read_text().splitlines() == ["parse"]
