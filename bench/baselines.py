@@ -1,7 +1,7 @@
 """What users would write instead of buildctl, from the same target (manifest + lock): two Dockerfiles.
 
 - ``multistage``: buildctl's own graph as one multi-stage Dockerfile (each node a stage, rendered by
-  buildctl/render.py; the compile a stage that runs the same wheel.sh; assemble takes the wheel from
+  buildctl/graph/render.py; the compile a stage that runs the same wheel.sh; assemble takes the wheel from
   that stage). The strongest one-file equivalent: a pin change reruns what buildctl reruns.
 - ``recipe``: one stage, steps in the order the seed guide's Dockerfile has them: system packages (the
   compiles' build dependencies included) and downloads, pip, then each compile inside the same image,
@@ -28,8 +28,9 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from buildctl import quoting, render
-from buildctl.graph import (
+from buildctl import quoting
+from buildctl.graph import render
+from buildctl.graph.graph import (
     AptPin,
     AssembleNodeSpec,
     CompileEnvNodeSpec,
@@ -41,8 +42,8 @@ from buildctl.graph import (
     SystemNodeSpec,
     WheelNodeSpec,
 )
-from buildctl.model import PipConstraintPolicy
-from buildctl.target import Target
+from buildctl.manifest.model import PipConstraintPolicy
+from buildctl.services.target import Target
 
 COMPILE_MARK = "BENCH-COMPILE-RUNS"
 LABEL = "io.buildctl.bench"

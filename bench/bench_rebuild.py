@@ -64,12 +64,13 @@ sys.path.insert(0, str(ROOT))
 
 from bench import baselines, growth, regproxy  # noqa: E402
 from bench.engine2 import SecondEngineError, second_engine  # noqa: E402
-from buildctl import pipeline, target, wheelhouse  # noqa: E402
+from buildctl.build import pipeline, wheelhouse  # noqa: E402
 from buildctl.config import Config, load_config  # noqa: E402
-from buildctl.engine import Engine  # noqa: E402
+from buildctl.engine.engine import Engine  # noqa: E402
 from buildctl.errors import BuildctlError  # noqa: E402
-from buildctl.graph import CompileEnvNodeSpec, PipPin, PythonNodeSpec  # noqa: E402
-from buildctl.sources import Sources  # noqa: E402
+from buildctl.graph.graph import CompileEnvNodeSpec, PipPin, PythonNodeSpec  # noqa: E402
+from buildctl.services import target  # noqa: E402
+from buildctl.sources.sources import Sources  # noqa: E402
 
 DEMO_REGISTRY = "127.0.0.1:5000"
 BASE_PATH = "buildctl/demo-base:bookworm"

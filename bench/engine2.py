@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from buildctl.engine import Engine
+from buildctl.engine.engine import Engine
 from buildctl.errors import EngineError
 
 _NETS = [ipaddress.ip_network(f"10.{n}.0.0/16") for n in range(201, 255)] + [

@@ -23,14 +23,14 @@ from buildctl.ui import UI
 
 # Modules that add subcommands (each defines ``register(sub)``), in --help order.
 COMMAND_MODULES = (
-    "buildctl.cmd_pins",
-    "buildctl.cmd_lock",
-    "buildctl.cmd_lint_args",
-    "buildctl.cmd_build",
-    "buildctl.cmd_smoke",
-    "buildctl.cmd_ship",
-    "buildctl.cmd_nightly",
-    "buildctl.cmd_repro",
+    "buildctl.commands.pins",
+    "buildctl.commands.lock",
+    "buildctl.commands.lint_args",
+    "buildctl.commands.build",
+    "buildctl.commands.smoke",
+    "buildctl.commands.ship",
+    "buildctl.commands.nightly",
+    "buildctl.commands.repro",
 )
 
 

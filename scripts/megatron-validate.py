@@ -145,7 +145,9 @@ def main(argv: list[str]) -> int:
         print("\n@@RESULT@@" + json.dumps(out, default=str))
         return 0
     sys.path.insert(0, str(PROJECT))
-    from buildctl import argslint, pins, smoke
+    from buildctl.build import smoke
+    from buildctl.manifest import pins
+    from buildctl.megatron import argslint
 
     rows = []
     for path in a.manifest or [PROJECT / "pins" / f"{stack}.yaml" for stack in STACKS]:

@@ -10,7 +10,7 @@ from typing import NoReturn
 
 import pytest
 
-from buildctl.lockfile import LockedChange, LockedPatch, LockedPr
+from buildctl.lock.lockfile import LockedChange, LockedPatch, LockedPr
 
 REQUIRE_ENGINE = os.environ.get("BUILDCTL_REQUIRE_ENGINE") == "1"
 

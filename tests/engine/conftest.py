@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.engine import RUN_LABEL, Engine
+from buildctl.engine.engine import RUN_LABEL, Engine
 from buildctl.errors import EngineError
 from tests.helpers import unavailable, unique
 

@@ -24,13 +24,16 @@ from urllib.parse import quote
 
 import pytest
 
-from buildctl import cli, lockfile, pipeline, smoke, target
+from buildctl import cli
+from buildctl.build import pipeline, smoke
 from buildctl.config import Config, load_config
-from buildctl.engine import Engine
+from buildctl.engine.engine import Engine
 from buildctl.errors import BuildFailed, SmokeFailed, SourceError
-from buildctl.records import RecordStore, state_root
-from buildctl.sources import Sources
-from buildctl.target import Target
+from buildctl.graph.records import RecordStore, state_root
+from buildctl.lock import lockfile
+from buildctl.services import target
+from buildctl.services.target import Target
+from buildctl.sources.sources import Sources
 from tests.helpers import unique
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -489,7 +492,7 @@ def check_the_ecosystems_formats(demo: Demo, engine: Engine, registry: str, fina
     """The built demo image ``final``: its CycloneDX BOM validates against the 1.6 schema; its provenance
     names every locked input; `push --attest provenance` attaches the statement, read back through the
     referrers tag. (Called by the test that builds the demo: a build of its own would double its time.)"""
-    from buildctl import sbom
+    from buildctl.ship import sbom
     from tests.helpers import unnamed_lock_values
 
     image = demo.target().refs["entrypoint"]

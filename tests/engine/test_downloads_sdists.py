@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from buildctl import cli, smoke
-from buildctl.engine import Engine
+from buildctl import cli
+from buildctl.build import smoke
+from buildctl.engine.engine import Engine
 from buildctl.errors import BuildFailed, SmokeFailed
 from tests.engine.test_build import Demo, base_env, write_project
 from tests.helpers import unique

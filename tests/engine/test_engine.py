@@ -1,4 +1,4 @@
-"""buildctl.engine against the real engine and a real registry (127.0.0.1, started by `make test`)."""
+"""buildctl.engine.engine against the real engine and a real registry (127.0.0.1, started by `make test`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.engine import RUN_LABEL, Engine, Mount, Progress
+from buildctl.engine.engine import RUN_LABEL, Engine, Mount, Progress
 from buildctl.errors import BuildFailed, EngineError, PushError, UnreachableError
 from tests.engine.conftest import ImageCleanup, containers, docker_cli
 from tests.helpers import unique

@@ -14,9 +14,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from buildctl import pins
-from buildctl.entrypoint import SCRIPT_PATH, launch_argv, render_entrypoint_fragment
-from buildctl.model import Manifest
+from buildctl.graph.entrypoint import SCRIPT_PATH, launch_argv, render_entrypoint_fragment
+from buildctl.manifest import pins
+from buildctl.manifest.model import Manifest
 
 PROJECT = Path(__file__).resolve().parents[2]
 PRINT_ARGS = "import json, os, sys; print(json.dumps({'cwd': os.getcwd(), 'args': sys.argv[1:]}))"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from buildctl.engine import Engine
+from buildctl.engine.engine import Engine
 from tests.helpers import unique
 from tests.unit.test_render_hostile import NASTY, VALUES, rendered
 

@@ -36,10 +36,11 @@ from typing import Any
 
 import pytest
 
-from buildctl import cli, target
+from buildctl import cli
 from buildctl.config import load_config
-from buildctl.engine import Engine
-from buildctl.records import RecordStore, state_root
+from buildctl.engine.engine import Engine
+from buildctl.graph.records import RecordStore, state_root
+from buildctl.services import target
 from tests.engine.conftest import docker_cli
 from tests.engine.test_build import PROJECT, base_env, demo_lock, write_project
 from tests.helpers import unique

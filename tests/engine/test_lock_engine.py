@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from buildctl import cli
-from buildctl.engine import Engine
+from buildctl.engine.engine import Engine
 from tests.integration import pyindex
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from buildctl import cli, target
+from buildctl import cli
 from buildctl.config import load_config
-from buildctl.engine import Engine
+from buildctl.engine.engine import Engine
+from buildctl.services import target
 from tests.engine.test_build import base_env, write_project
 from tests.helpers import unique
 

@@ -20,12 +20,15 @@ from typing import Any
 
 import pytest
 
-from buildctl import cli, lockfile, pipeline, repro, reprorun
-from buildctl.cmd_lock import real_resolvers
-from buildctl.cmd_repro import _raise_failures
+from buildctl import cli
+from buildctl.build import pipeline
+from buildctl.commands.lock import real_resolvers
+from buildctl.commands.repro import _raise_failures
 from buildctl.config import load_config
-from buildctl.engine import Engine
+from buildctl.engine.engine import Engine
 from buildctl.errors import ReproFailed
+from buildctl.lock import lockfile
+from buildctl.repro import repro, reprorun
 from tests.engine.test_build import PROJECT, base_env, demo_lock, write_project
 
 __all__ = ["demo_lock"]  # the session's lock of the demo stack (a fixture of test_build.py)

@@ -13,12 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import credentials, graph, push, target
 from buildctl.cli import main
 from buildctl.config import load_config
-from buildctl.credentials import Redactor
-from buildctl.engine import Engine
-from buildctl.target import Target
+from buildctl.engine.engine import Engine
+from buildctl.graph import graph
+from buildctl.registry import credentials
+from buildctl.registry.credentials import Redactor
+from buildctl.services import target
+from buildctl.services.target import Target
+from buildctl.ship import push
 from tests.engine.conftest import ImageCleanup
 from tests.engine.shiptools import CutRule, RegistryProcess, Relay, demo_project, htpasswd, manifest_digest
 from tests.helpers import unique

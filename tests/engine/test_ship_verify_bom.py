@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import lockfile
 from buildctl.cli import main
-from buildctl.engine import Engine
-from buildctl.lockfile import Lock, LockedBase, VariantLock
+from buildctl.engine.engine import Engine
+from buildctl.lock import lockfile
+from buildctl.lock.lockfile import Lock, LockedBase, VariantLock
 from tests.engine.conftest import ImageCleanup
 from tests.engine.shiptools import demo_project
 from tests.helpers import unique

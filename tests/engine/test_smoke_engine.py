@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import cli, smoke
-from buildctl.engine import Engine
+from buildctl import cli
+from buildctl.build import smoke
+from buildctl.engine.engine import Engine
 from buildctl.errors import SmokeFailed
 from tests.helpers import unique
 

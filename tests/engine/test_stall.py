@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from buildctl.engine import Engine
+from buildctl.engine.engine import Engine
 from buildctl.errors import BuildctlError, PullStalled, PushStalled
 from tests.helpers import unique
 from tests.stallproxy import Mode, StallProxy

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from buildctl import normalise, render
-from buildctl.engine import Engine
+from buildctl.build import normalise
+from buildctl.engine.engine import Engine
+from buildctl.graph import render
 
 
 def build(engine: Engine, base: str, run: str, tmp: Path, image_cleanup: Any) -> str:

@@ -1,5 +1,5 @@
 """The demo stack's git sources: demo/make_sources.py is reproducible, the committed bundles are what it
-makes, and buildctl.sources reads them (PR refs included) and prepares trees that build and run."""
+makes, and buildctl.sources.sources reads them (PR refs included) and prepares trees that build and run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from buildctl.sources import PrHead, Sources
+from buildctl.sources.sources import PrHead, Sources
 
 PROJECT = Path(__file__).resolve().parents[2]
 SCRIPT = PROJECT / "demo" / "make_sources.py"

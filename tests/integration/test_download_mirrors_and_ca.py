@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import lock as lockmod
-from buildctl import pins
 from buildctl.config import CacheLayout, Config, load_config, mirror_url
 from buildctl.errors import ManifestError, UnreachableError
-from buildctl.index import HttpFetcher
-from buildctl.sources import Sources
+from buildctl.lock import lock as lockmod
+from buildctl.manifest import pins
+from buildctl.sources.index import HttpFetcher
+from buildctl.sources.sources import Sources
 
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, "GIT_CONFIG_GLOBAL": os.devnull,
        "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import pins
 from buildctl.errors import ManifestErrors, SourceError
-from buildctl.model import Component, PullRequest
-from buildctl.sources import Sources
+from buildctl.manifest import pins
+from buildctl.manifest.model import Component, PullRequest
+from buildctl.sources.sources import Sources
 
 HOSTILE = "--upload-pack=touch PWNED;false:x ://"
 GIT = shutil.which("git")

@@ -16,9 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from buildctl import pins, syntax
-from buildctl.entrypoint import launch_argv, render_launch_script
-from buildctl.model import Arg, Launcher, Profile, SitePath
+from buildctl import syntax
+from buildctl.graph.entrypoint import launch_argv, render_launch_script
+from buildctl.manifest import pins
+from buildctl.manifest.model import Arg, Launcher, Profile, SitePath
 
 PROJECT = Path(__file__).resolve().parents[2]
 FAKE = """#!{python}

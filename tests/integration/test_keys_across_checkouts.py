@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import pins, target
 from buildctl.config import load_config
-from buildctl.graph import EntrypointNodeSpec
+from buildctl.graph.graph import EntrypointNodeSpec
+from buildctl.manifest import pins
+from buildctl.services import target
 
 PROJECT = Path(__file__).resolve().parents[2]
 

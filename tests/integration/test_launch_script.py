@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import pins
-from buildctl.entrypoint import launch_argv, render_launch_script
-from buildctl.model import Manifest
+from buildctl.graph.entrypoint import launch_argv, render_launch_script
+from buildctl.manifest import pins
+from buildctl.manifest.model import Manifest
 
 PROJECT = Path(__file__).resolve().parents[2]
 BASH = "/bin/bash"

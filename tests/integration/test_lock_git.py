@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from buildctl import cmd_lock, pins
+from buildctl.commands import lock as cmd_lock
 from buildctl.config import CacheLayout, Config
 from buildctl.errors import LockDrift, SourceError, UnreachableError
-from buildctl.lock import ProbeRequest, ProbeResult, Resolvers
-from buildctl.sources import Sources
+from buildctl.lock.lock import ProbeRequest, ProbeResult, Resolvers
+from buildctl.manifest import pins
+from buildctl.sources.sources import Sources
 from buildctl.ui import UI
 
 DIGEST = "sha256:" + "a" * 64

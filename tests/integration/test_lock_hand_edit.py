@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from buildctl import cli, lockfile, pins
+from buildctl import cli
+from buildctl.lock import lockfile
+from buildctl.manifest import pins
 
 
 def edit_raw(path: Path, change: Any) -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import pins
 from buildctl.errors import LockError, UnreachableError
-from buildctl.index import HttpFetcher, SimpleIndex
-from buildctl.lock import DebianVersion, resolve_downloads
+from buildctl.lock.lock import DebianVersion, resolve_downloads
+from buildctl.manifest import pins
+from buildctl.sources.index import HttpFetcher, SimpleIndex
 from tests.integration.pyindex import make_index, make_wheel, serve, sha256, silent_server
 
 TAGS = ["cp311-cp311-manylinux_2_36_x86_64", "cp311-cp311-manylinux_2_17_x86_64", "cp311-abi3-linux_x86_64",

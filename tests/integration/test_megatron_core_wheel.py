@@ -29,11 +29,12 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import cli, pins
-from buildctl.argslint import LintReport, lint
+from buildctl import cli
 from buildctl.config import load_config
-from buildctl.megatron_flags import FlagTable, scan
-from buildctl.model import Manifest
+from buildctl.manifest import pins
+from buildctl.manifest.model import Manifest
+from buildctl.megatron.argslint import LintReport, lint
+from buildctl.megatron.megatron_flags import FlagTable, scan
 
 PROJECT = Path(__file__).resolve().parents[2]
 VERSIONS = ("0.17.0", "0.19.2")

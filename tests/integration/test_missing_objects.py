@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from buildctl.errors import SourceError
-from buildctl.sources import Sources
+from buildctl.sources.sources import Sources
 
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, "GIT_CONFIG_GLOBAL": os.devnull,
        "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import cli, lockfile, pins
+from buildctl import cli
 from buildctl.config import load_config
-from buildctl.lockfile import LockedComponent
-from buildctl.sources import Sources
+from buildctl.lock import lockfile
+from buildctl.lock.lockfile import LockedComponent
+from buildctl.manifest import pins
+from buildctl.sources.sources import Sources
 
 ARGUMENTS = '''\
 import argparse

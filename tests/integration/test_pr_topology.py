@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import cmd_lock, lockfile
+from buildctl.commands import lock as cmd_lock
 from buildctl.errors import SourceError
-from buildctl.lock import resolve_component
-from buildctl.lockfile import LockedComponent, LockedPr, VariantLock
-from buildctl.model import Change, Component, PullRequest
-from buildctl.sources import PrHead, Sources
+from buildctl.lock import lockfile
+from buildctl.lock.lock import resolve_component
+from buildctl.lock.lockfile import LockedComponent, LockedPr, VariantLock
+from buildctl.manifest.model import Change, Component, PullRequest
+from buildctl.sources.sources import PrHead, Sources
 from tests.pr_topology import Topology, make
 
 

@@ -25,9 +25,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from buildctl import pipeline, target
+from buildctl.build import pipeline
 from buildctl.config import load_config
-from buildctl.graph import (
+from buildctl.graph.graph import (
     AssembleNodeSpec,
     CompileEnvNodeSpec,
     CudnnNodeSpec,
@@ -36,6 +36,7 @@ from buildctl.graph import (
     PythonNodeSpec,
     SystemNodeSpec,
 )
+from buildctl.services import target
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = ROOT / "tests" / "data" / "recipes"

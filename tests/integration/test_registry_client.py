@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import attest
-from buildctl.credentials import Login
 from buildctl.errors import PushError, UnreachableError
-from buildctl.registry import (
+from buildctl.registry import attest
+from buildctl.registry.credentials import Login
+from buildctl.registry.registry import (
     OCI_EMPTY,
     OCI_INDEX,
     OCI_MANIFEST,

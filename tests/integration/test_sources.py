@@ -1,4 +1,4 @@
-"""buildctl.sources against real git repositories made here in tmp folders (no network).
+"""buildctl.sources.sources against real git repositories made here in tmp folders (no network).
 
 Every repository is written with a fixed identity and fixed dates, so the tests do not depend on the day.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from buildctl.errors import LockDrift, LockError, SourceError, UnreachableError
-from buildctl.model import Component, Patch, PullRequest
-from buildctl.sources import PatchFile, PrHead, Sources
+from buildctl.manifest.model import Component, Patch, PullRequest
+from buildctl.sources.sources import PatchFile, PrHead, Sources
 
 T0 = 1700000000  # fixed commit dates: T0 + n minutes
 

@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import cli, pins
-from buildctl.argslint import (
+from buildctl import cli
+from buildctl.errors import ArgsLintFailed
+from buildctl.manifest import pins
+from buildctl.manifest.model import Manifest
+from buildctl.megatron.argslint import (
     LayoutError,
     LintReport,
     lint,
@@ -21,8 +24,6 @@ from buildctl.argslint import (
     no_source_cache,
     parse_layout,
 )
-from buildctl.errors import ArgsLintFailed
-from buildctl.model import Manifest
 
 PROJECT = Path(__file__).resolve().parents[2]
 

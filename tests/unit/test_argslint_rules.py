@@ -14,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import argslint, cli, entrypoint, pins
-from buildctl.argslint import LintReport, lint
+from buildctl import cli
 from buildctl.errors import ManifestErrors
-from buildctl.model import Manifest
+from buildctl.graph import entrypoint
+from buildctl.manifest import pins
+from buildctl.manifest.model import Manifest
+from buildctl.megatron import argslint
+from buildctl.megatron.argslint import LintReport, lint
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import attest, credentials, push
-from buildctl.credentials import Login, Redactor
 from buildctl.errors import PushError
-from buildctl.registry import Descriptor, referrers_tag
+from buildctl.registry import attest, credentials
+from buildctl.registry.credentials import Login, Redactor
+from buildctl.registry.registry import Descriptor, referrers_tag
+from buildctl.ship import push
 from tests.unit.fakes_ship import Event, FakeEngine, Image
 
 REG = "127.0.0.1:5999"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from buildctl import bom, pins
+from buildctl.manifest import pins
+from buildctl.ship import bom
 from tests.unit.fakes_ship import Image, Run
 
 MANIFEST = """\

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import credentials
 from buildctl.errors import UsageError
+from buildctl.registry import credentials
 
 SECRET = "s3cr3t-pa55:with-colon"
 
@@ -71,7 +71,7 @@ def test_defect9_build_uses_registry_auth_as_push_does(tmp_path: Path, monkeypat
     """Issue 11, item 9: `build` ignored BUILDCTL_REGISTRY_AUTH, which `push` honours. `buildctl build` and the
     nightly's build make their engines inside cmd_build.registry_credentials(t.registry): the same private docker
     configuration push uses, for the registry the nodes are shared through."""
-    from buildctl import cmd_build
+    from buildctl.commands import build as cmd_build
 
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "user"))
     env = {"DOCKER_CONFIG": str(tmp_path / "user"), credentials.AUTH_ENV: f"ci:{SECRET}"}

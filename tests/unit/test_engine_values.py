@@ -1,4 +1,4 @@
-"""The pure parts of buildctl.engine: refs, the files tar, inspect data -> ImageInfo, messages."""
+"""The pure parts of buildctl.engine.engine: refs, the files tar, inspect data -> ImageInfo, messages."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from buildctl.engine import (
+from buildctl.engine.engine import (
     HistoryEntry,
     Progress,
     _image_info,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import pins
-from buildctl.entrypoint import (
+from buildctl.errors import ManifestError, UsageError
+from buildctl.graph.entrypoint import (
     CONTEXT_NAME,
     SCRIPT_PATH,
     command_words,
@@ -22,8 +22,8 @@ from buildctl.entrypoint import (
     render_launch_script,
     select_profile,
 )
-from buildctl.errors import ManifestError, UsageError
-from buildctl.model import Manifest
+from buildctl.manifest import pins
+from buildctl.manifest.model import Manifest
 
 PROJECT = Path(__file__).resolve().parents[2]
 

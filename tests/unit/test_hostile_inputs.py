@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import cli, pins
+from buildctl import cli
 from buildctl.config import load_config
 from buildctl.errors import ManifestError, ManifestErrors
+from buildctl.manifest import pins
 
 BASE = """\
 schema: 1

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import pins
-from buildctl.entrypoint import launch_argv, launches, variant_entrypoint
 from buildctl.errors import ManifestErrors
-from buildctl.model import Manifest
+from buildctl.graph.entrypoint import launch_argv, launches, variant_entrypoint
+from buildctl.manifest import pins
+from buildctl.manifest.model import Manifest
 
 BASE = """\
 stack: t

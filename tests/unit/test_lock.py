@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from buildctl import cmd_lock, pins
+from buildctl.commands import lock as cmd_lock
 from buildctl.config import CacheLayout, Config
 from buildctl.errors import LockDrift, LockError, SourceError, UnreachableError
-from buildctl.lock import (
+from buildctl.lock.lock import (
     Applied,
     PipInstall,
     ProbeRequest,
@@ -27,7 +27,8 @@ from buildctl.lock import (
     lock_stack,
     resolve,
 )
-from buildctl.lockfile import DraggedCommit, LockedChange, LockedPatch, LockedPr, PrMode
+from buildctl.lock.lockfile import DraggedCommit, LockedChange, LockedPatch, LockedPr, PrMode
+from buildctl.manifest import pins
 from buildctl.ui import UI
 
 SHA_TE = "d2945c6a571e3978677614d1fe08779966a5a4ef"
@@ -519,8 +520,8 @@ def test_command_lock_json_and_existing_lock_of_another_stack_is_an_error(tmp_pa
 def test_pins_show_displays_locked_values(tmp_path: Path) -> None:
     import argparse
 
-    from buildctl import cmd_pins
     from buildctl.cli import Context
+    from buildctl.commands import pins as cmd_pins
 
     path = write_manifest(tmp_path)
     run_cmd(path, resolvers())

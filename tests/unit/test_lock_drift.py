@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from buildctl.lock import Drift, diff_variant, render_drift
-from buildctl.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock
+from buildctl.lock.lock import Drift, diff_variant, render_drift
+from buildctl.lock.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock
 from tests.helpers import lchanges
 
 A, B, C, D = "a" * 40, "b" * 40, "c" * 40, "d" * 40

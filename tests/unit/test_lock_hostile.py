@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from buildctl import lockcheck, lockfile
 from buildctl.errors import LockError
-from buildctl.lockfile import (
+from buildctl.lock import lockcheck, lockfile
+from buildctl.lock.lockfile import (
     Lock,
     LockedBase,
     LockedComponent,

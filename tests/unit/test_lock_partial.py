@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from buildctl import cmd_lock, lockfile, pins
+from buildctl.commands import lock as cmd_lock
 from buildctl.errors import LockError, SourceError, UnreachableError
-from buildctl.lock import resolve
-from buildctl.lockfile import Lock, VariantLock
+from buildctl.lock import lockfile
+from buildctl.lock.lock import resolve
+from buildctl.lock.lockfile import Lock, VariantLock
+from buildctl.manifest import pins
 from buildctl.ui import UI
 from tests.unit.test_lock import (
     DIGEST_A,

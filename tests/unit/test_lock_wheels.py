@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from buildctl import graph, pins, render
-from buildctl.lock import PipInstall, download_wheels, pip_pins
-from buildctl.lockfile import LockedBase, LockedDownload, LockedPip, VariantLock
+from buildctl.graph import graph, render
+from buildctl.lock.lock import PipInstall, download_wheels, pip_pins
+from buildctl.lock.lockfile import LockedBase, LockedDownload, LockedPip, VariantLock
+from buildctl.manifest import pins
 
 ROOT = Path(__file__).resolve().parents[2]
 SDIST = "sha256:" + "a" * 64

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.megatron_flags import FlagTable, NotMegatronSource, replacement_in, scan
+from buildctl.megatron.megatron_flags import FlagTable, NotMegatronSource, replacement_in, scan
 
 
 def write_tree(root: Path, files: dict[str, str]) -> Path:

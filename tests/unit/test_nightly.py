@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildctl import nightly
 from buildctl.errors import BuildFailed, UnreachableError
-from buildctl.nightly import BuildStep, LockStep, PushStep
+from buildctl.services import nightly
+from buildctl.services.nightly import BuildStep, LockStep, PushStep
 
 
 @dataclass

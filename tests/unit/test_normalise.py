@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from buildctl import normalise
+from buildctl.build import normalise
 
 EPOCH = 315532800
 

@@ -10,9 +10,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from buildctl import pins
 from buildctl.errors import ManifestErrors
-from buildctl.model import InstallKind, PipConstraintPolicy
+from buildctl.manifest import pins
+from buildctl.manifest.model import InstallKind, PipConstraintPolicy
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from buildctl import lockfile, provenance
 from buildctl.errors import LockError, UsageError
-from buildctl.lockfile import Lock, VariantLock
+from buildctl.lock import lockfile
+from buildctl.lock.lockfile import Lock, VariantLock
+from buildctl.ship import provenance
 from tests.helpers import unnamed_lock_values
 from tests.unit.fakes_ship import FakeEngine, Image
 

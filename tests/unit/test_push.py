@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import push
-from buildctl.credentials import Redactor
 from buildctl.errors import EngineError, UnreachableError
-from buildctl.graph import BaseNodeSpec, Graph, Node, NodeKind
+from buildctl.graph.graph import BaseNodeSpec, Graph, Node, NodeKind
+from buildctl.registry.credentials import Redactor
+from buildctl.ship import push
 from tests.unit.fakes_ship import Event, FakeEngine, Image, stream_error
 
 REG = "127.0.0.1:5999"

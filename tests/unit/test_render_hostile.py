@@ -18,11 +18,13 @@ from typing import Any
 
 import pytest
 
-from buildctl import entrypoint, graph, pins, render, syntax
-from buildctl.graph import Extras
-from buildctl.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock
-from buildctl.model import Arg, ComponentBuild, Entrypoint, Launcher, Manifest, Profile, SitePath
-from buildctl.pipeline import label_instruction
+from buildctl import syntax
+from buildctl.build.pipeline import label_instruction
+from buildctl.graph import entrypoint, graph, render
+from buildctl.graph.graph import Extras
+from buildctl.lock.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock
+from buildctl.manifest import pins
+from buildctl.manifest.model import Arg, ComponentBuild, Entrypoint, Launcher, Manifest, Profile, SitePath
 from tests.shellwords import Token, dockerfile_instructions, dockerfile_words, shell_tokens
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import repro
-from buildctl.model import ReproLevel
-from buildctl.repro import Cause, Floating, ImageConfig, SavedImages, Side, Verdict
+from buildctl.manifest.model import ReproLevel
+from buildctl.repro import repro
+from buildctl.repro.repro import Cause, Floating, ImageConfig, SavedImages, Side, Verdict
 
 EPOCH = 315532800
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import pins, safepath
+from buildctl import safepath
 from buildctl.errors import ManifestErrors
+from buildctl.manifest import pins
 
 MANIFEST = """\
 schema: 1

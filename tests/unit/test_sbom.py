@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from buildctl import bom, sbom
-from buildctl.lockfile import LockedBase, LockedComponent, LockedPatch, LockedPick, LockedPr, VariantLock
+from buildctl.lock.lockfile import LockedBase, LockedComponent, LockedPatch, LockedPick, LockedPr, VariantLock
+from buildctl.ship import bom, sbom
 from tests.unit.fakes_ship import Image, Run
 
 BASE_DIGEST = "sha256:" + "9" * 64

@@ -1,4 +1,4 @@
-"""buildctl.smoke: expectations from manifest + lock, label round trip, report parsing, the runner with a
+"""buildctl.build.smoke: expectations from manifest + lock, label round trip, report parsing, the runner with a
 fake engine, the gate. The real reports used here are the H200 run's (tests/data/gpu/)."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import pins, smoke
+from buildctl.build import smoke
 from buildctl.errors import ManifestError, SmokeFailed, UsageError
-from buildctl.lockfile import LockedBase, LockedComponent, LockedPip, VariantLock
-from buildctl.model import GpuTier
+from buildctl.lock.lockfile import LockedBase, LockedComponent, LockedPip, VariantLock
+from buildctl.manifest import pins
+from buildctl.manifest.model import GpuTier
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_DATA = ROOT / "tests" / "data" / "gpu"

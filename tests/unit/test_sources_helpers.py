@@ -1,4 +1,4 @@
-"""Pure helpers of buildctl.sources: URL handling, parsing git output, keys, messages. No processes."""
+"""Pure helpers of buildctl.sources.sources: URL handling, parsing git output, keys, messages. No processes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import sources
 from buildctl.errors import SourceError
-from buildctl.sources import PatchFile, PickChange, PrChange, PreparedTree
+from buildctl.sources import sources
+from buildctl.sources.sources import PatchFile, PickChange, PrChange, PreparedTree
 
 
 @pytest.fixture(autouse=True)

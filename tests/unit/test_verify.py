@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import verify
 from buildctl.errors import UnreachableError, UsageError
-from buildctl.lockfile import LockedBase, VariantLock
-from buildctl.model import BaseContract, Variant
+from buildctl.lock.lockfile import LockedBase, VariantLock
+from buildctl.manifest.model import BaseContract, Variant
+from buildctl.ship import verify
 from tests.unit.fakes_ship import FakeEngine, Image, Run
 
 REF = "127.0.0.1:5999/buildctl/demo-base:bookworm"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import wheelhouse
+from buildctl.build import wheelhouse
 from buildctl.config import CacheLayout, Config
 from buildctl.errors import BuildFailed
-from buildctl.graph import PipPin
+from buildctl.graph.graph import PipPin
 from tests.integration.pyindex import make_index, make_wheel, serve, sha256
 
 

@@ -9,11 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from buildctl import graph, pins
-from buildctl.entrypoint import EntrypointFragment
-from buildctl.graph import Extras, Graph
-from buildctl.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock
-from buildctl.model import Manifest
+from buildctl.graph import graph
+from buildctl.graph.entrypoint import EntrypointFragment
+from buildctl.graph.graph import Extras, Graph
+from buildctl.lock.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock
+from buildctl.manifest import pins
+from buildctl.manifest.model import Manifest
 from tests.helpers import lchanges
 
 DATA = Path(__file__).parent / "data"

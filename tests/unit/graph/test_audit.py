@@ -6,11 +6,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from buildctl import audit, pins, render
-from buildctl.audit import _Context
-from buildctl.lock import Drift
-from buildctl.lockfile import LockedBase, LockedPip, VariantLock
-from buildctl.model import PipRequirement, ReproLevel
+from buildctl.graph import render
+from buildctl.lock.lock import Drift
+from buildctl.lock.lockfile import LockedBase, LockedPip, VariantLock
+from buildctl.manifest import pins
+from buildctl.manifest.model import PipRequirement, ReproLevel
+from buildctl.repro import audit
+from buildctl.repro.audit import _Context
 
 IMAGES = Path(__file__).resolve().parents[3] / "images"
 T = render.load_templates(IMAGES)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from buildctl import graph
-from buildctl.graph import Extras, Graph
-from buildctl.lockfile import LockedPip, VariantLock
-from buildctl.model import AptPackage, Manifest, PipRequirement, PullRequest
+from buildctl.graph import graph
+from buildctl.graph.graph import Extras, Graph
+from buildctl.lock.lockfile import LockedPip, VariantLock
+from buildctl.manifest.model import AptPackage, Manifest, PipRequirement, PullRequest
 from tests.helpers import lchanges
 
 
@@ -384,7 +384,7 @@ def test_shared_labels(gs: Any) -> None:
 
 def test_a_partial_lock_locks_sources_and_compile_keys_name_what_they_wait_for(gs: Any) -> None:
     """`lock --partial` where the registry is unreachable: git locked, base digest and apt not."""
-    from buildctl import plan as planmod
+    from buildctl.graph import plan as planmod
 
     m = gs.load()
     full = gs.lock_for(m)

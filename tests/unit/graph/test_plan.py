@@ -6,11 +6,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from buildctl import plan
 from buildctl.errors import EngineError, UnreachableError
-from buildctl.graph import Graph
-from buildctl.model import AptPackage
-from buildctl.records import NodeRecord, RecordStore
+from buildctl.graph import plan
+from buildctl.graph.graph import Graph
+from buildctl.graph.records import NodeRecord, RecordStore
+from buildctl.manifest.model import AptPackage
 
 REG = "registry.example:5000"
 REPO = "training/graphstack"
@@ -105,7 +105,7 @@ def test_why_for_a_removed_image_and_a_template(gs: Any) -> None:
         "built before with this key, but the image is in neither the engine nor the registry",)
     rec2 = replace(rec, key="0" * 64, template="t-old")
     assert plan.reasons(g, g.node("python"), rec2) == (
-        "the python template changed (images/ fragments or buildctl/render.py)",)
+        "the python template changed (images/ fragments or buildctl/graph/render.py)",)
 
 
 def test_diff_inputs_shortens_scripts() -> None:

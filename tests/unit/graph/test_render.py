@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from buildctl import graph, render
-from buildctl.graph import Extras, Graph
-from buildctl.render import ContextFile, TemplateError, Templates, WheelFile
+from buildctl.graph import graph, render
+from buildctl.graph.graph import Extras, Graph
+from buildctl.graph.render import ContextFile, TemplateError, Templates, WheelFile
 
 IMAGES = Path(__file__).resolve().parents[3] / "images"
 T = render.load_templates(IMAGES)
@@ -48,7 +48,7 @@ def r(gs: Any, name: str, locked: bool = True, **kw: object) -> render.Rendered:
 def test_cudnn(gs: Any) -> None:
     out = r(gs, "cudnn")
     assert out.dockerfile == """\
-# cudnn: the pinned cuDNN from its apt source, directly on the base (rendered by buildctl/render.py)
+# cudnn: the pinned cuDNN from its apt source, directly on the base (rendered by buildctl/graph/render.py)
 FROM reg/stack/cudnn-parent:k
 COPY rootfs/ /
 RUN set -eu; \\
@@ -68,7 +68,7 @@ RUN set -eu; \\
 def test_system(gs: Any) -> None:
     out = r(gs, "system")
     assert out.dockerfile == """\
-# system: downloads, removals, apt sources and packages (rendered by buildctl/render.py)
+# system: downloads, removals, apt sources and packages (rendered by buildctl/graph/render.py)
 FROM reg/stack/system-parent:k
 COPY rootfs/ /
 RUN set -eu; \\
@@ -105,7 +105,7 @@ def test_python(gs: Any) -> None:
     out = r(gs, "python")
     assert out.dockerfile == f"""\
 # python: pinned pip packages from the host's wheelhouse, protected base packages checked
-# (rendered by buildctl/render.py)
+# (rendered by buildctl/graph/render.py)
 FROM reg/stack/python-parent:k
 ARG BUILDCTL_WHEELHOUSE
 COPY rootfs/ /
@@ -160,7 +160,7 @@ def test_compile_env(gs: Any) -> None:
     out = r(gs, "compile-env:engine")
     assert out.dockerfile == f"""\
 # compile-env: what one component's compile needs, on the base (or cuDNN), nothing of the
-# runtime layers (rendered by buildctl/render.py)
+# runtime layers (rendered by buildctl/graph/render.py)
 FROM reg/stack/compile-env:engine-parent:k
 ARG BUILDCTL_WHEELHOUSE
 RUN set -eu; \\
@@ -176,7 +176,7 @@ RUN set -eu; \\
     out = r(gs, "compile-env:kernels")
     assert out.dockerfile == """\
 # compile-env: what one component's compile needs, on the base (or cuDNN), nothing of the
-# runtime layers (rendered by buildctl/render.py)
+# runtime layers (rendered by buildctl/graph/render.py)
 FROM reg/stack/compile-env:kernels-parent:k
 ARG BUILDCTL_WHEELHOUSE
 COPY rootfs/ /
@@ -197,7 +197,7 @@ def test_wheel(gs: Any) -> None:
     out = r(gs, "wheel:engine")
     assert out.script == """\
 #!/bin/sh
-# wheel: compile one component into a wheel (rendered by buildctl/render.py). buildctl runs it in a
+# wheel: compile one component into a wheel (rendered by buildctl/graph/render.py). buildctl runs it in a
 # container of the component's compile-env image with the prepared source at /src (read-only),
 # a persistent compiler cache at /ccache and /out for the wheel; BUILDCTL_JOBS is sized by buildctl
 # from the builder's cores and memory.
@@ -214,7 +214,7 @@ pip wheel --no-build-isolation --no-deps -w /out .
 """
     assert out.dockerfile == """\
 # wheel: the compiled wheel alone, so that another builder pulls it instead of compiling
-# (rendered by buildctl/render.py)
+# (rendered by buildctl/graph/render.py)
 FROM scratch
 COPY rootfs/ /
 """
@@ -226,7 +226,7 @@ def test_assemble_with_and_without_wheels(gs: Any) -> None:
     out = r(gs, "assemble", wheels={"engine": wf})
     assert out.dockerfile == f"""\
 # assemble: the compiled components' wheels, source-tree components at their paths, the runtime
-# environment (rendered by buildctl/render.py)
+# environment (rendered by buildctl/graph/render.py)
 FROM reg/stack/assemble-parent:k
 ARG BUILDCTL_WHEELHOUSE
 COPY rootfs/ /
@@ -251,7 +251,7 @@ ENV NVTE_FUSED_ATTN="1"
 def test_entrypoint(gs: Any) -> None:
     out = r(gs, "entrypoint")
     assert out.dockerfile == """\
-# entrypoint: the launch script, built only after the smoke gate passed (rendered by buildctl/render.py)
+# entrypoint: the launch script, built only after the smoke gate passed (rendered by buildctl/graph/render.py)
 FROM reg/stack/entrypoint-parent:k
 COPY rootfs/ /
 WORKDIR /opt/trainer
@@ -377,8 +377,8 @@ def test_deepseek_wheel_scripts_carry_what_their_compiles_need() -> None:
     """The rendered compile scripts of the deepseek-v3-gb200 hopper variant, as the H200 run compiled them
     (tests/data/gpu/): DeepEP with NVSHMEM under CUDA 13 needs CPATH at CCCL's headers; TE's compile-env
     installs nvidia-mathdx (TE's CMake asks pip for it) before the wheel node runs TE's build."""
-    from buildctl import pins
-    from buildctl.entrypoint import render_entrypoint_fragment
+    from buildctl.graph.entrypoint import render_entrypoint_fragment
+    from buildctl.manifest import pins
 
     m = pins.load(IMAGES.parent / "pins" / "deepseek-v3-gb200.yaml")
     v = m.variant("hopper")

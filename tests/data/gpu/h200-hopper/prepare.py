@@ -21,10 +21,11 @@ import sys
 import tarfile
 from pathlib import Path
 
-from buildctl import pipeline, smoke, target
+from buildctl.build import pipeline, smoke
 from buildctl.config import load_config
-from buildctl.graph import CompileEnvNodeSpec, WheelNodeSpec
-from buildctl.sources import Sources
+from buildctl.graph.graph import CompileEnvNodeSpec, WheelNodeSpec
+from buildctl.services import target
+from buildctl.sources.sources import Sources
 
 STACK, VARIANT = "deepseek-v3-gb200", "hopper"
 DEVICE_CORES, DEVICE_MEMORY_GIB, BUILD_JOBS = 16, 128, 2  # the device; buildctl build's default --jobs

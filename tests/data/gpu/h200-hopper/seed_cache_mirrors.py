@@ -4,7 +4,7 @@
 
 The mirrors under MIRRORS_DIR (laid out as git_mirrors maps https://github.com/) lack blobs of 4 MiB or
 more, so `git fetch` from them dies in upload-pack ("possible repository corruption") whatever is asked.
-Each URL's cache mirror (CACHE_SOURCES_DIR/mirrors/<mirror_name(url)>.git, as buildctl.sources names it)
+Each URL's cache mirror (CACHE_SOURCES_DIR/mirrors/<mirror_name(url)>.git, as buildctl.sources.sources names it)
 becomes `git clone --mirror --shared` of the local mirror: the same refs, objects read through
 alternates, nothing copied. buildctl then finds every ref up to date and every commit present, and
 fetches nothing. A blob the commits it needs reference but the mirror lacks is named on the command
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from buildctl.sources import mirror_name
+from buildctl.sources.sources import mirror_name
 
 
 def main(mirrors: Path, cache: Path, specs: list[str]) -> None:

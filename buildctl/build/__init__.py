@@ -1,0 +1,1 @@
+"""Executing a plan: prepare host inputs, build the missing nodes, the smoke gate."""

@@ -1,0 +1,1 @@
+"""Command modules: each parses, calls one service, prints."""

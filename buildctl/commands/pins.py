@@ -1,0 +1,260 @@
+"""`buildctl pins check` and `buildctl pins show`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from buildctl.errors import ManifestError, ManifestErrors
+from buildctl.lock import lockfile
+from buildctl.manifest import pins
+from buildctl.manifest.model import Change, Download, Manifest, Variant
+
+if TYPE_CHECKING:
+    from buildctl.cli import Context
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("pins", help="validate and show pin manifests")
+    psub = p.add_subparsers(dest="pins_command", metavar="SUBCOMMAND")
+    psub.required = True
+    c = psub.add_parser("check", help="validate every manifest under pins/")
+    c.add_argument("stacks", nargs="*", metavar="STACK", help="only these stacks")
+    c.add_argument("--json", action="store_true", help="machine-readable result")
+    c.set_defaults(func=check)
+    s = psub.add_parser("show", help="what goes into each image of a stack")
+    s.add_argument("stack", metavar="STACK")
+    s.add_argument("--variant", help="variant (default: the stack's first)")
+    s.add_argument("--json", action="store_true", help="machine-readable result")
+    s.set_defaults(func=show)
+
+
+def _error_json(e: ManifestError) -> dict[str, Any]:
+    loc = e.location
+    return {"file": loc.file, "line": loc.line, "column": loc.column, "key": loc.key,
+            "message": e.detail, "fix": e.fix}
+
+
+def check(args: argparse.Namespace, ctx: Context) -> int:
+    known = pins.stacks(ctx.pins_dir)
+    selected = [pins.find(ctx.pins_dir, s) for s in args.stacks] if args.stacks else list(known.values())
+    results: dict[str, Any] = {}
+    failed = 0
+    for path in selected:
+        try:
+            m = pins.load(path)
+            results[path.stem] = {"ok": True, "file": str(path), "variants": [v.name for v in m.variants]}
+            if not args.json:
+                ctx.ui.print(f"ok    {path.stem:<22} {len(m.variants)} variant(s): {', '.join(v.name for v in m.variants)}")
+        except ManifestErrors as exc:
+            failed += 1
+            results[path.stem] = {"ok": False, "file": str(path), "errors": [_error_json(e) for e in exc.errors]}
+            if not args.json:
+                ctx.ui.print(f"FAIL  {path.stem}")
+                ctx.ui.error(str(exc))
+    if args.json:
+        ctx.ui.json({"ok": failed == 0, "stacks": results})
+    elif not selected:
+        ctx.ui.warn(f"no manifests under {ctx.pins_dir}")
+    return 0 if failed == 0 else ManifestErrors.exit_code
+
+
+def _lock_for(path: Path) -> dict[str, Any] | None:
+    lock_path = path.with_name(path.stem + ".lock.json")
+    if not lock_path.is_file():
+        return None
+    return lockfile.parse(lock_path.read_bytes(), str(lock_path))
+
+
+def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None,
+             manifest_sha256: str | None = None) -> dict[str, Any]:
+    """Everything that goes into the image of one variant, lock values where there are any."""
+    locked = (lock or {}).get("variants", {}).get(v.name, {})
+    cudnn = m.cudnn_for(v)
+    comps = []
+    for c in m.components:
+        lc = locked.get("components", {}).get(c.name, {})
+        locked_changes: list[dict[str, Any]] = list(lc.get("changes", []))
+        locked_prs = {x["number"]: x for x in locked_changes if x.get("kind") == "pr"}
+        comps.append({
+            "name": c.name,
+            "repo": c.repo,
+            "commit": lc.get("base", c.commit),
+            "commit_locked": "base" in lc,
+            "branch": c.branch,
+            "prs": [{"number": pr.number,
+                     "head": locked_prs.get(pr.number, {}).get("head", pr.head)} for pr in c.prs],
+            "changes": [_change(ch, locked_changes) for ch in c.steps],
+            "dragged": lc.get("dragged", []),
+            "patches": [p.file for p in c.patches],
+            "tree": lc.get("tree"),
+            "branch_head": lc.get("branch_head") or None,
+            "submodules": lc.get("submodules", {}),
+            "patch_sha256": {x["file"]: x["sha256"] for x in locked_changes if x.get("kind") == "patch"},
+            "build_pip_locked": locked.get("build_pip", {}).get(c.name, []),
+            "build_apt_locked": locked.get("build_apt", {}).get(c.name, {}),
+            "install": c.install.kind.value + (f" at {c.install.path}" if c.install.path else ""),
+            "build_env": m.component_env(c, v),
+            "build_requires": [r.text for r in c.build.requires],
+        })
+    lpip = {p["name"]: p for p in locked.get("pip", [])}
+    lapt = locked.get("apt", {})
+    ldl = locked.get("downloads", {})
+    return {
+        "stack": m.stack,
+        "variant": v.name,
+        "description": v.description or m.description,
+        "base": {"alias": m.base.alias, "image": v.image, "digest": locked.get("base", {}).get("digest"),
+                 "platform": v.platform, "cuda": v.cuda, "gpu_archs": list(v.gpu_archs), "python": v.python},
+        "locked": lock is not None and bool(locked),
+        "missing": dict(locked.get("missing", {})),
+        "lock": None if not locked else {
+            "resolved_at": locked.get("resolved_at", ""),
+            "manifest_sha256": (lock or {}).get("manifest_sha256"),
+            "matches_manifest": None if manifest_sha256 is None
+            else (lock or {}).get("manifest_sha256") == manifest_sha256},
+        "cudnn": None if cudnn is None else {"package": cudnn.package, "version": cudnn.version,
+                                             "apt_version": lapt.get(cudnn.package, cudnn.apt_version or None)},
+        "apt": [{"name": p.name, "version": lapt.get(p.name, p.version)} for p in m.apt.packages],
+        "downloads": [_download(d, v.platform, ldl.get(d.name, {})) for d in m.downloads],
+        "pip": {"constraint": m.pip.constraint.value,
+                "requirements": [{"requirement": r.text,
+                                  "locked": lpip.get(r.name, {}).get("version")} for r in m.pip.requirements],
+                # every pinned distribution (dependencies included), as the lock recorded it
+                "locked": [{"name": p["name"], "version": p["version"], "in_base": p.get("in_base", False),
+                            "hashes": len(p.get("hashes", []))} for p in locked.get("pip", [])]},
+        "remove": {"pip": list(m.remove.pip), "paths": list(m.remove.paths)},
+        "protect": {"packages": list(m.protect.packages), "replace": list(m.protect.replace)},
+        "components": comps,
+        "env": m.env_for(v),
+        "entrypoint": None if m.entrypoint is None else _entrypoint_info(m, v),
+        "smoke": {"required": list(m.smoke.required), "gpu_tier": m.smoke.gpu_tier.value},
+    }
+
+
+def _change(ch: Change, locked: list[dict[str, Any]]) -> dict[str, Any]:
+    """One manifest change with what the lock recorded for it (the exact commits of a PR)."""
+    if ch.commit is not None:
+        return {"kind": "commit", "sha": ch.commit}
+    if ch.patch is not None:
+        return {"kind": "patch", "file": ch.patch, "sha256": ch.sha256}
+    lk = next((x for x in locked if x.get("kind") == "pr" and x.get("number") == ch.pr), None)
+    out: dict[str, Any] = {"kind": "pr", "number": ch.pr, "head": (lk or {}).get("head", ch.head),
+                           "apply": ch.apply, "target": ch.target, "locked": lk is not None}
+    if lk is not None:
+        out.update(commits=lk.get("commits", []), skipped_merges=lk.get("skipped_merges", []),
+                   empty=lk.get("empty", []), merged_upstream=lk.get("merged_upstream"))
+    return out
+
+
+def _change_text(ch: dict[str, Any]) -> str:
+    if ch["kind"] == "commit":
+        return f"cherry-pick {ch['sha']}"
+    if ch["kind"] == "patch":
+        return f"patch {ch['file']}"
+    text = f"PR #{ch['number']} {ch['head'] or '(head resolved by lock)'}"
+    if ch["apply"] == "merge":
+        text += " (apply: merge)"
+    if ch.get("locked"):
+        text += (f"\n  {len(ch['commits'])} own commit(s)" + (" merged" if ch["apply"] == "merge" else " picked")
+                 + (f", {len(ch['skipped_merges'])} merge(s) of {ch['target']} skipped" if ch["skipped_merges"] else ""))
+        mu = ch.get("merged_upstream")
+        if mu:
+            text += f"\n  merged upstream ({mu['how']}{' ' + mu['commit'][:12] if mu.get('commit') else ''})"
+        if ch["empty"]:
+            text += f"\n  {len(ch['empty'])} pick(s) changed nothing (already in the base)"
+    return text
+
+
+def _entrypoint_info(m: Manifest, v: Variant) -> dict[str, Any]:
+    from buildctl.graph.entrypoint import default_launch, launches
+
+    assert m.entrypoint is not None
+    choices = launches(m, v)
+    return {"launcher": m.entrypoint.launcher.kind, "command": list(m.entrypoint.command),
+            "args": len(choices[default_launch(m, v)].args), "profiles": list(m.entrypoint.profiles),
+            "default_profile": default_launch(m, v),
+            "launches": {name: {"gpus": c.gpus, "nodes": c.nodes, "upstream_defect": c.defect or None}
+                         for name, c in choices.items()}}
+
+
+def _download(d: Download, platform: str, locked: dict[str, Any]) -> dict[str, Any]:
+    u = d.for_platform(platform)
+    return {"name": d.name, "dest": d.dest, "install": d.install,
+            "url": locked.get("url") or (u.url if u else None),
+            "sha256": locked.get("sha256") or (u.sha256 if u else None)}
+
+
+def show(args: argparse.Namespace, ctx: Context) -> int:
+    path = pins.find(ctx.pins_dir, args.stack)
+    m = pins.load(path)
+    v = pins.select_variant(m, args.variant)
+    info = describe(m, v, _lock_for(path), pins.manifest_sha256(path))
+    if args.json:
+        ctx.ui.json(info)
+        return 0
+    ui = ctx.ui
+    b = info["base"]
+    ui.print(f"{m.stack} / {v.name}: {info['description']}")
+    lk = info["lock"]
+    if lk is None:
+        ui.print("lock: not locked (values as written in the manifest)")
+    else:
+        state = "matches the manifest" if lk["matches_manifest"] else \
+            f"the manifest changed since (`buildctl lock {m.stack} --check` says what drifted)"
+        ui.print(f"lock: locked {lk['resolved_at'] or ''}; {state}")
+    ui.table("base", ["alias", "image", "digest", "platform", "CUDA", "GPU archs", "python"],
+             [[b["alias"], b["image"], b["digest"] or "-", b["platform"], b["cuda"],
+               ",".join(b["gpu_archs"]), b["python"]]])
+    rows = []
+    for c in info["components"]:
+        commit = c["commit"] + ("" if len(c["commit"]) == 40 else " (short)")
+        if c["branch"]:
+            commit += f"\non {c['branch']}" + (f" (head {c['branch_head']})" if c["branch_head"] else "")
+        if c["tree"] and c["tree"] != c["commit"]:
+            commit += f"\ntree {c['tree']}"
+        commit += "".join(f"\nsubmodule {sp} {sha}" for sp, sha in sorted(c["submodules"].items()))
+        rows.append([c["name"], commit,
+                     "\n".join(_change_text(ch) for ch in c["changes"]) or "-",
+                     c["install"], " ".join(f"{k}={val}" for k, val in sorted(c["build_env"].items())) or "-"])
+    if rows:
+        ui.table("git components", ["name", "base commit", "changes (in order)", "install", "build env"], rows)
+    for c in info["components"]:
+        for d in c["dragged"]:
+            ui.print(f"{c['name']}: {d['by']} drags in {d['sha'][:12]} {d['subject']} (not the base's, not its own)")
+    for section, why in sorted(info["missing"].items()):
+        ui.warn(f"partial lock: {section} is not locked: {why}")
+    build_rows = [[c["name"], ", ".join(f"{p['name']}=={p['version']}" for p in c["build_pip_locked"])
+                   or ", ".join(c["build_requires"]) or "-",
+                   ", ".join(f"{n}={ver}" for n, ver in sorted(c["build_apt_locked"].items())) or "-"]
+                  for c in info["components"] if c["build_requires"] or c["build_apt_locked"]]
+    if build_rows:
+        ui.table("component build requirements", ["component", "pip", "apt"], build_rows)
+    if info["cudnn"]:
+        cd = info["cudnn"]
+        ui.table("cuDNN", ["package", "version", "apt version"], [[cd["package"], cd["version"], cd["apt_version"] or "-"]])
+    if info["apt"]:
+        ui.table("apt", ["package", "version"], [[p["name"], p["version"]] for p in info["apt"]])
+    if info["downloads"]:
+        ui.table("downloads", ["name", "dest", "url", "sha256"],
+                 [[d["name"], d["dest"], d["url"] or "(none for this platform)", d["sha256"]] for d in info["downloads"]])
+    if info["pip"]["requirements"]:
+        ui.table(f"pip (PIP_CONSTRAINT: {info['pip']['constraint']})", ["requirement", "locked"],
+                 [[r["requirement"], r["locked"] or "-"] for r in info["pip"]["requirements"]])
+    if info["pip"]["locked"]:
+        ui.table("pip, as locked (dependencies included)", ["package", "version", "source"],
+                 [[p["name"], p["version"], "already in the base" if p["in_base"] else f"{p['hashes']} file hash(es)"]
+                  for p in info["pip"]["locked"]])
+    if m.remove.pip or m.remove.paths or m.protect.packages:
+        ui.table("base policy", ["removed pip", "removed paths", "protected", "replaced on purpose"],
+                 [[", ".join(m.remove.pip) or "-", ", ".join(m.remove.paths) or "-",
+                   ", ".join(m.protect.packages) or "-", ", ".join(m.protect.replace) or "-"]])
+    if m.env:
+        ui.table("runtime environment", ["name", "value"], sorted(m.env.items()))
+    if info["entrypoint"]:
+        e = info["entrypoint"]
+        ui.print(f"entrypoint: {e['launcher']} {' '.join(e['command'])} with {e['args']} arguments; "
+                 f"profiles: {', '.join(e['profiles']) or '-'}")
+    ui.print(f"smoke: {', '.join(info['smoke']['required']) or '-'} (GPU tier {info['smoke']['gpu_tier']})")
+    return 0

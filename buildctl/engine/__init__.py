@@ -1,0 +1,1 @@
+"""The Docker engine: the only package that imports docker."""

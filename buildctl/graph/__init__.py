@@ -1,0 +1,1 @@
+"""The build graph: node specs, content keys, rendered Dockerfiles, the plan (pure)."""

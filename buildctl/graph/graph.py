@@ -1,0 +1,686 @@
+"""The build graph: nodes, their own inputs, and content keys (pure).
+
+From a manifest, its variant lock (or none yet) and a variant, ``build`` derives the nodes:
+
+    chain:      base -> [cudnn] -> system -> python -> assemble -> [smoke gate] -> entrypoint
+    off chain:  compile-env:<c>  (base, or cudnn when the component's build needs cuDNN,
+                                  + the component's own apt and pip build requirements)
+                wheel:<c>        (the compile itself, in a container of compile-env:<c>)
+
+cuDNN sits directly on the base, below system, and not after it: that way the compile-env of a
+component that needs cuDNN (Transformer Engine) builds FROM the very cuDNN node the chain uses, and
+still depends on nothing in system or python. Pinning cuDNN changes rarely; apt and pip lists change
+often, so the stable layer also goes lower in the chain.
+
+A node's key is sha256 of the canonical JSON of (kind, parent keys, its own inputs, the digest of the
+template that renders it). Only its own inputs: a compile node never sees system or python inputs, so
+adding a runtime apt or pip package recompiles nothing; one component's source or build environment
+never reaches another component's nodes. Job counts and download URLs are not inputs (the first does
+not change the result; the second is checked by the sha256, which is).
+
+Without a lock, the inputs the lock would pin (base digest, apt patterns, pip hashes, source tree SHAs,
+computed checksums) are taken from the manifest as written and listed in ``Node.unlocked``; such keys,
+and the keys of every node below them, will change once the stack is locked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from buildctl.graph.entrypoint import EntrypointFragment
+from buildctl.lock.lockfile import LockedComponent, LockedPick, LockedPip, LockedPr, VariantLock, canonical
+from buildctl.manifest.model import (
+    AptPackage,
+    AptRepo,
+    Component,
+    Download,
+    InstallKind,
+    Manifest,
+    PipConstraintPolicy,
+    PipRequirement,
+    Platform,
+    Variant,
+)
+
+NodeKind = Literal["base", "cudnn", "system", "python", "assemble", "entrypoint", "compile-env", "wheel"]
+NODE_KINDS: tuple[NodeKind, ...] = (
+    "base", "cudnn", "system", "python", "assemble", "entrypoint", "compile-env", "wheel",
+)
+BUILT_KINDS: tuple[NodeKind, ...] = tuple(k for k in NODE_KINDS if k != "base")
+
+
+def _nokey() -> Any:
+    """Metadata for a field that renders or fetches but is not part of the key."""
+    return {"key": False}
+
+
+# ------------------------------------------------------------------------------------ node specs
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileSpec:
+    """A file buildctl fetches on the host, verifies, and COPYs into the image."""
+
+    name: str
+    dest: str
+    mode: str
+    sha256: str | None  # None until locked when the manifest says `compute`
+    url: str = field(default="", metadata=_nokey())  # the checksum identifies the content
+
+
+@dataclass(frozen=True, kw_only=True)
+class AptSource:
+    name: str
+    line: str  # the sources.list line for the variant's platform
+    keyring: str | None = None  # name of the FileSpec that provides the key
+
+
+@dataclass(frozen=True, kw_only=True)
+class AptPin:
+    name: str
+    version: str  # exact once locked; the manifest's pattern before
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipPin:
+    name: str
+    version: str | None  # exact; None when unlocked and not exact in the manifest
+    spec: str = ""  # the manifest's specifier when not locked
+    hashes: tuple[str, ...] = ()
+    in_base: bool = False  # the base already satisfies it: nothing to install
+    sdist: bool = False  # hashes are a source distribution's: the host builds the wheel (in the base)
+    download: str = ""  # the manifest download (install: pip) whose file this is, not the index's
+    filename: str = ""  # with download: the wheel's file name in the wheelhouse
+    url: str = field(default="", metadata=_nokey())  # with download: where the host fetches it (sha256 is the content)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceSpec:
+    """A git component's source. Locked: the tree commit made by applying PRs and patches."""
+
+    tree: str | None  # full SHA of the prepared commit (the lock's `tree`)
+    repo: str = ""
+    commit: str = ""
+    prs: tuple[str, ...] = ()  # "2146" or "2146@<head>", in the order they are applied
+    patches: tuple[str, ...] = ()  # "<file>@<sha256>", in order
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaseNodeSpec:
+    image: str = field(metadata=_nokey())  # the manifest's reference (mirrors rewrite it; the digest is the content)
+    digest: str | None
+    platform: str
+
+    @property
+    def ref(self) -> str:
+        """What FROM and pull use: ``image@digest`` once locked."""
+        if self.digest and "@" not in self.image:
+            return f"{self.image}@{self.digest}"
+        return self.image
+
+
+@dataclass(frozen=True, kw_only=True)
+class CudnnNodeSpec:
+    package: str
+    version: str  # cuDNN's own version (9.14.0.64)
+    apt_version: str
+    source: AptSource | None
+    files: tuple[FileSpec, ...]  # the source's keyring
+    cleanup: tuple[str, ...]
+    recommends: bool = False  # apt installs recommended packages too (apt.recommends)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemNodeSpec:
+    files: tuple[FileSpec, ...]
+    sources: tuple[AptSource, ...]
+    apt: tuple[AptPin, ...]
+    remove_pip: tuple[str, ...]
+    remove_paths: tuple[str, ...]
+    cleanup: tuple[str, ...]
+    python: str
+    recommends: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonNodeSpec:
+    python: str
+    constraint: PipConstraintPolicy
+    pins: tuple[PipPin, ...]
+    protect: tuple[str, ...]
+    replace: tuple[str, ...]
+    cleanup: tuple[str, ...]
+
+    @property
+    def to_install(self) -> tuple[PipPin, ...]:
+        return tuple(p for p in self.pins if not p.in_base)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompileEnvNodeSpec:
+    component: str
+    files: tuple[FileSpec, ...]  # keyrings of the apt sources below
+    sources: tuple[AptSource, ...]
+    apt: tuple[AptPin, ...]
+    python: str
+    constraint: PipConstraintPolicy
+    pins: tuple[PipPin, ...]
+    cleanup: tuple[str, ...]
+
+    @property
+    def to_install(self) -> tuple[PipPin, ...]:
+        return tuple(p for p in self.pins if not p.in_base)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelNodeSpec:
+    component: str
+    source: SourceSpec
+    env: Mapping[str, str]
+    command: str
+    parallel_env: str | None
+    memory_per_job_gib: float = field(metadata=_nokey())  # sizes the job count, which is not an input
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelInstall:
+    component: str
+    dist: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeInstall:
+    component: str
+    path: str
+    source: SourceSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssembleNodeSpec:
+    python: str
+    constraint: PipConstraintPolicy
+    wheels: tuple[WheelInstall, ...]
+    trees: tuple[TreeInstall, ...]
+    env: Mapping[str, str]
+    labels: Mapping[str, str]  # component SHAs and smoke expectations, recorded in the image
+    cleanup: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntrypointNodeSpec:
+    workdir: str
+    script: str  # the launch script's text
+    script_path: str
+    script_mode: str
+    entrypoint: tuple[str, ...]
+    cmd: tuple[str, ...]
+    labels: Mapping[str, str]
+    smoke: Literal["gate", "skipped"]  # an image built past a skipped gate is a different image
+
+
+NodeSpec: TypeAlias = (
+    BaseNodeSpec | CudnnNodeSpec | SystemNodeSpec | PythonNodeSpec | CompileEnvNodeSpec
+    | WheelNodeSpec | AssembleNodeSpec | EntrypointNodeSpec
+)
+
+
+def key_inputs(spec: Any) -> Any:
+    """The JSON form of a spec's key inputs: non-key fields dropped, named items keyed by name.
+
+    Keying lists of named things by name makes the "why" of a rebuild a readable path
+    (``apt.gdb``) and makes the order they were written in irrelevant to the key.
+    """
+    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
+        return {f.name: key_inputs(getattr(spec, f.name)) for f in dataclasses.fields(spec)
+                if f.metadata.get("key", True)}
+    if isinstance(spec, tuple | list):
+        if spec and all(dataclasses.is_dataclass(x) and hasattr(x, "name") for x in spec):
+            return {x.name: _without_name(key_inputs(x)) for x in spec}
+        return [key_inputs(x) for x in spec]
+    if isinstance(spec, Mapping):
+        return {str(k): key_inputs(v) for k, v in sorted(spec.items())}
+    if isinstance(spec, PipConstraintPolicy):
+        return spec.value
+    return spec
+
+
+def _without_name(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: v for k, v in d.items() if k != "name"}
+    return d
+
+
+# ------------------------------------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Node:
+    name: str  # unique in the graph: "system", "compile-env:te", "wheel:te"
+    kind: NodeKind
+    parents: tuple[str, ...]  # the first is the image this node builds FROM (none for base)
+    spec: NodeSpec
+    template: str  # digest of the fragment(s) that render it
+    unlocked: tuple[str, ...]  # own inputs the lock has not pinned yet
+    key: str
+    component: str | None = None
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        out = key_inputs(self.spec)
+        assert isinstance(out, dict)
+        return out
+
+    @property
+    def slug(self) -> str:
+        """The node's name as an image repository path component."""
+        return self.name.replace(":", "-")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Graph:
+    stack: str
+    variant: str
+    platform: Platform
+    lock_digest: str | None  # None: no lock for this variant
+    nodes: tuple[Node, ...]  # topological order
+    gate: str | None  # the node the smoke gate guards (the entrypoint), None when there is none
+    warnings: tuple[str, ...] = ()
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    def children(self, name: str) -> list[Node]:
+        return [n for n in self.nodes if name in n.parents]
+
+    def dependants(self, name: str) -> set[str]:
+        """Every node that has ``name`` among its ancestors."""
+        out: set[str] = set()
+        for n in self.nodes:  # topological: parents come first
+            if name in n.parents or out.intersection(n.parents):
+                out.add(n.name)
+        return out
+
+    def ancestors(self, name: str) -> set[str]:
+        out: set[str] = set()
+        todo = list(self.node(name).parents)
+        while todo:
+            p = todo.pop()
+            if p not in out:
+                out.add(p)
+                todo.extend(self.node(p).parents)
+        return out
+
+    def waits_for(self, name: str) -> tuple[str, ...]:
+        """The unlocked inputs of this node's ancestors, as "node: input", in graph order: what its key
+        still waits for even when its own inputs are locked."""
+        up = self.ancestors(name)
+        return tuple(f"{n.name}: {u}" for n in self.nodes if n.name in up for u in n.unlocked)
+
+    def provisional(self, name: str) -> bool:
+        """True when this key will change once locked (own or an ancestor's inputs are unlocked)."""
+        return any(self.node(n).unlocked for n in (name, *self.ancestors(name)))
+
+    @property
+    def final(self) -> Node:
+        """The last node of the chain: the image a user runs."""
+        return self.node("entrypoint") if self.gate else self.node("assemble")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Extras:
+    """Inputs made by other modules from the same manifest and lock (passed in: graph stays pure)."""
+
+    entrypoint: EntrypointFragment | None = None  # entrypoint.render_entrypoint_fragment(manifest, variant)
+    # labels assemble records in the image: the smoke expectations (smoke.expect_for) and interpreter
+    assemble_labels: Mapping[str, str] = field(default_factory=dict)
+    skip_smoke: bool = False
+
+
+def node_key(kind: str, parent_keys: Iterable[str], inputs: Any, template: str) -> str:
+    data = {"kind": kind, "parents": list(parent_keys), "inputs": inputs, "template": template}
+    return hashlib.sha256(canonical(data).encode()).hexdigest()
+
+
+def image_ref(registry: str | None, repository: str, node: str, key: str) -> str:
+    """The one place registry names are derived: ``<registry>/<repository>/<node>:<key>``.
+
+    Any builder sharing the registry finds a node another built by computing the same name.
+    Without a registry the name is local to one engine.
+    """
+    path = f"{repository.strip('/')}/{node.replace(':', '-')}"
+    return f"{registry}/{path}:{key}" if registry else f"{path}:{key}"
+
+
+def default_repository(manifest: Manifest) -> str:
+    return manifest.push.repository if manifest.push else f"buildctl/{manifest.stack}"
+
+
+# ------------------------------------------------------------------------------ resolving inputs
+
+
+def _apt_pin(pkg: AptPackage, locked: Mapping[str, str]) -> tuple[AptPin, str | None]:
+    version = locked.get(pkg.name)
+    if version is not None and (version == pkg.version if pkg.exact else fnmatch.fnmatchcase(version, pkg.version)):
+        return AptPin(name=pkg.name, version=version), None
+    if pkg.exact:
+        return AptPin(name=pkg.name, version=pkg.version), None
+    return AptPin(name=pkg.name, version=pkg.version), f"apt {pkg.name}={pkg.version}"
+
+
+def _satisfies(version: str, specifier: str) -> bool:
+    try:
+        return SpecifierSet(specifier).contains(Version(version), prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return False
+
+
+def runtime_requirements(manifest: Manifest) -> tuple[PipRequirement, ...]:
+    """The runtime pip requirements: the manifest's, then the compiled wheels' own (install.requires)."""
+    out = list(manifest.pip.requirements)
+    seen = {r.name for r in out}
+    for c in manifest.components:
+        for r in c.install.requires:
+            if r.name not in seen:
+                out.append(r)
+                seen.add(r.name)
+    return tuple(out)
+
+
+def download_wheel(d: Download, platform: str) -> tuple[str, str, str, str] | None:
+    """(canonical name, version, file name, url) of an ``install: pip`` download's wheel for ``platform``."""
+    u = d.for_platform(platform)
+    if u is None:
+        return None
+    path = urllib.parse.unquote(urllib.parse.urlsplit(u.url).path.rsplit("/", 1)[-1])
+    name, version, _, _ = parse_wheel_filename(path)  # the loader checked it parses
+    return str(name), str(version), path, u.url
+
+
+def _download_pin(d: Download, platform: str, vl: VariantLock | None) -> tuple[PipPin, str | None]:
+    w = download_wheel(d, platform)
+    assert w is not None and d.for_platform(platform) is not None
+    name, version, filename, url = w
+    u = d.for_platform(platform)
+    assert u is not None
+    sha = u.sha256 if u.sha256 != "compute" else None
+    ld = vl.downloads.get(d.name) if vl else None
+    if sha is None and ld is not None and ld.url == url:
+        sha = ld.sha256
+    pin = PipPin(name=name, version=version, hashes=(f"sha256:{sha}",) if sha else (), download=d.name,
+                 filename=filename, url=url)
+    return pin, None if sha else f"download {d.name} sha256"
+
+
+def _pip_pins(reqs: Iterable[PipRequirement], locked: tuple[LockedPip, ...] | None, *,
+              downloads: Iterable[PipPin] = ()) -> tuple[tuple[PipPin, ...], list[str]]:
+    """The pip set to install: every locked pin (dependencies included), plus what the lock lacks.
+
+    ``downloads``: wheels the manifest downloads (install: pip); each replaces the lock's pin of its name
+    (the lock resolved it from the same URL), so that the host serves the downloaded file.
+    """
+    pins: dict[str, PipPin] = {}
+    unlocked: list[str] = []
+    by_name = {p.name: p for p in locked or ()}
+    for p in locked or ():
+        pins[p.name] = PipPin(name=p.name, version=p.version, hashes=tuple(sorted(p.hashes)), in_base=p.in_base,
+                              sdist=p.sdist)
+    for d in downloads:
+        pins[d.name] = d
+    for r in reqs:
+        lp = by_name.get(r.name)
+        if lp is not None and _satisfies(lp.version, r.specifier):
+            continue
+        # not locked, or the lock no longer satisfies the manifest (edited since locking)
+        if r.exact:
+            pins[r.name] = PipPin(name=r.name, version=r.specifier[2:])
+            unlocked.append(f"pip {r.name}{r.specifier} (hashes)")
+        else:
+            pins[r.name] = PipPin(name=r.name, version=None, spec=r.specifier)
+            unlocked.append(f"pip {r.text}")
+    return tuple(pins[n] for n in sorted(pins)), unlocked
+
+
+def _file(d: Download, platform: str, vl: VariantLock | None) -> tuple[FileSpec | None, str | None]:
+    u = d.for_platform(platform)
+    if u is None:
+        return None, None
+    mode = d.mode if d.mode.startswith("0") else "0" + d.mode
+    if u.sha256 != "compute":
+        return FileSpec(name=d.name, dest=d.dest, mode=mode, sha256=u.sha256, url=u.url), None
+    ld = vl.downloads.get(d.name) if vl else None
+    if ld is not None and ld.url == u.url:
+        return FileSpec(name=d.name, dest=d.dest, mode=mode, sha256=ld.sha256, url=u.url), None
+    return FileSpec(name=d.name, dest=d.dest, mode=mode, sha256=None, url=u.url), f"download {d.name} sha256"
+
+
+def _source(c: Component, lc: LockedComponent | None) -> tuple[SourceSpec, str | None]:
+    if lc is not None and lc.tree and _lock_matches(c, lc):
+        return SourceSpec(tree=lc.tree), None
+    if len(c.commit) == 40 and not c.steps:
+        return SourceSpec(tree=c.commit), None  # nothing to apply: the tree is the commit itself
+    prs = tuple(f"{pr.number}@{pr.head}" if pr.head else str(pr.number) for pr in c.prs)
+    patches = tuple(f"{p.file}@{p.sha256}" for p in c.patches)
+    what = f"source {c.name} (commit {c.commit}"
+    what += f" + {', '.join(ch.label() for ch in c.steps)})" if c.steps else ")"
+    return SourceSpec(tree=None, repo=c.repo, commit=c.commit, prs=prs, patches=patches), what
+
+
+def _lock_matches(c: Component, lc: LockedComponent) -> bool:
+    """Whether a locked component still describes what the manifest asks for."""
+    if not lc.commit.startswith(c.commit) or lc.repo != c.repo:
+        return False
+    if len(lc.changes) != len(c.steps):
+        return False
+    for mc, ch in zip(c.steps, lc.changes, strict=True):
+        if isinstance(ch, LockedPick):
+            if mc.commit != ch.sha:
+                return False
+        elif isinstance(ch, LockedPr):
+            if mc.pr != ch.number or mc.apply != ch.mode or mc.target != ch.target or (
+                    mc.head and not ch.head.startswith(mc.head)):
+                return False
+        elif (mc.patch, mc.sha256) != (ch.file, ch.sha256):
+            return False
+    return True
+
+
+def _sources(repos: Iterable[AptRepo], platform: str) -> tuple[AptSource, ...]:
+    out = []
+    for r in repos:
+        line = r.lines.get(platform) or r.lines.get("any")
+        if line:
+            out.append(AptSource(name=r.name, line=line, keyring=r.keyring))
+    return tuple(sorted(out, key=lambda s: s.name))
+
+
+def _keyrings(sources: Iterable[AptSource], files: Mapping[str, FileSpec]) -> tuple[FileSpec, ...]:
+    return tuple(sorted((files[s.keyring] for s in sources if s.keyring and s.keyring in files),
+                        key=lambda f: f.name))
+
+
+# ------------------------------------------------------------------------------------------ build
+
+
+def build(
+    manifest: Manifest,
+    lock: VariantLock | None,
+    variant: Variant,
+    *,
+    templates: Mapping[str, str],
+    extras: Extras | None = None,
+) -> Graph:
+    """Derive the nodes of ``variant``. ``templates``: node kind -> digest of its fragment(s)."""
+    extras = extras or Extras()
+    platform = variant.platform
+    python = manifest.smoke.python
+    cleanup = tuple(manifest.cleanup)
+    nodes: list[Node] = []
+    warnings: list[str] = []
+
+    def add(name: str, kind: NodeKind, parents: tuple[str, ...], spec: NodeSpec,
+            unlocked: Iterable[str | None] = (), component: str | None = None) -> Node:
+        by_name = {n.name: n for n in nodes}
+        template = templates.get(kind, "")
+        if kind != "base" and not template:
+            raise ValueError(f"no template digest for node kind {kind!r}")
+        key = node_key(kind, [by_name[p].key for p in parents], key_inputs(spec), template)
+        node = Node(name=name, kind=kind, parents=parents, spec=spec, template=template,
+                    unlocked=tuple(u for u in unlocked if u), key=key, component=component)
+        nodes.append(node)
+        return node
+
+    # base
+    digest = lock.base.digest if lock and lock.base and lock.base.ref == variant.image else None
+    if "@sha256:" in variant.image:
+        digest = variant.image.split("@", 1)[1]
+    add("base", "base", (), BaseNodeSpec(image=variant.image, digest=digest, platform=platform),
+        [None if digest else f"base {variant.image} digest"])
+
+    files: dict[str, FileSpec] = {}
+    file_unlocked: dict[str, str] = {}
+    wheel_downloads: list[tuple[PipPin, str | None]] = []
+    for d in manifest.downloads:
+        if d.install == "pip":
+            if d.for_platform(platform) is None:
+                warnings.append(f"download {d.name} has no URL for {platform}: not in this variant's images")
+            else:
+                wheel_downloads.append(_download_pin(d, platform, lock))
+            continue
+        f, why = _file(d, platform, lock)
+        if f is None:
+            warnings.append(f"download {d.name} has no URL for {platform}: not in this variant's images")
+            continue
+        files[d.name] = f
+        if why:
+            file_unlocked[d.name] = why
+    all_sources = _sources(manifest.apt.repos, platform)
+    runtime_apt = lock.apt if lock else {}
+
+    # cudnn: on the base, so that compiles needing it build FROM it without seeing system
+    below_system = "base"
+    cudnn = manifest.cudnn_for(variant)
+    cudnn_source: AptSource | None = None
+    if cudnn is not None:
+        cudnn_source = next((s for s in all_sources if s.name == cudnn.repo), None)
+        pattern = cudnn.apt_version or f"{cudnn.version}-*"
+        pin, why = _apt_pin(AptPackage(name=cudnn.package, version=pattern), runtime_apt)
+        keyring = _keyrings([cudnn_source] if cudnn_source else [], files)
+        add("cudnn", "cudnn", ("base",), CudnnNodeSpec(
+            package=cudnn.package, version=cudnn.version, apt_version=pin.version, source=cudnn_source,
+            files=keyring, cleanup=cleanup, recommends=manifest.apt.recommends),
+            [why, *(file_unlocked.get(f.name) for f in keyring)])
+        below_system = "cudnn"
+
+    # system: apt sources and packages, downloads, removals (what cuDNN's node already set up is not repeated)
+    sys_sources = tuple(s for s in all_sources if s is not cudnn_source)
+    placed = {s.keyring for s in ([cudnn_source] if cudnn_source else []) if s.keyring}
+    sys_files = tuple(f for n, f in sorted(files.items()) if n not in placed)
+    apt_pins = [_apt_pin(p, runtime_apt) for p in manifest.apt.packages]
+    add("system", "system", (below_system,), SystemNodeSpec(
+        files=sys_files, sources=sys_sources, apt=tuple(sorted((p for p, _ in apt_pins), key=lambda p: p.name)),
+        remove_pip=tuple(manifest.remove.pip), remove_paths=tuple(manifest.remove.paths), cleanup=cleanup,
+        python=python, recommends=manifest.apt.recommends),
+        [*(w for _, w in apt_pins), *(file_unlocked.get(f.name) for f in sys_files)])
+
+    # python
+    pins, pip_unlocked = _pip_pins(runtime_requirements(manifest), lock.pip if lock else None,
+                                   downloads=[p for p, _ in wheel_downloads])
+    pip_unlocked += [why for _, why in wheel_downloads if why]
+    add("python", "python", ("system",), PythonNodeSpec(
+        python=python, constraint=manifest.pip.constraint, pins=pins, protect=tuple(manifest.protect.packages),
+        replace=tuple(manifest.protect.replace), cleanup=cleanup), pip_unlocked)
+
+    # compile nodes, off the chain
+    wheels: list[WheelInstall] = []
+    trees: list[TreeInstall] = []
+    wheel_nodes: list[str] = []
+    tree_unlocked: list[str] = []
+    component_shas: dict[str, str] = {}
+    for c in manifest.components:
+        lc = lock.components.get(c.name) if lock else None
+        source, src_why = _source(c, lc)
+        component_shas[c.name] = source.tree or c.commit
+        if c.install.kind is InstallKind.SOURCE_TREE:
+            assert c.install.path  # the loader requires it
+            trees.append(TreeInstall(component=c.name, path=c.install.path, source=source))
+            if src_why:
+                tree_unlocked.append(src_why)  # recorded on assemble, the node whose key the tree feeds
+            continue
+        parent = "cudnn" if c.build.needs_cudnn and cudnn is not None else "base"
+        if c.build.needs_cudnn and cudnn is None:
+            warnings.append(f"component {c.name} needs cuDNN, but variant {variant.name} pins none: "
+                            "its compile uses the base image's cuDNN")
+        env_sources = (tuple(s for s in all_sources if s is not cudnn_source or parent != "cudnn")
+                       if c.build.apt else ())
+        env_files = _keyrings(env_sources, files)
+        build_apt_locked = lock.build_apt.get(c.name, {}) if lock else {}
+        bapt = [_apt_pin(p, build_apt_locked) for p in c.build.apt]
+        bpins, bpip_unlocked = _pip_pins(c.build.requires, lock.build_pip.get(c.name) if lock else None)
+        env_name = f"compile-env:{c.name}"
+        add(env_name, "compile-env", (parent,), CompileEnvNodeSpec(
+            component=c.name, files=env_files, sources=env_sources,
+            apt=tuple(sorted((p for p, _ in bapt), key=lambda p: p.name)), python=python,
+            constraint=manifest.pip.constraint, pins=bpins, cleanup=cleanup),
+            [*(w for _, w in bapt), *bpip_unlocked, *(file_unlocked.get(f.name) for f in env_files)],
+            component=c.name)
+        add(f"wheel:{c.name}", "wheel", (env_name,), WheelNodeSpec(
+            component=c.name, source=source, env=manifest.component_env(c, variant), command=c.build.command,
+            parallel_env=c.build.parallel_env, memory_per_job_gib=c.build.memory_per_job_gib),
+            [src_why], component=c.name)
+        wheel_nodes.append(f"wheel:{c.name}")
+        wheels.append(WheelInstall(component=c.name, dist=c.install.dist))
+
+    # assemble: wheels, source trees, runtime environment, what the image says about itself
+    labels = {f"io.buildctl.component.{n}": sha for n, sha in sorted(component_shas.items())}
+    labels.update(extras.assemble_labels)
+    add("assemble", "assemble", ("python", *wheel_nodes), AssembleNodeSpec(
+        python=python, constraint=manifest.pip.constraint, wheels=tuple(wheels),
+        trees=tuple(sorted(trees, key=lambda t: t.component)), env=manifest.env_for(variant), labels=labels,
+        cleanup=cleanup), tree_unlocked)
+
+    gate: str | None = None
+    if manifest.entrypoint is not None:
+        frag = extras.entrypoint
+        if frag is None:
+            raise ValueError("the manifest has an entrypoint but no launch script was rendered for it")
+        add("entrypoint", "entrypoint", ("assemble",), EntrypointNodeSpec(
+            workdir=frag.workdir, script=frag.script, script_path=frag.script_path,
+            script_mode=f"0{frag.script_mode:o}", entrypoint=tuple(frag.entrypoint), cmd=tuple(frag.cmd),
+            labels=dict(frag.labels),
+            smoke="skipped" if extras.skip_smoke else "gate"))
+        gate = "entrypoint"
+
+    return Graph(stack=manifest.stack, variant=variant.name, platform=platform,
+                 lock_digest=lock.digest() if lock else None, nodes=tuple(nodes), gate=gate,
+                 warnings=tuple(warnings))
+
+
+def shared_labels(graph: Graph, node: Node) -> dict[str, str]:
+    """The io.buildctl.* labels every node carries (the OCI ones need the engine: the pipeline adds them)."""
+    labels = {
+        "io.buildctl.stack": graph.stack,
+        "io.buildctl.variant": graph.variant,
+        "io.buildctl.lock-hash": graph.lock_digest or "unlocked",
+        "io.buildctl.node": node.name,
+        "io.buildctl.key": node.key,
+    }
+    assemble = graph.node("assemble").spec
+    assert isinstance(assemble, AssembleNodeSpec)
+    labels.update({k: v for k, v in assemble.labels.items() if k.startswith("io.buildctl.component.")})
+    return labels

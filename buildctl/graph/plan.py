@@ -1,0 +1,267 @@
+"""Which nodes of a graph exist, which must be built, and why (pure, given an EngineState).
+
+For every node: its content tag, where it is (the local engine, the registry, nowhere, or unknown
+when the engine or registry could not be asked), and for a node that is missing the reason, found by
+diffing its current inputs against the record of the build that produced its previous key
+(``records.NodeRecord``). The arch check says when the variant's platform is not the engine's and what
+the engine would need to build it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from buildctl.errors import BuildctlError, EngineError, UnreachableError
+from buildctl.graph.graph import Graph, Node, image_ref
+from buildctl.graph.records import NodeRecord
+
+NodeState = Literal["local", "registry", "missing", "unknown"]
+
+
+class EngineState(Protocol):
+    """What the plan asks of an engine (buildctl.engine.engine.Engine has all three)."""
+
+    def image_exists(self, ref: str) -> bool: ...
+
+    def registry_digest(self, ref: str) -> str | None: ...  # raises UnreachableError
+
+    def platform(self) -> str: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodePlan:
+    node: Node
+    ref: str
+    state: NodeState
+    provisional: bool  # the key changes once the stack is locked
+    waits_for: tuple[str, ...] = ()  # unlocked inputs of its ancestors ("node: input") that its key waits for
+    why: tuple[str, ...] = ()  # for a node to build: what changed since its previous build
+    note: str = ""  # why the state is unknown
+
+    @property
+    def present(self) -> bool:
+        return self.state in ("local", "registry")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchCheck:
+    variant_platform: str
+    engine_platform: str
+    emulation: bool | None  # an emulator for the variant's arch is registered on the engine host (None: unknown)
+
+    @property
+    def native(self) -> bool:
+        return self.variant_platform == self.engine_platform
+
+    def message(self) -> str:
+        if self.native:
+            return f"engine platform {self.engine_platform} matches the variant"
+        arch = self.variant_platform.split("/")[-1]
+        qemu = {"arm64": "aarch64", "amd64": "x86_64"}.get(arch, arch)
+        have = {True: f"qemu-{qemu} is registered with binfmt_misc on this host: builds run emulated (slowly: "
+                      "compiles take many times longer)",
+                False: f"no qemu-{qemu} handler is registered with binfmt_misc on this host",
+                None: "whether the engine host can emulate it is unknown"}[self.emulation]
+        return (f"the variant is {self.variant_platform}, the engine is {self.engine_platform}: {have}. To build it, "
+                f"either register {arch} emulation on the engine host (Debian: apt-get install qemu-user-static "
+                f"binfmt-support; check /proc/sys/fs/binfmt_misc/qemu-{qemu}), or pass --engine for a native "
+                f"{self.variant_platform} engine")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    graph: Graph
+    nodes: tuple[NodePlan, ...]
+    registry: str | None
+    arch: ArchCheck | None
+    notes: tuple[str, ...] = ()
+
+    def node(self, name: str) -> NodePlan:
+        return next(p for p in self.nodes if p.node.name == name)
+
+    @property
+    def to_build(self) -> list[str]:
+        return [p.node.name for p in self.nodes if not p.present and p.node.kind != "base"]
+
+    def to_json(self) -> dict[str, Any]:
+        g = self.graph
+        return {
+            "stack": g.stack,
+            "variant": g.variant,
+            "platform": g.platform,
+            "locked": g.lock_digest is not None,
+            "lock_hash": g.lock_digest,
+            "registry": self.registry,
+            "arch": None if self.arch is None else {
+                "variant": self.arch.variant_platform, "engine": self.arch.engine_platform,
+                "native": self.arch.native, "emulation": self.arch.emulation,
+                "message": self.arch.message()},
+            "gate": g.gate,
+            "nodes": [{
+                "name": p.node.name, "kind": p.node.kind, "component": p.node.component,
+                "parents": list(p.node.parents), "key": p.node.key, "ref": p.ref, "state": p.state,
+                "provisional": p.provisional, "unlocked": list(p.node.unlocked),
+                "own_inputs_locked": not p.node.unlocked, "waits_for": list(p.waits_for), "why": list(p.why),
+                "note": p.note,
+            } for p in self.nodes],
+            "to_build": self.to_build,
+            "warnings": list(g.warnings),
+            "notes": list(self.notes),
+        }
+
+
+def refs_for(graph: Graph, *, registry: str | None, repository: str, base_ref: str) -> dict[str, str]:
+    """Node name -> image reference: the base as given (mirrors applied), every other node by content key."""
+    return {n.name: base_ref if n.kind == "base" else image_ref(registry, repository, n.name, n.key)
+            for n in graph.nodes}
+
+
+def _registry_of(ref: str) -> str | None:
+    """The registry host a reference names, or None for a name local to one engine."""
+    first, sep, _ = ref.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return None
+
+
+def make(
+    graph: Graph,
+    *,
+    refs: Mapping[str, str],
+    engine: EngineState | None,
+    records: Mapping[str, NodeRecord],
+    registry: str | None,
+    emulation: bool | None = None,
+    missing: Mapping[str, str] | None = None,
+    trusted: Callable[[Node], bool] | None = None,
+) -> Plan:
+    """``missing``: the sections a partial lock lacks (lockfile.VariantLock.missing). ``trusted`` says whether a
+    local tag is backed by the record of a completed build (records.RecordStore.has); a local tag that is not
+    is reported missing (or in the registry), with the reason: the build does not use it."""
+    notes: list[str] = []
+    engine_note = "" if engine is not None else "no engine to ask"
+    unreachable: dict[str, str] = {}  # registry host -> why it could not be asked
+    arch: ArchCheck | None = None
+    if engine is not None:
+        try:
+            arch = ArchCheck(variant_platform=graph.platform, engine_platform=engine.platform(), emulation=emulation)
+        except EngineError as exc:
+            engine_note = f"engine not reachable: {exc.what}"
+    if engine_note:
+        notes.append(f"{engine_note}: node states are unknown")
+
+    def lookup(ref: str, *, ask_registry: bool) -> tuple[NodeState, str]:
+        nonlocal engine_note
+        if engine is None or engine_note:
+            return "unknown", engine_note
+        try:
+            if engine.image_exists(ref):
+                return "local", ""
+        except EngineError as exc:
+            engine_note = f"engine not reachable: {exc.what}"
+            notes.append(f"{engine_note}: node states are unknown")
+            return "unknown", engine_note
+        if not ask_registry:
+            return "missing", ""
+        host = _registry_of(ref) or "docker.io"
+        if host in unreachable:
+            return "unknown", unreachable[host]
+        try:
+            return ("registry", "") if engine.registry_digest(ref) else ("missing", "")
+        except UnreachableError as exc:
+            unreachable[host] = f"registry {host} not reachable"
+            notes.append(f"{exc.what}: the state of its images is unknown" + (f" ({exc.fix})" if exc.fix else ""))
+            return "unknown", unreachable[host]
+        except EngineError as exc:
+            return "unknown", exc.what
+
+    plans = []
+    for n in graph.nodes:
+        ref = refs[n.name]
+        # node images live in the registry only when there is one; the base always comes from one
+        state, note = lookup(ref, ask_registry=n.kind == "base" or _registry_of(ref) is not None)
+        why: tuple[str, ...] = ()
+        if state == "local" and n.kind != "base" and trusted is not None and not trusted(n):
+            state = "missing"
+            if engine is not None and _registry_of(ref) is not None:
+                try:
+                    state = "registry" if engine.registry_digest(ref) else "missing"
+                except BuildctlError:
+                    state = "unknown"
+            why = ("tagged in the engine, but no record says a build of this key completed (an interrupted run, or "
+                   "an older buildctl that tagged before normalising): not trusted, it will be built again",)
+        elif state == "missing":
+            why = (reasons(graph, n, records.get(n.name)) if n.kind != "base"
+                   else ("the base image is neither in the engine nor in its registry",))
+        plans.append(NodePlan(node=n, ref=ref, state=state, provisional=graph.provisional(n.name), why=why,
+                              note=note, waits_for=graph.waits_for(n.name)))
+    if graph.lock_digest is None:
+        notes.append(f"{graph.stack} has no lock for variant {graph.variant}: keys marked provisional will change "
+                     f"once locked (`buildctl lock {graph.stack} --variant {graph.variant}`)")
+    elif missing:
+        notes.append(f"the lock of {graph.stack}/{graph.variant} is partial (not locked: {', '.join(sorted(missing))}): "
+                     "keys marked provisional will change once it is locked in full; build, push and nightly refuse "
+                     "it until then")
+    elif any(p.provisional for p in plans):
+        notes.append("the lock does not cover every input (the manifest changed since locking): keys marked "
+                     f"provisional will change once re-locked (`buildctl lock {graph.stack}`)")
+    if arch is not None and not arch.native:
+        notes.append(arch.message())
+    return Plan(graph=graph, nodes=tuple(plans), registry=registry, arch=arch, notes=tuple(notes))
+
+
+# ---------------------------------------------------------------------------------------------- why
+
+
+def reasons(graph: Graph, node: Node, record: NodeRecord | None) -> tuple[str, ...]:
+    """What differs between ``node`` and the recorded build of its previous key."""
+    if record is None:
+        return ("no earlier build of this node is recorded here",)
+    if record.key == node.key:
+        return ("built before with this key, but the image is in neither the engine nor the registry",)
+    out: list[str] = []
+    for p in node.parents:
+        was = record.parents.get(p)
+        now = graph.node(p).key
+        if was is None:
+            out.append(f"new parent {p}")
+        elif was != now:
+            out.append(f"parent {p} changed ({was[:12]} -> {now[:12]})")
+    out += [f"parent {p} removed" for p in record.parents if p not in node.parents]
+    if record.template != node.template:
+        out.append(f"the {node.kind} template changed (images/ fragments or buildctl/graph/render.py)")
+    out += diff_inputs(record.inputs, node.inputs)
+    return tuple(out) or ("the key changed with the same inputs: buildctl's keying changed",)
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping) and value:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def diff_inputs(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    a, b = flatten(old), flatten(new)
+    out = []
+    for path in sorted(set(a) | set(b)):
+        if path not in a:
+            out.append(f"{path}: added ({_short(b[path])})")
+        elif path not in b:
+            out.append(f"{path}: removed (was {_short(a[path])})")
+        elif a[path] != b[path]:
+            out.append(f"{path}: {_short(a[path])} -> {_short(b[path])}")
+    return out
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, str) and "\n" in v:
+        return f"<{v.count(chr(10))} lines, sha256 {hashlib.sha256(v.encode()).hexdigest()[:12]}>"
+    text = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,98 @@
+"""What each node was built from: one small record per node, so that a plan can say why a key moved.
+
+Layout: ``<cache>/state/<stack>/<variant>/<node>.json`` (schema 1, canonical JSON, written atomically
+after the node's image was built and normalised, before it is tagged), plus ``keys/<node>/<key>``, one
+empty file per key ever completed here: a local tag counts only when its key has one (``has``). A record holds the node's key, its parents' keys, its
+template digest and its own inputs: the plan diffs the current inputs against it, input by input.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from buildctl.config import CacheLayout
+from buildctl.graph.graph import Graph, Node
+from buildctl.lock.lockfile import write_atomic
+
+SCHEMA = 1
+
+
+def state_root(cache: CacheLayout) -> Path:
+    """Where the records live: ``<cache>/state`` (beside logs, wheels and reports)."""
+    return cache.root / "state"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeRecord:
+    node: str
+    kind: str
+    key: str
+    parents: Mapping[str, str]  # parent name -> its key when this node was built
+    template: str
+    inputs: Mapping[str, Any]
+    built_at: str = ""  # informational
+    engine: str = ""  # informational: which engine built it
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "node": self.node, "kind": self.kind, "key": self.key,
+                "parents": dict(self.parents), "template": self.template, "inputs": self.inputs,
+                "built_at": self.built_at, "engine": self.engine}
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> NodeRecord:
+        return NodeRecord(node=data["node"], kind=data["kind"], key=data["key"], parents=dict(data["parents"]),
+                          template=data["template"], inputs=data["inputs"], built_at=data.get("built_at", ""),
+                          engine=data.get("engine", ""))
+
+    @staticmethod
+    def of(graph: Graph, node: Node, *, built_at: str = "", engine: str = "") -> NodeRecord:
+        return NodeRecord(node=node.name, kind=node.kind, key=node.key,
+                          parents={p: graph.node(p).key for p in node.parents}, template=node.template,
+                          inputs=node.inputs, built_at=built_at, engine=engine)
+
+
+class RecordStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, stack: str, variant: str, node: str) -> Path:
+        return self.root / stack / variant / f"{node.replace(':', '-')}.json"
+
+    def load(self, stack: str, variant: str, node: str) -> NodeRecord | None:
+        """The record, or None when there is none (or it cannot be read: it only explains, never decides)."""
+        try:
+            data = json.loads(self.path(stack, variant, node).read_text())
+            if data.get("schema") != SCHEMA:
+                return None
+            return NodeRecord.from_json(data)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def load_all(self, graph: Graph) -> dict[str, NodeRecord]:
+        out = {}
+        for n in graph.nodes:
+            r = self.load(graph.stack, graph.variant, n.name)
+            if r is not None:
+                out[n.name] = r
+        return out
+
+    def _key_mark(self, stack: str, variant: str, node: str, key: str) -> Path:
+        return self.root / stack / variant / "keys" / node.replace(":", "-") / key
+
+    def has(self, stack: str, variant: str, node: str, key: str) -> bool:
+        """Whether a build (or pull) of ``node`` with ``key`` completed here and was recorded."""
+        if self._key_mark(stack, variant, node, key).is_file():
+            return True
+        record = self.load(stack, variant, node)
+        return record is not None and record.key == key
+
+    def save(self, stack: str, variant: str, record: NodeRecord) -> None:
+        mark = self._key_mark(stack, variant, record.node, record.key)
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.touch()
+        write_atomic(self.path(stack, variant, record.node),
+                     json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,1 @@
+"""Programs that run inside images (standard library only), copied in by the host side."""

@@ -1,0 +1,1 @@
+"""The pin manifest: typed model and the YAML loader that checks every field."""

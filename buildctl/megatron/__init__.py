@@ -1,0 +1,1 @@
+"""Megatron-LM's arguments read from its source: flags, rules, lint."""

@@ -1,0 +1,1 @@
+"""The OCI registry HTTP API, credentials, attached evidence."""

@@ -1,0 +1,100 @@
+"""Evidence attached beside an image in its registry: OCI 1.1 artifacts whose subject is the image.
+
+One mechanism for every kind of evidence: an ``Evidence`` (its artifact type, the media type of its
+one payload blob, annotations) is attached to the image manifest digest through the registry client
+(registry.py: the artifact manifest, then the referrers API or the ``sha256-<hex>`` referrers tag), and
+found again with ``find``. Provenance (an in-toto statement) is the first kind; smoke evidence can be
+attached the same way with its own artifact type.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from buildctl.errors import PushError
+from buildctl.lock.lock import ImageRef
+from buildctl.registry.registry import Descriptor, referrers_tag
+from buildctl.ship import provenance
+
+PREDICATE_ANNOTATION = "in-toto.io/predicate-type"  # what docker buildx, cosign and oras annotate with
+KIND_ANNOTATION = "io.buildctl.evidence"
+
+
+class ArtifactRegistry(Protocol):
+    """The slice of registry.RegistryClient attaching and finding use."""
+
+    def manifest(self, repo: str, reference: str) -> tuple[bytes, Descriptor] | None: ...
+    def attach(self, repo: str, subject: Descriptor, *, artifact_type: str, payload: bytes, media_type: str,
+               annotations: Mapping[str, str] | None = None) -> Descriptor: ...
+    def referrers(self, repo: str, subject: str, artifact_type: str = "") -> list[Descriptor]: ...
+    def get_blob(self, repo: str, digest: str) -> bytes | None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    kind: str  # e.g. "provenance"
+    artifact_type: str
+    media_type: str
+    payload: bytes
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+def provenance_evidence(statement: Mapping[str, Any]) -> Evidence:
+    return Evidence(kind="provenance", artifact_type=provenance.MEDIA_TYPE, media_type=provenance.MEDIA_TYPE,
+                    payload=provenance.to_text(statement).encode(),
+                    annotations={PREDICATE_ANNOTATION: str(statement.get("predicateType", ""))})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attached:
+    """An artifact the registry holds, referring to an image."""
+
+    kind: str
+    repository: str  # host/path
+    subject: str  # the image manifest digest
+    artifact: str  # the artifact manifest digest
+    artifact_type: str
+    referrers_tag: str  # where registries without the referrers API list it
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "repository": self.repository, "subject": self.subject,
+                "artifact": self.artifact, "artifact_type": self.artifact_type, "referrers_tag": self.referrers_tag}
+
+
+def attach(client: ArtifactRegistry, image: str, digest: str, evidence: Evidence) -> Attached:
+    """Attach ``evidence`` to the manifest ``digest`` of ``image`` (host/path[:tag]) in its registry."""
+    ref = ImageRef.parse(image.partition("@")[0])
+    found = client.manifest(ref.path, digest)
+    if found is None:
+        raise PushError(f"cannot attach {evidence.kind} to {ref.name()}@{digest}: the registry has no such manifest",
+                        fix="push the image first")
+    subject = found[1]
+    art = client.attach(ref.path, subject, artifact_type=evidence.artifact_type, payload=evidence.payload,
+                        media_type=evidence.media_type,
+                        annotations={KIND_ANNOTATION: evidence.kind, **evidence.annotations})
+    return Attached(kind=evidence.kind, repository=ref.name(), subject=digest, artifact=art.digest,
+                    artifact_type=evidence.artifact_type, referrers_tag=referrers_tag(digest))
+
+
+def find(client: ArtifactRegistry, image: str, digest: str, artifact_type: str) -> list[tuple[Descriptor, bytes]]:
+    """Every artifact of ``artifact_type`` referring to ``digest``, with its payload (read back and checked)."""
+    ref = ImageRef.parse(image.partition("@")[0])
+    out = []
+    for d in client.referrers(ref.path, digest, artifact_type):
+        got = client.manifest(ref.path, d.digest)
+        if got is None:
+            continue
+        manifest = json.loads(got[0])
+        if (manifest.get("subject") or {}).get("digest") != digest:
+            raise PushError(f"{ref.name()}@{d.digest} is listed as referring to {digest} but names another subject",
+                            fix="remove the stale entry from the referrers tag")
+        layers = manifest.get("layers") or []
+        if len(layers) != 1:
+            continue
+        blob = client.get_blob(ref.path, Descriptor.from_json(layers[0], d.digest).digest)
+        if blob is not None:
+            out.append((d, blob))
+    return out

@@ -1,0 +1,1 @@
+"""Reproducibility: input audit, building twice, comparing node by node."""

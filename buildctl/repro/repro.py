@@ -1,0 +1,800 @@
+"""Comparing two builds of one node, from their `docker save` archives (pure: files in, values out).
+
+Three answers per node, strongest first:
+
+- **bit-identical**: the node's own layers have the same diff IDs (sha256 of the uncompressed layer tar)
+  and its image config says the same thing (build times and ids aside);
+- **semantically identical**: the layers differ, but only in what carries no meaning: mtimes (and tar
+  headers: atime/ctime, entry order), and build metadata left behind (compiled .pyc, apt/pip caches,
+  logs, ldconfig's aux-cache); files, modes, owners, links, packages and config agree;
+- **different**: anything else, with the files added/removed/changed (sizes, sha256), the packages
+  (dpkg status, Python dist-info METADATA) and the config fields that differ, and the cause where it can be
+  named: timestamps, build metadata, a floating input (a package version or a floating fetch's file differs),
+  a non-deterministic compile (a shared object / wheel differs with identical inputs), different inputs.
+
+A node's *own* layers are the ones after its parent's (its image = parent layers + own layers). Whiteouts
+(``.wh.<name>``, ``.wh..wh..opq``) are part of what a node does and are compared like files.
+
+Nothing here talks to the engine: the caller hands in the archives (``SavedImages``) and the diff IDs
+that belong to the node. Layers are read as streams (a 20 GB NGC base is never held in memory); file
+contents are hashed on the way, and only what the package and wheel views need is kept.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import io
+import json
+import posixpath
+import re
+import tarfile
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import partial
+from pathlib import Path
+from typing import IO, Any, Literal, assert_never
+
+from buildctl.manifest.model import ReproLevel
+
+REPORT_SCHEMA = 1
+
+
+class Verdict(StrEnum):
+    BIT = "bit-identical"
+    SEMANTIC = "semantically identical"
+    DIFFERENT = "different"
+
+
+class Cause(StrEnum):
+    TIMESTAMPS = "timestamps"  # same content, other mtimes
+    ARCHIVE = "archive headers"  # same entries and mtimes; the tar differs (entry order, atime/ctime)
+    BUILD_METADATA = "build metadata"  # pyc, caches, logs left behind
+    FLOATING_INPUT = "floating input"  # a package version differs, or a file a floating fetch produced
+    NONDETERMINISTIC_COMPILE = "non-deterministic compile"  # a .so / wheel differs with identical inputs
+    INPUTS = "different inputs"  # the node's key differs: its inputs were not the same in both builds
+    UPSTREAM = "a node it builds on differs"  # e.g. assemble installing a wheel that differs
+    CONFIG = "image config"  # env, labels, entrypoint, ... differ
+    UNKNOWN = "unexplained content"
+
+
+# What a cause means for the verdict: these leave a node semantically identical.
+METADATA_CAUSES = frozenset({Cause.TIMESTAMPS, Cause.ARCHIVE, Cause.BUILD_METADATA})
+
+# Paths (relative, no leading slash) whose content is a by-product of building, not part of what the image
+# is: fnmatch patterns where * crosses folders.
+BUILD_METADATA_PATTERNS: tuple[str, ...] = (
+    "*.pyc", "*.pyo", "*/__pycache__", "*/__pycache__/*", "__pycache__",
+    "var/cache/apt/*", "var/lib/apt/lists/*", "var/log/*",
+    "var/cache/ldconfig/aux-cache", "var/cache/debconf/*-old", "var/lib/dpkg/*-old",
+    "root/.cache/*", "root/.cache", "tmp/*", "var/tmp/*",
+    "*.dist-info/INSTALLER", "*.dist-info/direct_url.json",
+)
+
+# Compiler output: a difference in one of these with identical inputs is a non-deterministic compile.
+COMPILED_PATTERNS: tuple[str, ...] = ("*.so", "*.so.*", "*.o", "*.a", "*.whl", "*.cubin", "*.fatbin")
+
+# Config fields that differ between any two builds (times, the build container, parent ids).
+IGNORED_CONFIG = ("created", "container", "container_config", "hostname", "image", "parent", "docker_version",
+                  "history")
+# Labels that say when an image was built and from which lock, not what it is (with --relock the two builds
+# come from two locks: the nodes that the difference reaches differ in content, and say so).
+METADATA_LABELS = ("org.opencontainers.image.created", "io.buildctl.lock-hash")
+
+EntryKind = Literal["file", "dir", "symlink", "hardlink", "whiteout", "opaque", "other"]
+
+
+def is_build_metadata(path: str) -> bool:
+    p = path.strip("/")
+    return any(fnmatch.fnmatchcase(p, pat) for pat in BUILD_METADATA_PATTERNS)
+
+
+def is_compiled(path: str) -> bool:
+    name = posixpath.basename(path)
+    return any(fnmatch.fnmatchcase(name, pat) for pat in COMPILED_PATTERNS)
+
+
+# ------------------------------------------------------------------------------------ layer contents
+
+
+@dataclass(frozen=True, kw_only=True)
+class Member:
+    """One member of a zip archive (a wheel), as far as its meaning goes."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One path as a node's own layers leave it."""
+
+    path: str  # relative, no leading "./" or "/"
+    kind: EntryKind
+    mode: int = 0
+    uid: int = 0
+    gid: int = 0
+    size: int = 0
+    sha256: str = ""  # files only
+    link: str = ""  # symlink target, or the path a hard link points at
+    mtime: int = 0
+    xattrs: Mapping[str, str] = field(default_factory=dict)
+    members: tuple[Member, ...] | None = None  # a wheel's contents (zip dates ignored)
+
+    def meaning(self) -> tuple[object, ...]:
+        """Everything but the mtime (and zip-internal dates)."""
+        content = tuple((m.name, m.size, m.sha256) for m in self.members) if self.members is not None else self.sha256
+        return (self.kind, self.mode, self.uid, self.gid, self.size, content, self.link,
+                tuple(sorted(self.xattrs.items())))
+
+    def state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "mode": f"{self.mode:04o}", "owner": f"{self.uid}:{self.gid}",
+                               "mtime": self.mtime}
+        if self.kind == "file":
+            out.update(size=self.size, sha256=self.sha256)
+        if self.link:
+            out["link"] = self.link
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tree:
+    """The merged view of a node's own layers: path -> entry, plus the small files the package views read."""
+
+    entries: Mapping[str, Entry]
+    texts: Mapping[str, bytes]  # dpkg status, dist-info METADATA (also of wheels: "<wheel path>!<member>")
+    headers: tuple[tuple[str, str], ...]  # (layer, fingerprint of headers + order): tells ARCHIVE apart
+
+
+_KEEP_TEXT = (re.compile(r"(^|/)var/lib/dpkg/status$"), re.compile(r"\.dist-info/METADATA$"))
+_MAX_TEXT = 16 << 20
+
+
+def _keep_text(path: str) -> bool:
+    return any(p.search(path) for p in _KEEP_TEXT)
+
+
+def _norm(name: str) -> str:
+    while name.startswith("./"):
+        name = name[2:]
+    return name.strip("/")
+
+
+def _wheel_members(data: IO[bytes]) -> tuple[tuple[Member, ...], dict[str, bytes]]:
+    """The members of a wheel (sorted by name) and its METADATA texts."""
+    members: list[Member] = []
+    texts: dict[str, bytes] = {}
+    try:
+        with zipfile.ZipFile(data) as zf:
+            for info in zf.infolist():
+                if info.is_dir():
+                    continue
+                h = hashlib.sha256()
+                with zf.open(info) as f:
+                    for chunk in iter(lambda: f.read(1 << 20), b""):
+                        h.update(chunk)
+                members.append(Member(name=info.filename, size=info.file_size, sha256=h.hexdigest()))
+                if info.filename.endswith(".dist-info/METADATA") and info.file_size < _MAX_TEXT:
+                    texts[info.filename] = zf.read(info)
+    except zipfile.BadZipFile:
+        return (), {}
+    return tuple(sorted(members, key=lambda m: m.name)), texts
+
+
+def read_layer(fileobj: IO[bytes], *, layer: str = "") -> tuple[list[Entry], dict[str, bytes], str]:
+    """Entries of one layer tar, in archive order, the kept texts, and a fingerprint of its headers.
+
+    The fingerprint covers what a diff ID sees besides contents and mtimes (entry order, pax atime/ctime,
+    user/group names), so that two layers with equal entries can still be told apart and explained.
+    """
+    entries: list[Entry] = []
+    texts: dict[str, bytes] = {}
+    fp = hashlib.sha256()
+    with tarfile.open(fileobj=fileobj, mode="r|") as tf:
+        for m in tf:
+            path = _norm(m.name)
+            if not path:
+                continue  # the layer's root entry ("./")
+            pax = {k: v for k, v in m.pax_headers.items()}
+            xattrs = {k: v for k, v in pax.items() if k.startswith("SCHILY.xattr.")}
+            fp.update(json.dumps([path, m.uname, m.gname, pax.get("atime", ""), pax.get("ctime", "")]).encode())
+            base = posixpath.basename(path)
+            folder = posixpath.dirname(path)
+            common: dict[str, Any] = {"mode": m.mode, "uid": m.uid, "gid": m.gid, "mtime": int(m.mtime),
+                                      "xattrs": xattrs}
+            if base == ".wh..wh..opq":
+                entries.append(Entry(path=folder, kind="opaque", **common))
+                continue
+            if base.startswith(".wh."):
+                entries.append(Entry(path=posixpath.join(folder, base[4:]), kind="whiteout", **common))
+                continue
+            if m.isreg():
+                f = tf.extractfile(m)
+                assert f is not None
+                h = hashlib.sha256()
+                keep = _keep_text(path) and m.size < _MAX_TEXT
+                wheel = path.endswith(".whl")
+                buf = io.BytesIO() if (keep or wheel) else None
+                for chunk in iter(partial(f.read, 1 << 20), b""):
+                    h.update(chunk)
+                    if buf is not None:
+                        buf.write(chunk)
+                members = None
+                if buf is not None and keep:
+                    texts[path] = buf.getvalue()
+                if buf is not None and wheel:
+                    buf.seek(0)
+                    found, inner = _wheel_members(buf)
+                    members = found or None
+                    texts.update({f"{path}!{k}": v for k, v in inner.items()})
+                entries.append(Entry(path=path, kind="file", size=m.size, sha256=h.hexdigest(), members=members,
+                                     **common))
+            elif m.isdir():
+                entries.append(Entry(path=path, kind="dir", **common))
+            elif m.issym():
+                entries.append(Entry(path=path, kind="symlink", link=m.linkname, **common))
+            elif m.islnk():
+                entries.append(Entry(path=path, kind="hardlink", link=_norm(m.linkname), **common))
+            else:
+                entries.append(Entry(path=path, kind="other", link=f"{m.type!r} {m.devmajor}:{m.devminor}",
+                                     **common))
+    return entries, texts, fp.hexdigest()
+
+
+def merge(layers: Iterable[tuple[str, list[Entry], dict[str, bytes], str]]) -> Tree:
+    """Apply a node's own layers in order: later entries win, whiteouts remove what earlier own layers
+    added (and stay, as what this node removes from its parent)."""
+    entries: dict[str, Entry] = {}
+    texts: dict[str, bytes] = {}
+    headers: list[tuple[str, str]] = []
+    for name, layer, layer_texts, fingerprint in layers:
+        headers.append((name, fingerprint))
+        for e in layer:
+            if e.kind in ("whiteout", "opaque"):
+                prefix = e.path + "/"
+                for p in [p for p in entries if p.startswith(prefix) or (e.kind == "whiteout" and p == e.path)]:
+                    del entries[p]
+                    texts.pop(p, None)
+                if e.kind == "opaque":
+                    entries[e.path + "/.wh..wh..opq"] = e
+                    continue
+            entries[e.path] = e
+        texts.update(layer_texts)
+    return Tree(entries=entries, texts=texts, headers=tuple(headers))
+
+
+# ----------------------------------------------------------------------------------- image archives
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageConfig:
+    """What an image's config says about the image (times and build ids are not here)."""
+
+    env: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    entrypoint: tuple[str, ...] | None = None
+    cmd: tuple[str, ...] | None = None
+    workdir: str = ""
+    user: str = ""
+    exposed_ports: tuple[str, ...] = ()
+    volumes: tuple[str, ...] = ()
+    shell: tuple[str, ...] | None = None
+    stop_signal: str = ""
+
+    @staticmethod
+    def from_json(config: Mapping[str, Any]) -> ImageConfig:
+        c = config.get("config") or config.get("Config") or {}
+
+        def seq(v: Any) -> tuple[str, ...] | None:
+            return None if v is None else tuple(str(x) for x in v)
+
+        return ImageConfig(
+            env=tuple(str(x) for x in c.get("Env") or ()),
+            labels={str(k): str(v) for k, v in (c.get("Labels") or {}).items()},
+            entrypoint=seq(c.get("Entrypoint")),
+            cmd=seq(c.get("Cmd")),
+            workdir=str(c.get("WorkingDir") or ""),
+            user=str(c.get("User") or ""),
+            exposed_ports=tuple(sorted(c.get("ExposedPorts") or ())),
+            volumes=tuple(sorted(c.get("Volumes") or ())),
+            shell=seq(c.get("Shell")),
+            stop_signal=str(c.get("StopSignal") or ""),
+        )
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "env": list(self.env), "entrypoint": list(self.entrypoint) if self.entrypoint is not None else None,
+            "cmd": list(self.cmd) if self.cmd is not None else None, "workdir": self.workdir, "user": self.user,
+            "exposed_ports": list(self.exposed_ports), "volumes": list(self.volumes),
+            "shell": list(self.shell) if self.shell is not None else None, "stop_signal": self.stop_signal,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavedImage:
+    config: ImageConfig
+    diff_ids: tuple[str, ...]
+    layer_members: tuple[str, ...]  # archive member of each layer tar, in diff-id order
+    tags: tuple[str, ...]
+
+
+class SavedImages:
+    """A `docker save` archive (one or more images): configs, diff IDs, and layer tars to stream."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.images: list[SavedImage] = []
+        self._by_diff: dict[str, str] = {}
+        with tarfile.open(path) as tf:
+            manifest = json.loads(_read(tf, "manifest.json"))
+            for item in manifest:
+                config = json.loads(_read(tf, item["Config"]))
+                diff_ids = tuple(str(d) for d in (config.get("rootfs") or {}).get("diff_ids") or ())
+                layers = tuple(str(x) for x in item.get("Layers") or ())
+                if len(layers) != len(diff_ids):
+                    raise ValueError(f"{path}: {item['Config']} lists {len(diff_ids)} diff IDs for {len(layers)} layers")
+                self.images.append(SavedImage(config=ImageConfig.from_json(config), diff_ids=diff_ids,
+                                              layer_members=layers, tags=tuple(item.get("RepoTags") or ())))
+                self._by_diff.update(zip(diff_ids, layers, strict=True))
+
+    def image(self, tag: str | None = None) -> SavedImage:
+        if tag is None:
+            if len(self.images) != 1:
+                raise KeyError(f"{self.path} holds {len(self.images)} images: name one")
+            return self.images[0]
+        for img in self.images:
+            if tag in img.tags:
+                return img
+        raise KeyError(f"{self.path} has no image tagged {tag}")
+
+    @contextmanager
+    def layer(self, diff_id: str) -> Iterator[IO[bytes]]:
+        member = self._by_diff[diff_id]
+        with tarfile.open(self.path) as tf:
+            f = tf.extractfile(member)
+            if f is None:
+                raise KeyError(f"{self.path}: {member} is not a file")
+            yield f
+
+    def tree(self, diff_ids: Sequence[str]) -> Tree:
+        layers = []
+        for d in diff_ids:
+            with self.layer(d) as f:
+                entries, texts, fp = read_layer(f, layer=d)
+            layers.append((d, entries, texts, fp))
+        return merge(layers)
+
+
+def _read(tf: tarfile.TarFile, name: str) -> bytes:
+    f = tf.extractfile(name)
+    if f is None:
+        raise KeyError(name)
+    return f.read()
+
+
+# ------------------------------------------------------------------------------------------ packages
+
+
+def dpkg_versions(status: bytes) -> dict[str, str]:
+    """Installed packages (name[:arch] -> version) from a dpkg status file."""
+    out: dict[str, str] = {}
+    for para in status.decode("utf-8", "replace").split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in para.splitlines():
+            if line[:1] in (" ", "\t") or ":" not in line:
+                continue
+            k, _, v = line.partition(":")
+            fields[k.strip()] = v.strip()
+        name, version = fields.get("Package"), fields.get("Version")
+        if not name or not version or not fields.get("Status", "").endswith(" installed"):
+            continue
+        arch = fields.get("Architecture", "")
+        out[f"{name}:{arch}" if arch and arch not in ("all",) and fields.get("Multi-Arch") == "same" else name] = version
+    return out
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def metadata_version(text: bytes) -> tuple[str, str] | None:
+    name = version = ""
+    for line in text.decode("utf-8", "replace").splitlines():
+        if not line.strip():
+            break  # headers end at the first blank line; the description follows
+        k, _, v = line.partition(":")
+        if k == "Name":
+            name = v.strip()
+        elif k == "Version":
+            version = v.strip()
+    return (_canonical(name), version) if name and version else None
+
+
+def packages(tree: Tree) -> dict[str, dict[str, str]]:
+    """{"deb": {name: version}, "python": {name: version}, "wheel": {name: version}} of what the node's
+    layers hold: the dpkg status it wrote, dist-info it installed, wheels it contains."""
+    deb: dict[str, str] = {}
+    python: dict[str, str] = {}
+    wheel: dict[str, str] = {}
+    for path, text in sorted(tree.texts.items()):
+        if path.endswith("var/lib/dpkg/status") and path in tree.entries:
+            deb.update(dpkg_versions(text))
+        elif "!" in path:
+            nv = metadata_version(text)
+            if nv and path.split("!", 1)[0] in tree.entries:
+                wheel[nv[0]] = nv[1]
+        elif path in tree.entries:
+            nv = metadata_version(text)
+            if nv:
+                python[nv[0]] = nv[1]
+    return {"deb": deb, "python": python, "wheel": wheel}
+
+
+# ---------------------------------------------------------------------------------------- comparing
+
+
+ChangeKind = Literal["added", "removed", "changed", "mtime"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileChange:
+    path: str
+    change: ChangeKind
+    a: Entry | None
+    b: Entry | None
+    what: tuple[str, ...] = ()  # changed: which aspects (content, mode, owner, link, kind, xattrs)
+    metadata: bool = False  # the path is build metadata (pyc, caches, logs)
+    members: tuple[tuple[str, str], ...] = ()  # a wheel: (member, added|removed|changed)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": "/" + self.path, "change": self.change}
+        if self.a is not None:
+            out["a"] = self.a.state()
+        if self.b is not None:
+            out["b"] = self.b.state()
+        if self.what:
+            out["what"] = list(self.what)
+        if self.metadata:
+            out["metadata"] = True
+        if self.members:
+            out["members"] = [{"name": n, "change": c} for n, c in self.members]
+        return out
+
+    def line(self) -> str:
+        p = "/" + self.path
+        if self.change == "added":
+            assert self.b is not None
+            return f"+ {p}" + (f" ({self.b.size} B, sha256 {self.b.sha256[:12]})" if self.b.kind == "file" else
+                               f" ({self.b.kind})")
+        if self.change == "removed":
+            assert self.a is not None
+            return f"- {p}" + (f" ({self.a.size} B, sha256 {self.a.sha256[:12]})" if self.a.kind == "file" else
+                               f" ({self.a.kind})")
+        if self.change == "mtime":
+            assert self.a is not None and self.b is not None
+            return f"~ {p} mtime {self.a.mtime} -> {self.b.mtime}"
+        assert self.a is not None and self.b is not None
+        detail = []
+        if "content" in self.what and self.a.kind == "file":
+            detail.append(f"{self.a.size} B {self.a.sha256[:12]} -> {self.b.size} B {self.b.sha256[:12]}")
+        detail += [w for w in self.what if w != "content"]
+        if self.members:
+            detail.append("members: " + ", ".join(f"{c} {n}" for n, c in self.members[:6])
+                          + (" ..." if len(self.members) > 6 else ""))
+        return f"* {p} " + "; ".join(detail)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackageChange:
+    manager: Literal["deb", "python", "wheel"]
+    name: str
+    a: str | None
+    b: str | None
+
+    def line(self) -> str:
+        return f"{self.manager} {self.name}: {self.a or '(none)'} -> {self.b or '(none)'}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigChange:
+    field: str  # "env", "labels.<name>", "entrypoint", ...
+    a: Any
+    b: Any
+    metadata: bool = False
+
+    def line(self) -> str:
+        return f"{self.field}: {json.dumps(self.a)} -> {json.dumps(self.b)}"
+
+
+def _member_changes(a: Entry, b: Entry) -> tuple[tuple[str, str], ...]:
+    if a.members is None or b.members is None:
+        return ()
+    ma = {m.name: m for m in a.members}
+    mb = {m.name: m for m in b.members}
+    out = [(n, "removed") for n in sorted(set(ma) - set(mb))] + [(n, "added") for n in sorted(set(mb) - set(ma))]
+    out += [(n, "changed") for n in sorted(set(ma) & set(mb)) if (ma[n].size, ma[n].sha256) != (mb[n].size, mb[n].sha256)]
+    return tuple(sorted(out))
+
+
+def diff_trees(a: Tree, b: Tree) -> list[FileChange]:
+    out: list[FileChange] = []
+    for path in sorted(set(a.entries) | set(b.entries)):
+        ea, eb = a.entries.get(path), b.entries.get(path)
+        meta = is_build_metadata(path)
+        if ea is None:
+            out.append(FileChange(path=path, change="added", a=None, b=eb, metadata=meta))
+        elif eb is None:
+            out.append(FileChange(path=path, change="removed", a=ea, b=None, metadata=meta))
+        elif ea.meaning() != eb.meaning():
+            what = []
+            if ea.kind != eb.kind:
+                what.append("kind")
+            if (ea.size, ea.sha256, ea.members) != (eb.size, eb.sha256, eb.members):
+                what.append("content")
+            if ea.mode != eb.mode:
+                what.append("mode")
+            if (ea.uid, ea.gid) != (eb.uid, eb.gid):
+                what.append("owner")
+            if ea.link != eb.link:
+                what.append("link")
+            if ea.xattrs != eb.xattrs:
+                what.append("xattrs")
+            out.append(FileChange(path=path, change="changed", a=ea, b=eb, what=tuple(what), metadata=meta,
+                                  members=_member_changes(ea, eb)))
+        elif ea.mtime != eb.mtime or ea.sha256 != eb.sha256:
+            # equal meaning: the mtime, or only a wheel's zip dates
+            out.append(FileChange(path=path, change="mtime", a=ea, b=eb, metadata=meta))
+    return out
+
+
+def diff_packages(a: Tree, b: Tree) -> list[PackageChange]:
+    pa, pb = packages(a), packages(b)
+    out: list[PackageChange] = []
+    managers: tuple[Literal["deb", "python", "wheel"], ...] = ("deb", "python", "wheel")
+    for manager in managers:
+        xa, xb = pa[manager], pb[manager]
+        for name in sorted(set(xa) | set(xb)):
+            if xa.get(name) != xb.get(name):
+                out.append(PackageChange(manager=manager, name=name, a=xa.get(name), b=xb.get(name)))
+    return out
+
+
+def diff_config(a: ImageConfig, b: ImageConfig) -> list[ConfigChange]:
+    out: list[ConfigChange] = []
+    fa, fb = a.fields(), b.fields()
+    for k in fa:
+        if fa[k] != fb[k]:
+            out.append(ConfigChange(field=k, a=fa[k], b=fb[k]))
+    for k in sorted(set(a.labels) | set(b.labels)):
+        if a.labels.get(k) != b.labels.get(k):
+            out.append(ConfigChange(field=f"labels.{k}", a=a.labels.get(k), b=b.labels.get(k),
+                                    metadata=k in METADATA_LABELS))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Side:
+    """One build's view of a node: its own layers' diff IDs, its key, its config, and where its layers are."""
+
+    ref: str
+    key: str
+    diff_ids: tuple[str, ...]
+    config: ImageConfig
+    archive: SavedImages | None = None  # needed only when the diff IDs differ
+
+
+@dataclass(frozen=True, kw_only=True)
+class Floating:
+    """A floating input the audit found for a node: by package name, or by the paths its fetch writes."""
+
+    what: str  # "pip tomli (unpinned in the manifest)"
+    packages: tuple[str, ...] = ()  # canonical names
+    paths: tuple[str, ...] = ()  # fnmatch patterns of absolute paths it produces
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerPair:
+    a: str
+    b: str
+
+    @property
+    def same(self) -> bool:
+        return self.a == self.b
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeReport:
+    node: str
+    kind: str
+    level: ReproLevel | None  # what the manifest declares for it
+    verdict: Verdict
+    causes: tuple[Cause, ...]
+    layers: tuple[LayerPair, ...]
+    files: tuple[FileChange, ...] = ()
+    packages: tuple[PackageChange, ...] = ()
+    config: tuple[ConfigChange, ...] = ()
+    notes: tuple[str, ...] = ()
+    refs: tuple[str, str] = ("", "")
+    keys: tuple[str, str] = ("", "")
+
+    @property
+    def meets_level(self) -> bool:
+        level = self.level
+        if level is None or level is ReproLevel.INPUTS:
+            return True
+        if level is ReproLevel.BIT:
+            return self.verdict is Verdict.BIT
+        if level is ReproLevel.SEMANTIC:
+            return self.verdict is not Verdict.DIFFERENT
+        assert_never(level)
+
+    def metadata_summary(self) -> list[str]:
+        """What differs, in words, when it is only metadata."""
+        out: list[str] = []
+        mtimes = [f for f in self.files if f.change == "mtime"]
+        meta = [f for f in self.files if f.change != "mtime" and f.metadata]
+        if mtimes:
+            out.append(f"mtimes of {len(mtimes)} path(s), e.g. /{mtimes[0].path}")
+        if meta:
+            out.append(f"build metadata: {len(meta)} path(s), e.g. " + ", ".join("/" + f.path for f in meta[:3]))
+        if Cause.ARCHIVE in self.causes:
+            out.append("tar headers (entry order, atime/ctime)")
+        out += [f"config {c.field} (build metadata)" for c in self.config if c.metadata]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node, "kind": self.kind, "level": self.level.value if self.level else None,
+            "verdict": self.verdict.value, "meets_level": self.meets_level,
+            "causes": [c.value for c in self.causes],
+            "layers": [{"a": p.a, "b": p.b, "same": p.same} for p in self.layers],
+            "files": [f.to_json() for f in self.files if f.change != "mtime"],
+            "mtime_only": len([f for f in self.files if f.change == "mtime"]),
+            "packages": [{"manager": p.manager, "name": p.name, "a": p.a, "b": p.b} for p in self.packages],
+            "config": [{"field": c.field, "a": c.a, "b": c.b, "metadata": c.metadata} for c in self.config],
+            "metadata_only": self.metadata_summary() if self.verdict is Verdict.SEMANTIC else [],
+            "notes": list(self.notes), "refs": list(self.refs), "keys": list(self.keys),
+        }
+
+
+def _matches_floating(path: str, floating: Sequence[Floating]) -> Floating | None:
+    p = "/" + path
+    for f in floating:
+        if any(fnmatch.fnmatchcase(p, pat) for pat in f.paths):
+            return f
+    return None
+
+
+def compare_node(*, node: str, kind: str, level: ReproLevel | None, a: Side, b: Side,
+                 floating: Sequence[Floating] = (), upstream: Sequence[str] = ()) -> NodeReport:
+    """The verdict on one node from its two builds (see the module docstring).
+
+    ``upstream``: the nodes it builds on (its graph parents) that were not bit-identical themselves.
+    """
+    layers = tuple(LayerPair(a=x, b=y) for x, y in zip(a.diff_ids, b.diff_ids, strict=False))
+    layers += tuple(LayerPair(a=x, b="") for x in a.diff_ids[len(b.diff_ids):])
+    layers += tuple(LayerPair(a="", b=y) for y in b.diff_ids[len(a.diff_ids):])
+    config = tuple(diff_config(a.config, b.config))
+    common: dict[str, Any] = {"node": node, "kind": kind, "level": level, "layers": layers, "config": config,
+                              "refs": (a.ref, b.ref), "keys": (a.key, b.key)}
+    config_causes = (Cause.CONFIG,) if any(not c.metadata for c in config) else ()
+    inputs = (Cause.INPUTS,) if a.key != b.key else ()
+    if a.diff_ids == b.diff_ids:
+        verdict = Verdict.DIFFERENT if config_causes else Verdict.BIT
+        return NodeReport(verdict=verdict, causes=inputs + config_causes, **common)
+    if a.archive is None or b.archive is None:
+        raise ValueError(f"node {node}: the layers differ and no archive was given to explain why")
+    ta, tb = a.archive.tree(a.diff_ids), b.archive.tree(b.diff_ids)
+    files = diff_trees(ta, tb)
+    pkgs = diff_packages(ta, tb)
+    causes: list[Cause] = list(inputs)
+    notes: list[str] = []
+    real = [f for f in files if f.change != "mtime" and not f.metadata]
+    if any(f.change == "mtime" for f in files):
+        causes.append(Cause.TIMESTAMPS)
+    if any(f.change != "mtime" and f.metadata for f in files):
+        causes.append(Cause.BUILD_METADATA)
+    if not files:
+        causes.append(Cause.ARCHIVE)
+        notes.append("the layers hold the same entries with the same mtimes; their tars differ in "
+                     + ("headers (atime/ctime, owner names) or entry order" if ta.headers != tb.headers
+                        else "layout"))
+    floating_named: list[str] = []
+    package_names = {p.name for p in pkgs}
+    for f in floating:
+        if package_names & set(f.packages):
+            floating_named.append(f.what)
+    for fc in real:
+        hit = _matches_floating(fc.path, floating)
+        if hit is not None and hit.what not in floating_named:
+            floating_named.append(hit.what)
+    if pkgs or floating_named:
+        causes.append(Cause.FLOATING_INPUT)
+        notes += [f"floating input: {w}" for w in floating_named]
+    compiled = [f for f in real if f.change == "changed" and "content" in f.what
+                and (is_compiled(f.path) or any(is_compiled(m) for m, _ in f.members))]
+    if compiled and not inputs and not pkgs:
+        causes.append(Cause.NONDETERMINISTIC_COMPILE)
+        notes.append("compiler output differs with identical inputs: " + ", ".join("/" + f.path for f in compiled[:4]))
+    explained = {Cause.FLOATING_INPUT, Cause.NONDETERMINISTIC_COMPILE, Cause.INPUTS}
+    if real and not explained.intersection(causes):
+        if upstream:
+            causes.append(Cause.UPSTREAM)
+            notes.append("builds on " + ", ".join(upstream) + ", which differ(s) between the builds")
+        else:
+            causes.append(Cause.UNKNOWN)
+    causes += config_causes
+    verdict = Verdict.DIFFERENT if real or pkgs or config_causes else Verdict.SEMANTIC
+    return NodeReport(verdict=verdict, causes=tuple(dict.fromkeys(causes)), files=tuple(files), packages=tuple(pkgs),
+                      notes=tuple(notes), **common)
+
+
+# -------------------------------------------------------------------------------------------- report
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report:
+    stack: str
+    variant: str
+    mode: Literal["lock", "relock"]
+    nodes: tuple[NodeReport, ...]
+    audit: tuple[dict[str, Any], ...] = ()  # the input audit's findings (audit.Finding.to_json())
+    notes: tuple[str, ...] = ()
+
+    @property
+    def failures(self) -> list[NodeReport]:
+        return [n for n in self.nodes if not n.meets_level]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": REPORT_SCHEMA, "stack": self.stack, "variant": self.variant, "mode": self.mode,
+                "ok": not self.failures, "nodes": [n.to_json() for n in self.nodes], "audit": list(self.audit),
+                "notes": list(self.notes)}
+
+
+def render_text(report: Report, *, limit: int = 12) -> list[str]:
+    """Plain lines for the terminal: one block per node that is not bit-identical."""
+    lines: list[str] = []
+    for n in report.nodes:
+        declared = f" (declared {n.level.value})" if n.level else ""
+        mark = "" if n.meets_level else "  <- below its declared level"
+        lines.append(f"{n.node}: {n.verdict.value}{declared}{mark}")
+        if n.verdict is Verdict.SEMANTIC:
+            lines += [f"    differs only in {m}" for m in n.metadata_summary()]
+        if n.verdict is Verdict.DIFFERENT:
+            lines.append("    cause: " + ", ".join(c.value for c in n.causes))
+            lines += [f"    {note}" for note in n.notes]
+            lines += [f"    {p.line()}" for p in n.packages[:limit]]
+            shown = [f for f in n.files if f.change != "mtime" and not f.metadata]
+            lines += [f"    {f.line()}" for f in shown[:limit]]
+            if len(shown) > limit:
+                lines.append(f"    ... and {len(shown) - limit} more path(s) (--json lists them all)")
+            lines += [f"    {c.line()}" for c in n.config if not c.metadata]
+    return lines
+
+
+def own_layers(image: Sequence[str], parent: Sequence[str]) -> tuple[str, ...]:
+    """The diff IDs a node adds to its parent's (its image's layers after the parent's)."""
+    if tuple(image[: len(parent)]) != tuple(parent):
+        raise ValueError("the image does not start with its parent's layers")
+    return tuple(image[len(parent):])
+
+
+def level_for(kind: str, levels: Mapping[str, ReproLevel]) -> ReproLevel | None:
+    """The manifest's declared level for a node kind (compile covers compile-env and wheel nodes)."""
+    key = "compile" if kind in ("compile-env", "wheel") else kind
+    return levels.get(key)
+
+
+def find(nodes: Iterable[NodeReport], name: str) -> NodeReport:
+    for n in nodes:
+        if n.node == name:
+            return n
+    raise KeyError(name)
+

@@ -1,0 +1,297 @@
+"""`buildctl nightly STACK...`: re-lock, build, smoke, push with immutable tags, then move `nightly`.
+
+For every stack and variant, in order, each stage only when the one before it succeeded:
+
+1. lock    resolve every pin again; what moved since the lock on disk is reported, and the lock is
+           rewritten only when something did (never partially);
+2. build   build what is missing (the smoke gate runs inside: the entrypoint is baked only past it);
+3. push    every node by content tag, the final image by ``<stack>-<variant>-<lock hash>`` and
+           ``<variant>-nightly-YYYYMMDD`` (and ``nightly-YYYYMMDD`` for the default variant), all confirmed
+           by digest;
+4. promote move ``nightly`` (``<variant>-nightly``) only when the image's smoke label says passed.
+
+One stack's failure never stops the others. The run writes one JSON and one Markdown report
+(``<cache>/reports/nightly/<started>.{json,md}`` plus ``latest.*``) that say what was built, what was
+reused, what changed since the previous nightly and what failed, so that a person reads one page.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from buildctl.errors import BuildctlError
+from buildctl.lock.lockfile import write_atomic
+
+Stage = Literal["lock", "build", "push", "promote"]
+Status = Literal["ok", "failed", "skipped"]
+STAGES: tuple[Stage, ...] = ("lock", "build", "push", "promote")
+SCHEMA = 1
+
+
+# ------------------------------------------------------------------------------------------ values
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockStep:
+    lock_hash: str
+    drift: tuple[str, ...]  # one line per pin that moved since the lock on disk (empty: current)
+    written: bool  # the lock file was (re)written
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildStep:
+    final_image: str
+    node_keys: Mapping[str, str]
+    built: tuple[str, ...]
+    reused: tuple[str, ...]  # present locally or pulled from the registry
+    smoke: str  # passed | skipped | not-run
+
+
+@dataclass(frozen=True, kw_only=True)
+class PushStep:
+    pushed: Mapping[str, str]  # ref -> confirmed digest
+    promoted: tuple[str, ...]
+    not_promoted: tuple[str, ...]  # "ref: reason"
+    failed: tuple[str, ...]  # "ref: error"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageResult:
+    stage: Stage
+    status: Status
+    summary: str
+    seconds: float = 0.0
+    fix: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantRun:
+    stack: str
+    variant: str
+    stages: tuple[StageResult, ...] = ()
+    lock: LockStep | None = None
+    build: BuildStep | None = None
+    push: PushStep | None = None
+    since_previous: tuple[str, ...] = ()  # what changed since the previous nightly of this variant
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status != "failed" for s in self.stages)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack, "variant": self.variant, "ok": self.ok,
+            "stages": [{"stage": s.stage, "status": s.status, "summary": s.summary, "seconds": round(s.seconds, 1),
+                        "fix": s.fix} for s in self.stages],
+            "lock": None if self.lock is None else {"hash": self.lock.lock_hash, "drift": list(self.lock.drift),
+                                                    "written": self.lock.written},
+            "build": None if self.build is None else {
+                "final_image": self.build.final_image, "node_keys": dict(self.build.node_keys),
+                "built": list(self.build.built), "reused": list(self.build.reused), "smoke": self.build.smoke},
+            "push": None if self.push is None else {
+                "pushed": dict(self.push.pushed), "promoted": list(self.push.promoted),
+                "not_promoted": list(self.push.not_promoted), "failed": list(self.push.failed)},
+            "since_previous": list(self.since_previous),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class NightlyReport:
+    started: str
+    finished: str = ""
+    runs: tuple[VariantRun, ...] = ()
+    schema: int = SCHEMA
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.runs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": self.schema, "started": self.started, "finished": self.finished, "ok": self.ok,
+                "runs": [r.to_json() for r in self.runs]}
+
+
+# ------------------------------------------------------------------------------------------ seams
+
+
+class Steps(Protocol):
+    """What a nightly does to one variant; the real one drives lock/pipeline/push, tests pass data."""
+
+    def lock(self, stack: str, variant: str) -> LockStep: ...
+
+    def build(self, stack: str, variant: str) -> BuildStep: ...
+
+    def push(self, stack: str, variant: str, *, tags: Sequence[str], moving: Sequence[str]) -> PushStep: ...
+
+
+def immutable_tags(stack: str, variant: str, lock_hash: str, day: str, *, default_variant: bool) -> tuple[str, ...]:
+    tags = [f"{stack}-{variant}-{lock_hash[:16]}", f"{variant}-nightly-{day}"]
+    if default_variant:
+        tags.append(f"nightly-{day}")
+    return tuple(tags)
+
+
+def since_previous(previous: Mapping[str, Any] | None, run: VariantRun) -> tuple[str, ...]:
+    """What differs from the previous nightly's run of the same stack and variant (pure)."""
+    if previous is None:
+        return ("no previous nightly of this variant",)
+    out: list[str] = []
+    old_lock = (previous.get("lock") or {}).get("hash")
+    if run.lock is not None and old_lock and old_lock != run.lock.lock_hash:
+        out.append(f"lock {old_lock[:16]} -> {run.lock.lock_hash[:16]}")
+    old_keys: Mapping[str, str] = (previous.get("build") or {}).get("node_keys") or {}
+    if run.build is not None:
+        for node, key in sorted(run.build.node_keys.items()):
+            before = old_keys.get(node)
+            if before is None:
+                out.append(f"node {node}: new")
+            elif before != key:
+                out.append(f"node {node}: key {before[:12]} -> {key[:12]}")
+        for node in sorted(set(old_keys) - set(run.build.node_keys)):
+            out.append(f"node {node}: gone")
+    if not out and run.build is not None:
+        out.append("nothing: every node key is the same as last night")
+    return tuple(out)
+
+
+def _stage(stage: Stage, started: float, summary: str, status: Status = "ok", fix: str = "") -> StageResult:
+    return StageResult(stage=stage, status=status, summary=summary, seconds=time.monotonic() - started, fix=fix)
+
+
+def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_variant: bool, push: bool,
+                previous: Mapping[str, Any] | None) -> VariantRun:
+    """The four stages for one variant; the first failure ends it and the rest are reported skipped."""
+    r = VariantRun(stack=stack, variant=variant)
+    stages: list[StageResult] = []
+
+    def fail(stage: Stage, started: float, exc: BuildctlError) -> VariantRun:
+        why = f" ({exc.why})" if exc.why else ""
+        stages.append(_stage(stage, started, f"{exc.what}{why}", "failed", exc.fix))
+        for later in STAGES[STAGES.index(stage) + 1:]:
+            stages.append(StageResult(stage=later, status="skipped", summary=f"{stage} failed"))
+        return replace(r, stages=tuple(stages), since_previous=since_previous(previous, r))
+
+    t0 = time.monotonic()
+    try:
+        lock = steps.lock(stack, variant)
+    except BuildctlError as exc:
+        return fail("lock", t0, exc)
+    r = replace(r, lock=lock)
+    stages.append(_stage("lock", t0, ("re-locked: " + "; ".join(lock.drift)) if lock.drift else "lock is current"))
+
+    t0 = time.monotonic()
+    try:
+        build = steps.build(stack, variant)
+    except BuildctlError as exc:
+        return fail("build", t0, exc)
+    r = replace(r, build=build)
+    stages.append(_stage("build", t0, f"built {len(build.built)}, reused {len(build.reused)}; smoke {build.smoke}"))
+
+    if not push:
+        stages += [StageResult(stage="push", status="skipped", summary="--no-push"),
+                   StageResult(stage="promote", status="skipped", summary="--no-push")]
+        return replace(r, stages=tuple(stages), since_previous=since_previous(previous, r))
+
+    t0 = time.monotonic()
+    moving = ("nightly",) if build.smoke == "passed" else ()
+    try:
+        pushed = steps.push(stack, variant, tags=immutable_tags(stack, variant, lock.lock_hash, day,
+                                                                default_variant=default_variant), moving=moving)
+    except BuildctlError as exc:
+        return fail("push", t0, exc)
+    r = replace(r, push=pushed)
+    if pushed.failed:
+        stages.append(_stage("push", t0, "; ".join(pushed.failed), "failed"))
+        stages.append(StageResult(stage="promote", status="skipped", summary="push failed"))
+    else:
+        stages.append(_stage("push", t0, f"{len(pushed.pushed)} ref(s) confirmed by digest"))
+        if not moving:
+            stages.append(StageResult(stage="promote", status="failed" if build.smoke == "failed" else "skipped",
+                                      summary=f"nightly not moved: smoke {build.smoke}"))
+        elif pushed.not_promoted:
+            stages.append(StageResult(stage="promote", status="failed", summary="; ".join(pushed.not_promoted)))
+        else:
+            stages.append(StageResult(stage="promote", status="ok",
+                                      summary="moved " + ", ".join(pushed.promoted)))
+    return replace(r, stages=tuple(stages), since_previous=since_previous(previous, r))
+
+
+def previous_runs(report_dir: Path) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """The newest earlier nightly result of each (stack, variant), from the saved reports."""
+    found: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for path in sorted(report_dir.glob("2*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        for run in data.get("runs", []):
+            if run.get("build"):
+                found[(run["stack"], run["variant"])] = run
+    return found
+
+
+def run(steps: Steps, targets: Sequence[tuple[str, str, bool]], *, report_dir: Path, push: bool = True,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        on_result: Callable[[VariantRun], None] = lambda _r: None) -> tuple[NightlyReport, Path]:
+    """Run every (stack, variant, is_default_variant); write the JSON + Markdown reports; return both."""
+    start = clock()
+    stamp = start.strftime("%Y%m%dT%H%M%SZ")
+    previous = previous_runs(report_dir)
+    report = NightlyReport(started=start.isoformat(timespec="seconds"))
+    results: list[VariantRun] = []
+    for stack, variant, default in targets:
+        result = run_variant(steps, stack, variant, day=start.strftime("%Y%m%d"), default_variant=default,
+                             push=push, previous=previous.get((stack, variant)))
+        results.append(result)
+        on_result(result)
+    report = replace(report, runs=tuple(results), finished=clock().isoformat(timespec="seconds"))
+    report_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n"
+    markdown = render_markdown(report)
+    path = report_dir / f"{stamp}.json"
+    write_atomic(path, text)
+    write_atomic(report_dir / f"{stamp}.md", markdown)
+    write_atomic(report_dir / "latest.json", text)
+    write_atomic(report_dir / "latest.md", markdown)
+    return report, path
+
+
+# ------------------------------------------------------------------------------------------ the page
+
+
+def render_markdown(report: NightlyReport) -> str:
+    ok = sum(1 for r in report.runs if r.ok)
+    lines = [f"# Nightly {report.started[:10]}: {'all green' if report.ok else f'{len(report.runs) - ok} failed'}",
+             "", f"Started {report.started}, finished {report.finished}.", "",
+             "| stack | variant | lock | build | push | promote |", "|---|---|---|---|---|---|"]
+    marks = {"ok": "ok", "failed": "**FAILED**", "skipped": "skipped"}
+    for r in report.runs:
+        cells = {s.stage: marks[s.status] for s in r.stages}
+        lines.append(f"| {r.stack} | {r.variant} | " + " | ".join(cells.get(s, "-") for s in STAGES) + " |")
+    for r in report.runs:
+        lines += ["", f"## {r.stack} / {r.variant}" + ("" if r.ok else " (failed)"), ""]
+        failed = [s for s in r.stages if s.status == "failed"]
+        for s in failed:
+            lines.append(f"- **{s.stage} failed**: {s.summary}" + (f" - fix: {s.fix}" if s.fix else ""))
+        if r.lock is not None:
+            lines.append(f"- lock `{r.lock.lock_hash[:16]}`: " + ("current" if not r.lock.drift else
+                                                                   "moved: " + "; ".join(r.lock.drift)))
+        if r.build is not None:
+            b = r.build
+            lines.append(f"- built: {', '.join(b.built) or 'nothing'}; reused: {', '.join(b.reused) or 'nothing'}")
+            lines.append(f"- smoke: {b.smoke}; image `{b.final_image}`")
+        if r.push is not None:
+            for ref, digest in sorted(r.push.pushed.items()):
+                lines.append(f"- pushed `{ref}` @ `{digest}`")
+            for ref in r.push.promoted:
+                lines.append(f"- moved `{ref}`")
+            for why in r.push.not_promoted:
+                lines.append(f"- not promoted: {why}")
+        lines.append("- since the previous nightly: " + "; ".join(r.since_previous or ("-",)))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Publishing and inspecting images: push, verify, BOM, SBOM, provenance."""

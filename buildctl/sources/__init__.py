@@ -1,0 +1,1 @@
+"""Sources: git mirrors, pin resolution, prepared trees; package indexes and plain downloads."""
