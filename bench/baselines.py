@@ -30,13 +30,13 @@ from pathlib import Path
 
 from buildctl import quoting
 from buildctl.graph import render
-from buildctl.graph.graph import (
+from buildctl.graph.graph import Node
+from buildctl.graph.specs import (
     AptPin,
     AssembleNodeSpec,
     CompileEnvNodeSpec,
     EntrypointNodeSpec,
     FileSpec,
-    Node,
     PipPin,
     PythonNodeSpec,
     SystemNodeSpec,

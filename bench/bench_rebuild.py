@@ -68,7 +68,7 @@ from buildctl.build import pipeline, wheelhouse  # noqa: E402
 from buildctl.config import Config, load_config  # noqa: E402
 from buildctl.engine.engine import Engine  # noqa: E402
 from buildctl.errors import BuildctlError  # noqa: E402
-from buildctl.graph.graph import CompileEnvNodeSpec, PipPin, PythonNodeSpec  # noqa: E402
+from buildctl.graph.specs import CompileEnvNodeSpec, PipPin, PythonNodeSpec  # noqa: E402
 from buildctl.services import target  # noqa: E402
 from buildctl.sources.sources import Sources  # noqa: E402
 

@@ -67,21 +67,20 @@ from buildctl.errors import (
     UsageError,
 )
 from buildctl.graph import render
-from buildctl.graph.graph import (
+from buildctl.graph.graph import Node, shared_labels
+from buildctl.graph.plan import ArchCheck
+from buildctl.graph.records import NodeRecord, RecordStore, state_root
+from buildctl.graph.specs import (
     AssembleNodeSpec,
     CompileEnvNodeSpec,
     CudnnNodeSpec,
     EntrypointNodeSpec,
     FileSpec,
-    Node,
     PipPin,
     PythonNodeSpec,
     SystemNodeSpec,
     WheelNodeSpec,
-    shared_labels,
 )
-from buildctl.graph.plan import ArchCheck
-from buildctl.graph.records import NodeRecord, RecordStore, state_root
 from buildctl.lock import lockfile
 from buildctl.manifest.model import InstallKind, ReproLevel
 from buildctl.repro import repro

@@ -31,7 +31,7 @@ from packaging.version import Version
 
 from buildctl.config import Config
 from buildctl.errors import BuildFailed, UnreachableError
-from buildctl.graph.graph import PipPin
+from buildctl.graph.specs import PipPin
 from buildctl.sources.index import HttpFetcher, SimpleIndex, file_release, redact
 
 _ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}

@@ -44,7 +44,8 @@ from packaging.utils import parse_wheel_filename
 
 from buildctl import quoting, syntax
 from buildctl.errors import BuildctlError
-from buildctl.graph.graph import (
+from buildctl.graph.graph import Node
+from buildctl.graph.specs import (
     AptPin,
     AptSource,
     AssembleNodeSpec,
@@ -52,7 +53,6 @@ from buildctl.graph.graph import (
     CudnnNodeSpec,
     EntrypointNodeSpec,
     FileSpec,
-    Node,
     NodeKind,
     PipPin,
     PythonNodeSpec,

@@ -13,7 +13,7 @@ from pathlib import Path
 from buildctl.build import smoke
 from buildctl.config import Config
 from buildctl.errors import UsageError
-from buildctl.graph import graph, render
+from buildctl.graph import graph, render, specs
 from buildctl.graph.entrypoint import render_entrypoint_fragment, select_profile, variant_entrypoint
 from buildctl.graph.graph import Graph
 from buildctl.graph.plan import refs_for
@@ -86,7 +86,7 @@ def load(project: Path, config: Config, stack: str, variant: str | None, *, regi
     reg = None if local_only else (registry or config.registry or (manifest.push.registry if manifest.push else None))
     repository = graph.default_repository(manifest)
     base_spec = g.node("base").spec
-    assert isinstance(base_spec, graph.BaseNodeSpec)
+    assert isinstance(base_spec, specs.BaseNodeSpec)
     base_ref = mirror_ref(base_spec.ref, dict(config.registry_mirrors))
     return Target(manifest=manifest, manifest_path=path, lock=lock, vlock=vlock, lock_stale=stale, variant=v,
                   graph=g, templates=templates, registry=reg, repository=repository, base_ref=base_ref,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from buildctl.config import load_config
-from buildctl.graph.graph import EntrypointNodeSpec
+from buildctl.graph.specs import EntrypointNodeSpec
 from buildctl.manifest import pins
 from buildctl.services import target
 

@@ -27,12 +27,12 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from buildctl.build import pipeline
 from buildctl.config import load_config
-from buildctl.graph.graph import (
+from buildctl.graph.graph import Graph
+from buildctl.graph.specs import (
     AssembleNodeSpec,
     CompileEnvNodeSpec,
     CudnnNodeSpec,
     EntrypointNodeSpec,
-    Graph,
     PythonNodeSpec,
     SystemNodeSpec,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from buildctl.graph import graph, render
+from buildctl.graph import graph, render, specs
 from buildctl.lock.lock import PipInstall, download_wheels, pip_pins
 from buildctl.lock.lockfile import LockedBase, LockedDownload, LockedPip, VariantLock
 from buildctl.manifest import pins
@@ -62,15 +62,15 @@ def test_download_and_sdist_pins() -> None:
     assert VariantLock.from_json(js) == vl
 
     # the python node installs the download by name, version and the download's hash, served from the host
-    g = graph.build(m, vl, v, templates={k: "t" for k in graph.BUILT_KINDS})
+    g = graph.build(m, vl, v, templates={k: "t" for k in specs.BUILT_KINDS})
     py = g.node("python").spec
-    assert isinstance(py, graph.PythonNodeSpec)
+    assert isinstance(py, specs.PythonNodeSpec)
     by_name = {p.name: p for p in py.pins}
     assert by_name["dlwheel"].download == "dlwheel" and by_name["dlwheel"].hashes == (f"sha256:{WHEEL}",)
     assert by_name["dlwheel"].filename == "dlwheel-1.0-py3-none-any.whl"
     assert by_name["sdistonly"].sdist and not g.node("python").unlocked
     system = g.node("system").spec
-    assert isinstance(system, graph.SystemNodeSpec) and system.files == ()  # not placed as a file
+    assert isinstance(system, specs.SystemNodeSpec) and system.files == ()  # not placed as a file
 
     # the sdist's line takes the hash of the wheel the host built from it; before that, a placeholder
     t = render.load_templates(ROOT / "images")

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from buildctl.errors import EngineError, UnreachableError
-from buildctl.graph.graph import BaseNodeSpec, Graph, Node, NodeKind
+from buildctl.graph.graph import Graph, Node
+from buildctl.graph.specs import BaseNodeSpec, NodeKind
 from buildctl.registry.credentials import Redactor
 from buildctl.ship import push
 from tests.unit.fakes_ship import Event, FakeEngine, Image, stream_error

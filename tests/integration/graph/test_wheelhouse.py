@@ -13,7 +13,7 @@ import pytest
 from buildctl.build import wheelhouse
 from buildctl.config import CacheLayout, Config
 from buildctl.errors import BuildFailed
-from buildctl.graph.graph import PipPin
+from buildctl.graph.specs import PipPin
 from tests.integration.pyindex import make_index, make_wheel, serve, sha256
 
 

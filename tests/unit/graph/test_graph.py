@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from buildctl.graph import graph
+from buildctl.graph import graph, specs
 from buildctl.graph.graph import Extras, Graph
+from buildctl.graph.keys import node_key
 from buildctl.lock.lockfile import LockedPip, VariantLock
 from buildctl.manifest.model import AptPackage, Manifest, PipRequirement, PullRequest
 from tests.helpers import lchanges
@@ -81,18 +82,18 @@ def test_variant_cudnn_and_platform_inputs(gs: Any) -> None:
     m = gs.load()
     g12 = gs.make(m, gs.lock_for(m, "gpu12"), "gpu12")
     cud = g12.node("cudnn").spec
-    assert isinstance(cud, graph.CudnnNodeSpec)
+    assert isinstance(cud, specs.CudnnNodeSpec)
     assert (cud.package, cud.apt_version) == ("libcudnn9-cuda-12", "9.14.0.64-1")
     assert cud.source and cud.source.line.endswith("x86_64 /")
     system = g12.node("system").spec
-    assert isinstance(system, graph.SystemNodeSpec)
+    assert isinstance(system, specs.SystemNodeSpec)
     # the cuda repo and its keyring are set up once, by the cudnn node
     assert [s.name for s in system.sources] == []
     assert [f.name for f in system.files] == ["yq"]
     assert system.files[0].sha256 == "3" * 64  # computed by the lock for amd64
     assert [f.name for f in cud.files] == ["cuda-keyring"]
     wheel = g12.node("wheel:kernels").spec
-    assert isinstance(wheel, graph.WheelNodeSpec)
+    assert isinstance(wheel, specs.WheelNodeSpec)
     assert wheel.env == {"ARCH_LIST": "9.0"}  # the variant's override
 
 
@@ -132,7 +133,7 @@ def test_key_is_a_function_of_kind_parents_inputs_template(gs: Any) -> None:
     m = gs.load()
     g = gs.make(m, gs.lock_for(m))
     n = g.node("python")
-    assert n.key == graph.node_key("python", [g.node("system").key], n.inputs, "t-python")
+    assert n.key == node_key("python", [g.node("system").key], n.inputs, "t-python")
 
 
 def test_order_in_the_manifest_does_not_matter(gs: Any) -> None:
@@ -359,7 +360,7 @@ def test_image_ref(gs: Any) -> None:
 def test_base_ref_uses_the_locked_digest(gs: Any) -> None:
     m = gs.load()
     spec = gs.make(m, gs.lock_for(m)).node("base").spec
-    assert isinstance(spec, graph.BaseNodeSpec)
+    assert isinstance(spec, specs.BaseNodeSpec)
     assert spec.ref == "registry.example/base/pytorch:25.09-py3@sha256:" + "a" * 64
     pinned = replace(m, variants=(replace(m.variants[0], image="r.example/b@sha256:" + "c" * 64), *m.variants[1:]))
     g = gs.make(pinned, None)

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from buildctl.graph import graph, render
+from buildctl.graph import graph, render, specs
 from buildctl.graph.graph import Extras, Graph
 from buildctl.graph.render import ContextFile, TemplateError, Templates, WheelFile
+from buildctl.manifest import model
 
 IMAGES = Path(__file__).resolve().parents[3] / "images"
 T = render.load_templates(IMAGES)
@@ -131,7 +132,7 @@ RUN set -eu; \\
 
 def test_python_policies(gs: Any) -> None:
     m = gs.load()
-    m = replace(m, pip=replace(m.pip, constraint=graph.PipConstraintPolicy.KEEP),
+    m = replace(m, pip=replace(m.pip, constraint=model.PipConstraintPolicy.KEEP),
                 protect=replace(m.protect, replace=("torch",)))
     gr = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(),
                      extras=Extras(entrypoint=gs.ENTRY))
@@ -299,7 +300,7 @@ def test_fill_rejects_missing_and_unused_placeholders(gs: Any) -> None:
 
 def test_template_digest_follows_its_files_only(gs: Any) -> None:
     d = T.digests()
-    assert set(d) == set(graph.BUILT_KINDS)
+    assert set(d) == set(specs.BUILT_KINDS)
     edited = Templates(texts={**T.texts, "system.Dockerfile.in": T.text("system.Dockerfile.in") + "# x\n"})
     assert {k for k, v in edited.digests().items() if v != d[k]} == {"system"}
     shared = Templates(texts={**T.texts, "_settle.sh.in": T.text("_settle.sh.in") + "\n"})

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from buildctl.build import pipeline, smoke
 from buildctl.config import load_config
-from buildctl.graph.graph import CompileEnvNodeSpec, WheelNodeSpec
+from buildctl.graph.specs import CompileEnvNodeSpec, WheelNodeSpec
 from buildctl.services import target
 from buildctl.sources.sources import Sources
 
