@@ -84,13 +84,14 @@ from buildctl.graph.specs import (
 from buildctl.lock import lockfile
 from buildctl.manifest.model import InstallKind, ReproLevel
 from buildctl.repro import repro
+from buildctl.sources.export import BUILD_GIT_ENV
 from buildctl.sources.index import DEFAULT_INDEX, HttpFetcher, SimpleIndex
-from buildctl.sources.sources import BUILD_GIT_ENV
 
 if TYPE_CHECKING:
     from buildctl.engine.engine import Engine
     from buildctl.services.target import Target
-    from buildctl.sources.sources import PreparedTree, Sources
+    from buildctl.sources.prepare import PreparedTree
+    from buildctl.sources.sources import Sources
 
 Action = Literal["have", "pull", "build"]
 Outcome = Literal["cached", "pulled", "built"]

@@ -12,7 +12,8 @@ from types import ModuleType
 
 import pytest
 
-from buildctl.sources.sources import PrHead, Sources
+from buildctl.sources.prepare import PrHead
+from buildctl.sources.sources import Sources
 
 PROJECT = Path(__file__).resolve().parents[2]
 SCRIPT = PROJECT / "demo" / "make_sources.py"

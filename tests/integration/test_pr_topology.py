@@ -24,7 +24,8 @@ from buildctl.lock import lockfile
 from buildctl.lock.lock import resolve_component
 from buildctl.lock.lockfile import LockedComponent, LockedPr, VariantLock
 from buildctl.manifest.model import Change, Component, PullRequest
-from buildctl.sources.sources import PrHead, Sources
+from buildctl.sources.prepare import PrHead
+from buildctl.sources.sources import Sources
 from tests.pr_topology import Topology, make
 
 

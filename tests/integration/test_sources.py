@@ -1,4 +1,4 @@
-"""buildctl.sources.sources against real git repositories made here in tmp folders (no network).
+"""buildctl.sources (through Sources) against real git repositories made here in tmp folders (no network).
 
 Every repository is written with a fixed identity and fixed dates, so the tests do not depend on the day.
 """
@@ -20,7 +20,8 @@ import pytest
 
 from buildctl.errors import LockDrift, LockError, SourceError, UnreachableError
 from buildctl.manifest.model import Component, Patch, PullRequest
-from buildctl.sources.sources import PatchFile, PrHead, Sources
+from buildctl.sources.prepare import PatchFile, PrHead
+from buildctl.sources.sources import Sources
 
 T0 = 1700000000  # fixed commit dates: T0 + n minutes
 

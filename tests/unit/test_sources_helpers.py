@@ -1,4 +1,4 @@
-"""Pure helpers of buildctl.sources.sources: URL handling, parsing git output, keys, messages. No processes."""
+"""Pure helpers of buildctl.sources (urls, gitrun, prepare, resolve): URL handling, parsing git output, keys, messages. No processes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from buildctl.errors import SourceError
-from buildctl.sources import sources
-from buildctl.sources.sources import PatchFile, PickChange, PrChange, PreparedTree
+from buildctl.sources import gitrun, prepare, resolve, urls
+from buildctl.sources.prepare import PatchFile, PickChange, PrChange, PreparedTree
 
 
 @pytest.fixture(autouse=True)
@@ -25,22 +25,22 @@ def _no_processes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_parse_git_version() -> None:
-    assert sources.parse_git_version("git version 2.39.5\n") == (2, 39)
-    assert sources.parse_git_version("git version 2.45.1.windows.1") == (2, 45)
-    assert sources.parse_git_version("git version 2.39.3 (Apple Git-146)") == (2, 39)
-    assert sources.parse_git_version("git version 2.33.8") < sources.MIN_GIT <= sources.parse_git_version("2.34.0")
+    assert gitrun.parse_git_version("git version 2.39.5\n") == (2, 39)
+    assert gitrun.parse_git_version("git version 2.45.1.windows.1") == (2, 45)
+    assert gitrun.parse_git_version("git version 2.39.3 (Apple Git-146)") == (2, 39)
+    assert gitrun.parse_git_version("git version 2.33.8") < gitrun.MIN_GIT <= gitrun.parse_git_version("2.34.0")
     with pytest.raises(SourceError, match="cannot read the git version"):
-        sources.parse_git_version("hub version x")
+        gitrun.parse_git_version("hub version x")
 
 
 def test_is_sha() -> None:
-    assert sources.is_sha("d2945c6")
-    assert sources.is_sha("d2945c6a571e3978677614d1fe08779966a5a4ef")
-    assert not sources.is_sha("d2945c")  # 6 digits
-    assert not sources.is_sha("D2945C6")  # upper case is not what the lock writes
-    assert not sources.is_sha("d2945c6a571e3978677614d1fe08779966a5a4ef0")  # 41
-    assert not sources.is_sha("d2945cg")
-    assert not sources.is_sha("d2945c6a", min_len=40)
+    assert urls.is_sha("d2945c6")
+    assert urls.is_sha("d2945c6a571e3978677614d1fe08779966a5a4ef")
+    assert not urls.is_sha("d2945c")  # 6 digits
+    assert not urls.is_sha("D2945C6")  # upper case is not what the lock writes
+    assert not urls.is_sha("d2945c6a571e3978677614d1fe08779966a5a4ef0")  # 41
+    assert not urls.is_sha("d2945cg")
+    assert not urls.is_sha("d2945c6a", min_len=40)
 
 
 @pytest.mark.parametrize(("repo", "kind"), [
@@ -56,39 +56,39 @@ def test_is_sha() -> None:
     ("dir/odd:name", "path"),
 ])
 def test_url_kind(repo: str, kind: str) -> None:
-    assert sources.url_kind(repo) == kind
+    assert urls.url_kind(repo) == kind
 
 
 def test_normalize_repo_resolves_relative_paths_against_the_manifest_folder(tmp_path: Path) -> None:
     pins = tmp_path / "project" / "pins"
-    assert sources.normalize_repo("../demo/sources/fastmath.bundle", pins) == str(
+    assert urls.normalize_repo("../demo/sources/fastmath.bundle", pins) == str(
         tmp_path / "project" / "demo" / "sources" / "fastmath.bundle")
-    assert sources.normalize_repo("/abs/repo.git", pins) == "/abs/repo.git"
-    assert sources.normalize_repo("https://github.com/a/b.git", pins) == "https://github.com/a/b.git"
-    assert sources.normalize_repo("git@github.com:a/b.git", None) == "git@github.com:a/b.git"
+    assert urls.normalize_repo("/abs/repo.git", pins) == "/abs/repo.git"
+    assert urls.normalize_repo("https://github.com/a/b.git", pins) == "https://github.com/a/b.git"
+    assert urls.normalize_repo("git@github.com:a/b.git", None) == "git@github.com:a/b.git"
     with pytest.raises(SourceError, match="relative path"):
-        sources.normalize_repo("../x.bundle", None)
+        urls.normalize_repo("../x.bundle", None)
 
 
 def test_mirror_name_is_readable_and_keyed_by_the_exact_url() -> None:
-    a = sources.mirror_name("https://github.com/NVIDIA/TransformerEngine.git")
+    a = urls.mirror_name("https://github.com/NVIDIA/TransformerEngine.git")
     assert a.startswith("TransformerEngine-") and len(a) == len("TransformerEngine-") + 16
-    assert a == sources.mirror_name("https://github.com/NVIDIA/TransformerEngine.git")
-    assert a != sources.mirror_name("https://github.com/NVIDIA/TransformerEngine")
-    assert sources.mirror_name("/x/demo/sources/fastmath.bundle").startswith("fastmath-")
-    assert sources.mirror_name("git@github.com:deepseek-ai/DeepEP.git").startswith("DeepEP-")
-    assert sources.mirror_name("https://host/").startswith("host-")
+    assert a == urls.mirror_name("https://github.com/NVIDIA/TransformerEngine.git")
+    assert a != urls.mirror_name("https://github.com/NVIDIA/TransformerEngine")
+    assert urls.mirror_name("/x/demo/sources/fastmath.bundle").startswith("fastmath-")
+    assert urls.mirror_name("git@github.com:deepseek-ai/DeepEP.git").startswith("DeepEP-")
+    assert urls.mirror_name("https://host/").startswith("host-")
 
 
 def test_insteadof_args_pass_each_mirror_as_git_config() -> None:
-    assert sources.insteadof_args({
+    assert urls.insteadof_args({
         "https://github.com/": "file:///srv/mirrors/github/",
         "https://gitlab.example/": "https://mirror.example/gitlab/",
     }) == [
         "-c", "url.file:///srv/mirrors/github/.insteadOf=https://github.com/",
         "-c", "url.https://mirror.example/gitlab/.insteadOf=https://gitlab.example/",
     ]
-    assert sources.insteadof_args({}) == []
+    assert urls.insteadof_args({}) == []
 
 
 @pytest.mark.parametrize(("super_url", "sub_url", "expected"), [
@@ -105,12 +105,12 @@ def test_insteadof_args_pass_each_mirror_as_git_config() -> None:
     ("/srv/repos/super", "../lib", "/srv/repos/lib"),
 ])
 def test_resolve_submodule_url_like_git(super_url: str, sub_url: str, expected: str) -> None:
-    assert sources.resolve_submodule_url(super_url, sub_url) == expected
+    assert urls.resolve_submodule_url(super_url, sub_url) == expected
 
 
 def test_resolve_submodule_url_refuses_to_climb_above_the_url() -> None:
     with pytest.raises(SourceError, match="climbs above"):
-        sources.resolve_submodule_url("super", "../../x")
+        urls.resolve_submodule_url("super", "../../x")
 
 
 def test_parse_gitmodules() -> None:
@@ -120,7 +120,7 @@ def test_parse_gitmodules() -> None:
             "submodule.cutlass.url\nhttps://github.com/NVIDIA/cutlass.git\0"
             "submodule.cutlass.branch\nmain\0"
             "submodule.nourl.path\nx\0")
-    assert sources.parse_gitmodules(text) == {
+    assert gitrun.parse_gitmodules(text) == {
         "3rdparty/cudnn-frontend": "https://github.com/NVIDIA/cudnn-frontend.git",
         "3rdparty/cutlass": "https://github.com/NVIDIA/cutlass.git",
     }
@@ -131,7 +131,7 @@ def test_parse_ls_tree_gitlinks() -> None:
             "160000 commit 57e3cfb47a2d9e0d46eb6335c3dc411498efa198\t3rdparty/cutlass\0"
             "120000 blob 2222222222222222222222222222222222222222\tlink\0"
             "160000 commit f8d7d77c06936315286eb55f8de22cd23c188571\t3rdparty/googletest\0")
-    assert sources.parse_ls_tree_gitlinks(text) == {
+    assert gitrun.parse_ls_tree_gitlinks(text) == {
         "3rdparty/cutlass": "57e3cfb47a2d9e0d46eb6335c3dc411498efa198",
         "3rdparty/googletest": "f8d7d77c06936315286eb55f8de22cd23c188571",
     }
@@ -141,9 +141,9 @@ def test_parse_ls_remote_keeps_branches_tags_and_pr_heads_only() -> None:
     a, b, c, d, e = ("a" * 40, "b" * 40, "c" * 40, "d" * 40, "e" * 40)
     text = (f"{a}\tHEAD\n{a}\trefs/heads/main\n{b}\trefs/tags/v2.9\n{c}\trefs/pull/2146/head\n"
             f"{d}\trefs/pull/2146/merge\n{e}\trefs/notes/commits\n{b}\trefs/tags/v2.9^{{}}\n")
-    assert sources.parse_ls_remote(text, pulls=True) == {
+    assert gitrun.parse_ls_remote(text, pulls=True) == {
         "refs/heads/main": a, "refs/tags/v2.9": b, "refs/pull/2146/head": c}
-    assert sources.parse_ls_remote(text, pulls=False) == {"refs/heads/main": a, "refs/tags/v2.9": b}
+    assert gitrun.parse_ls_remote(text, pulls=False) == {"refs/heads/main": a, "refs/tags/v2.9": b}
 
 
 def _patch(name: str, sha: str) -> PatchFile:
@@ -156,8 +156,8 @@ def test_prepare_key_covers_commit_changes_their_order_and_exact_commits() -> No
     p2 = PrChange(number=2150, head="b" * 40, commits=("d" * 40, "b" * 40))
     pick = PickChange(sha="e" * 40)
 
-    def key(*changes: sources.Change, commit: str = base) -> str:
-        return sources.prepare_key(commit, changes)
+    def key(*changes: prepare.Change, commit: str = base) -> str:
+        return prepare.prepare_key(commit, changes)
 
     k = key(pick, p1, p2, _patch("x.patch", "0" * 64))
     assert k == key(pick, p1, p2, _patch("x.patch", "0" * 64))
@@ -199,16 +199,16 @@ def test_prepare_key_covers_commit_changes_their_order_and_exact_commits() -> No
     ("fatal: protocol error: bad pack header from 127.0.0.1:40123", "other"),
 ])
 def test_classify_failure(stderr: str, kind: str) -> None:
-    assert sources.classify_failure(stderr) == kind
+    assert gitrun.classify_failure(stderr) == kind
 
 
 def test_mirror_hint_names_the_host_base_and_both_ways_to_configure_a_mirror() -> None:
-    hint = sources.mirror_hint("https://github.com/NVIDIA/TransformerEngine.git")
+    hint = urls.mirror_hint("https://github.com/NVIDIA/TransformerEngine.git")
     assert '[git_mirrors] "https://github.com/" = "<mirror base>"' in hint
     assert "BUILDCTL_GIT_MIRRORS='https://github.com/=<mirror base>'" in hint
     assert "git config --global url.<mirror base>.insteadOf https://github.com/" in hint
     assert "refs/pull/*/head" in hint and "submodule" in hint
-    assert "insteadOf git@github.com:" in sources.mirror_hint("git@github.com:deepseek-ai/DeepEP.git")
+    assert "insteadOf git@github.com:" in urls.mirror_hint("git@github.com:deepseek-ai/DeepEP.git")
 
 
 def test_conflict_files_from_apply() -> None:
@@ -216,29 +216,29 @@ def test_conflict_files_from_apply() -> None:
               "error: transformer_engine/pytorch/module/base.py: patch does not apply\n"
               "error: setup.py: does not exist in index\n"
               "error: new.txt: already exists in index\n")
-    assert sources.conflict_files_from_apply(stderr) == [
+    assert prepare.conflict_files_from_apply(stderr) == [
         "transformer_engine/pytorch/module/base.py", "setup.py", "new.txt"]
-    assert sources.conflict_files_from_apply("error: No valid patches in input") == []
+    assert prepare.conflict_files_from_apply("error: No valid patches in input") == []
 
 
 def test_shortest_unique_prefixes() -> None:
     shas = ["abc1234" + "0" * 33, "abc1234" + "1" * 33, "abc1235" + "0" * 33]
-    assert sources.shortest_unique_prefixes(shas, 8) == {
+    assert resolve.shortest_unique_prefixes(shas, 8) == {
         shas[0]: "abc12340", shas[1]: "abc12341", shas[2]: "abc12350"}
-    assert sources.shortest_unique_prefixes(shas[:1], 8) == {shas[0]: "abc12340"}
+    assert resolve.shortest_unique_prefixes(shas[:1], 8) == {shas[0]: "abc12340"}
 
 
 def test_check_patch(tmp_path: Path) -> None:
     f = tmp_path / "fix.patch"
     f.write_bytes(b"--- a/x\n+++ b/x\n")
     good = hashlib.sha256(f.read_bytes()).hexdigest()
-    sources.check_patch(PatchFile(name="patches/fix.patch", path=f, sha256=good))
+    prepare.check_patch(PatchFile(name="patches/fix.patch", path=f, sha256=good))
     with pytest.raises(SourceError) as bad:
-        sources.check_patch(PatchFile(name="patches/fix.patch", path=f, sha256="0" * 64))
+        prepare.check_patch(PatchFile(name="patches/fix.patch", path=f, sha256="0" * 64))
     assert "patch patches/fix.patch does not match its sha256" in str(bad.value)
     assert good in str(bad.value) and "0" * 64 in str(bad.value)
     with pytest.raises(SourceError, match=r"patch patches/gone.patch cannot be read"):
-        sources.check_patch(PatchFile(name="patches/gone.patch", path=tmp_path / "gone.patch", sha256=good))
+        prepare.check_patch(PatchFile(name="patches/gone.patch", path=tmp_path / "gone.patch", sha256=good))
 
 
 def test_prepared_tree_short_sha_is_what_rev_parse_short_prints_in_an_export() -> None:

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from buildctl.sources.sources import mirror_name
+from buildctl.sources.urls import mirror_name
 
 
 def main(mirrors: Path, cache: Path, specs: list[str]) -> None:
