@@ -26,6 +26,7 @@ CHECK_NAMES: tuple[str, ...] = (
     "arch",
     "megatron-args",
     "requirements",
+    "train",
 )
 StubMode = Literal["auto", "always", "never"]
 STUB_MODES: tuple[StubMode, ...] = ("auto", "always", "never")
@@ -185,6 +186,13 @@ class Section:
         if isinstance(v, bool):
             return v
         raise SectionError(f"{self._key(key)}: expected true or false, got {v!r}")
+
+    def number(self, key: str, default: float, *, low: float = 0.0, high: float = MAX_PROBE_TIMEOUT_S) -> float:
+        """A finite number with low < value <= high (booleans are not numbers here)."""
+        v = self.data.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not low < v <= high:
+            raise SectionError(f"{self._key(key)}: expected a number above {low:g} and at most {high:g}, got {v!r}")
+        return float(v)
 
     def strs(self, key: str) -> tuple[str, ...]:
         v = self.data.get(key, [])

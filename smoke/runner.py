@@ -23,6 +23,7 @@ from smoke.checks import (
     mxfp8,
     protected,
     requirements,
+    train,
     versions,
 )
 from smoke.driver import Driver
@@ -42,6 +43,7 @@ CHECKS: dict[str, Check] = {
     "arch": Check(name="arch", build=arch.build, gpu=None),
     "megatron-args": Check(name="megatron-args", build=megatron_args.build, gpu=megatron_args.gpu),
     "requirements": Check(name="requirements", build=requirements.build, gpu=None),
+    "train": Check(name="train", build=None, gpu=train.gpu),
 }
 
 

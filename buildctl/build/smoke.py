@@ -30,6 +30,7 @@ from buildctl.engine.imageview import RunOutcome
 from buildctl.errors import Location, ManifestError, SmokeFailed, UsageError
 from buildctl.graph.entrypoint import (
     PATH_REF,
+    SCRIPT_PATH,
     arg_key,
     effective_args,
     launches,
@@ -45,6 +46,7 @@ from buildctl.manifest.model import (
     InstallKind,
     Manifest,
     SmokeCheckName,
+    TrainSpec,
     Variant,
 )
 
@@ -245,6 +247,14 @@ def _moe_shape(args: Sequence[str]) -> dict[str, int] | None:
     return out
 
 
+def train_section(manifest: Manifest, variant: Variant, spec: TrainSpec) -> dict[str, Any]:
+    """The train check's section: the baked launch script, the profile it runs, and that launch's shape."""
+    launch = launches(manifest, variant)[spec.profile]
+    assert manifest.entrypoint is not None
+    return {"profile": spec.profile, "script": SCRIPT_PATH, "launcher": manifest.entrypoint.launcher.kind,
+            "gpus": launch.gpus, "min_steps": spec.min_steps, "timeout_s": spec.timeout_s}
+
+
 def expect_for(manifest: Manifest, lock: VariantLock | None, variant: Variant, *,
                base_packages: Mapping[str, str] | None = None, profile: str | None = None) -> Expectation:
     """The expectation for one variant's image, from the manifest and (when there is one) its lock.
@@ -327,6 +337,10 @@ def expect_for(manifest: Manifest, lock: VariantLock | None, variant: Variant, *
                                    "gpu_archs": list(variant.gpu_archs)}
     else:
         need("megatron-args", "entrypoint.megatron names no Megatron-LM component")
+    if smoke.train is not None and manifest.entrypoint is not None:
+        checks["train"] = train_section(manifest, variant, smoke.train)
+    else:
+        need("train", "smoke.train names no profile")
     trees = tuple(c.install.path for c in manifest.components
                   if c.install.kind is InstallKind.SOURCE_TREE and c.install.path)
     return Expectation(

@@ -125,11 +125,22 @@ def _lay_over(base: tuple[Arg, ...], over: tuple[Arg, ...]) -> tuple[Arg, ...]:
     return tuple(out)
 
 
+def profile_start(entrypoint: Entrypoint, profile: Profile) -> tuple[Arg, ...]:
+    """The arguments a profile starts from: the entrypoint's, or those of the profile it ``extends``."""
+    parent = profile.extends
+    if parent is None or parent == BASE_PROFILE or parent not in entrypoint.profiles:
+        return entrypoint.args  # an unknown parent is the loader's error (pins._check_derived)
+    return effective_args(entrypoint, entrypoint.profiles[parent])
+
+
 def effective_args(entrypoint: Entrypoint, profile: Profile | None) -> tuple[Arg, ...]:
-    """The entrypoint's arguments with a profile laid over them (see ``_lay_over``)."""
+    """The entrypoint's arguments with a profile laid over them: what it starts from (``profile_start``),
+    less the options it drops, with its arguments laid over the rest (see ``_lay_over``)."""
     if profile is None:
         return entrypoint.args
-    return _lay_over(entrypoint.args, profile.args)
+    dropped = set(profile.drop)
+    start = tuple(a for a in profile_start(entrypoint, profile) if arg_key(a.flag) not in dropped)
+    return _lay_over(start, profile.args)
 
 
 def gpu_count(entrypoint: Entrypoint, profile: Profile | None) -> int | None:

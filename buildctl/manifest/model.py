@@ -33,6 +33,7 @@ SmokeCheckName = Literal[
     "arch",  # compiled extensions carry the variant's GPU arch
     "megatron-args",  # baked arguments parse with Megatron's parser
     "requirements",  # pip check in the image reports nothing the base did not (our layers broke no requirement)
+    "train",  # GPU tier: the launch script trains smoke.train.profile for a few steps, the loss finite and falling
 ]
 SMOKE_CHECKS: tuple[str, ...] = typing.get_args(SmokeCheckName)
 
@@ -376,6 +377,11 @@ class Launcher:
 class Profile:
     """A named launch configuration: arguments laid over the entrypoint's, and the GPUs they run on.
 
+    A profile starts from the entrypoint's arguments, or with ``extends`` from another profile's (a
+    scaled-down proxy of a full profile, say); ``drop`` removes options from that start, then ``args``
+    are laid over it. A derived profile states why each option it sets or drops differs (``reasons``),
+    so that a proxy says how it departs from the run it stands for.
+
     ``gpus`` is the world size; ``nodes`` the node count (``gpus_per_node`` = gpus / nodes), from which
     the launcher's words follow. ``upstream_defect`` marks a profile kept as an upstream example ships
     it although it cannot run: the launch script refuses it and lint-args errors on it are expected.
@@ -384,7 +390,12 @@ class Profile:
     description: str = ""
     gpus: int = field(metadata=_doc("GPUs the profile runs on (nodes x GPUs per node)"))
     nodes: int = field(default=1, metadata=_doc("nodes the GPUs are spread over (gpus must divide by it)"))
+    extends: str | None = field(default=None, metadata=_doc(
+        "the profile this one derives from ('base': the entrypoint's arguments); needs a reason per change"))
+    drop: tuple[str, ...] = field(default=(), metadata=_doc("options removed from what the profile starts from"))
     args: tuple[Arg, ...] = field(default=(), metadata=_doc("arguments replaced or added by this profile"))
+    reasons: Mapping[str, str] = field(default_factory=dict, metadata=_doc(
+        "option -> why this profile sets or drops it (one for every change of a derived profile)"))
     upstream_defect: str = field(default="", metadata=_doc("why this profile, kept as upstream ships it, cannot run"))
     at: Location = loc()
 
@@ -438,6 +449,16 @@ class EntrypointOverride:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TrainSpec:
+    """The ``train`` check: which launch profile trains on the GPU tier, and how long it may take."""
+
+    profile: str = field(metadata=_doc("a launch profile (a proxy that fits the GPU host), or 'base'"))
+    min_steps: int = field(default=20, metadata=_doc("logged training steps the run must reach"))
+    timeout_s: int = field(default=900, metadata=_doc("the run is stopped after this long and fails"))
+    at: Location = loc()
+
+
+@dataclass(frozen=True, kw_only=True)
 class SmokeSpec:
     required: tuple[SmokeCheckName, ...] = ()
     gpu_tier: GpuTier = GpuTier.REQUIRED
@@ -445,6 +466,7 @@ class SmokeSpec:
     python: str = field(default="python3", metadata=_doc("interpreter the training runs with"))
     imports: tuple[str, ...] = field(default=(), metadata=_doc("modules the imports check imports"))
     timeout_s: int = 300
+    train: TrainSpec | None = field(default=None, metadata=_doc("the GPU tier's train check (profile to run)"))
     at: Location = loc()
 
 

@@ -28,7 +28,7 @@ from packaging.version import InvalidVersion
 
 from buildctl import syntax
 from buildctl.errors import Location, ManifestError, ManifestErrors, UsageError
-from buildctl.graph.entrypoint import BASE_PROFILE, TORCHRUN_OWNED, arg_key
+from buildctl.graph.entrypoint import BASE_PROFILE, TORCHRUN_OWNED, arg_key, profile_start
 from buildctl.manifest import model
 from buildctl.manifest.model import (
     NOWHERE,
@@ -129,6 +129,9 @@ FIELD_RULES: Mapping[tuple[str, str], FieldRule] = {
     ("Launcher", "args"): FieldRule(value=syntax.text),
     ("Profile", "description"): FieldRule(value=syntax.prose),
     ("Profile", "upstream_defect"): FieldRule(value=syntax.prose),
+    ("Profile", "extends"): FieldRule(value=syntax.name),
+    ("Profile", "drop"): FieldRule(value=syntax.regex(OPTION_RE, "an option such as '--fp8-recipe'")),
+    ("Profile", "reasons"): FieldRule(value=syntax.prose, key=syntax.regex(OPTION_RE, "an option such as '--num-layers'")),
     ("EntrypointOverride", "env"): FieldRule(value=syntax.text, key=syntax.env_name),
     ("EntrypointOverride", "drop"): FieldRule(value=syntax.regex(OPTION_RE, "an option such as '--fp8-recipe'")),
     ("EntrypointOverride", "default_profile"): FieldRule(value=syntax.name),
@@ -140,6 +143,7 @@ FIELD_RULES: Mapping[tuple[str, str], FieldRule] = {
     ("SmokeSpec", "python"): FieldRule(value=syntax.interpreter),
     ("SmokeSpec", "imports"): FieldRule(value=syntax.module),
     ("SmokeSpec", "gpu_waiver"): FieldRule(value=syntax.prose),
+    ("TrainSpec", "profile"): FieldRule(value=syntax.name),
     ("PushSpec", "registry"): FieldRule(value=syntax.host_port),
     ("PushSpec", "repository"): FieldRule(value=syntax.repository),
 }
@@ -147,6 +151,8 @@ FIELD_RULES: Mapping[tuple[str, str], FieldRule] = {
 NUMBER_RULES: Mapping[tuple[str, str], tuple[float, float]] = {
     ("ComponentBuild", "memory_per_job_gib"): (0.0, 4096.0),
     ("SmokeSpec", "timeout_s"): (0.0, 86_400.0),
+    ("TrainSpec", "timeout_s"): (0.0, 86_400.0),
+    ("TrainSpec", "min_steps"): (0.0, 1_000_000.0),
     ("Profile", "gpus"): (0.0, 1_000_000.0),
     ("Profile", "nodes"): (0.0, 100_000.0),
     ("Entrypoint", "gpus"): (0.0, 1_000_000.0),
@@ -679,8 +685,17 @@ def _semantic(m: Manifest, ld: _Loader, base_dir: Path) -> None:
             err(at(s, "required"), f"unknown smoke check {check!r}")
     if s.gpu_tier is GpuTier.WAIVED and not s.gpu_waiver:
         err(at(s, "gpu_tier"), "smoke.gpu_tier is 'waived' but smoke.gpu_waiver does not say why")
-
     e = m.entrypoint
+    if "train" in s.required and s.train is None:
+        err(at(s, "required"), "smoke.required lists 'train' but smoke.train names no profile to train",
+            fix="add `train: {profile: NAME}` under smoke (a launch profile that fits one GPU host)")
+    if s.train is not None:
+        if e is None:
+            err(at(s, "train"), "smoke.train: the stack has no entrypoint to train with")
+        elif s.train.profile != BASE_PROFILE and s.train.profile not in e.profiles:
+            err(at(s.train, "profile"), f"smoke.train.profile {s.train.profile!r} is not a profile of the entrypoint",
+                fix=_Loader._closest(s.train.profile, e.profiles) or "declare the profile under entrypoint.profiles")
+
     if e is not None:
         _check_entrypoint(m, e, err, at, download_names, component_names)
     else:
@@ -733,6 +748,7 @@ def _check_entrypoint(m: Manifest, e: model.Entrypoint, err: Any, at: Any, downl
             err(p.at, f"invalid profile name {name!r}",
                 fix=f"{BASE_PROFILE!r} names the arguments without a profile at run time; choose another name")
         _check_topology(err, at(p, "nodes"), f"profile {name}", p.gpus, p.nodes)
+        _check_derived(err, at, e, name, p, tuple(a for v in m.variants for a in v.entrypoint.args))
     base_options = {arg_key(a.flag) for a in e.args}
     for v in m.variants:
         o = v.entrypoint
@@ -746,6 +762,39 @@ def _check_entrypoint(m: Manifest, e: model.Entrypoint, err: Any, at: Any, downl
         if o.gpus is not None or o.nodes is not None:
             _check_topology(err, at(o, "gpus" if o.gpus is not None else "nodes"), f"variant {v.name} entrypoint",
                             o.gpus if o.gpus is not None else e.gpus, o.nodes if o.nodes is not None else e.nodes)
+
+
+def _check_derived(err: Any, at: Any, e: model.Entrypoint, name: str, p: model.Profile,
+                   variant_args: tuple[model.Arg, ...]) -> None:
+    """A profile's ``extends``, ``drop`` and ``reasons`` against what it starts from."""
+    chain = [name]
+    parent = p.extends
+    while parent is not None and parent != BASE_PROFILE:
+        if parent not in e.profiles:
+            err(at(p, "extends"), f"profile {name}: extends {parent!r}, which is not a profile",
+                fix=_Loader._closest(parent, e.profiles) or f"name a profile or {BASE_PROFILE!r}")
+            return
+        if parent in chain:
+            err(at(p, "extends"), f"profile {name}: extends forms a cycle ({' -> '.join([*chain, parent])})",
+                fix="a profile derives from the entrypoint or from a profile that does not derive from it")
+            return
+        chain.append(parent)
+        parent = e.profiles[parent].extends
+    # what the profile starts from, with what any variant adds to the entrypoint's arguments
+    start = {arg_key(a.flag) for a in profile_start(e, p)} | {arg_key(a.flag) for a in variant_args}
+    for option in p.drop:
+        if option not in start:
+            err(at(p, "drop"), f"profile {name}: drop: {option} is not in the arguments it starts from",
+                fix=_Loader._closest(option, start))
+    changed = {*p.drop, *(arg_key(a.flag) for a in p.args)}
+    for option in p.reasons:
+        if option not in changed:
+            err(at(p, "reasons"), f"profile {name}: reasons: {option} is neither set nor dropped by this profile",
+                fix="give reasons only for the options the profile sets (args) or removes (drop)")
+    if p.extends is not None:
+        for option in sorted(changed - set(p.reasons)):
+            err(at(p, "reasons"), f"profile {name} derives from {p.extends} and changes {option} without a reason",
+                fix=f"add `{option}: <why this profile differs>` under reasons")
 
 
 # -------------------------------------------------------------------------------------------- aliases

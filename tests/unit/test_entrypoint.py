@@ -281,7 +281,9 @@ def test_the_guides_awkward_values_are_single_words() -> None:
     assert "  --cuda-graph-scope attn moe_router moe_preprocess\n" in script
     assert "  --data-path \"${DATA_PATH}\"\n" in script
     # every manifest argument is on its own line and reads back, with shlex, as its words
-    lines = script[script.index("    args=(\n") + 11:script.index("\n    )\n")].splitlines()
+    # (the base launch's block: profiles come first in the script, `base` after them)
+    start = script.index("    args=(\n", script.index("\n  base)\n"))
+    lines = script[start + 11:script.index("\n    )\n", start)].splitlines()
     assert ds.entrypoint is not None
     assert len(lines) == len(ds.entrypoint.args) == 128
     for line, arg in zip(lines, ds.entrypoint.args, strict=True):
