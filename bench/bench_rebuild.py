@@ -69,7 +69,7 @@ from buildctl.config import Config, load_config  # noqa: E402
 from buildctl.engine.engine import Engine  # noqa: E402
 from buildctl.errors import BuildctlError  # noqa: E402
 from buildctl.graph.specs import CompileEnvNodeSpec, PipPin, PythonNodeSpec  # noqa: E402
-from buildctl.services import target  # noqa: E402
+from buildctl.services import building, target  # noqa: E402
 from buildctl.sources.sources import Sources  # noqa: E402
 
 DEMO_REGISTRY = "127.0.0.1:5000"
@@ -335,9 +335,9 @@ class Bench:
         if nocache:
             config = self.config(cache)
             start = time.monotonic()
-            report = pipeline.run(t, engines=[eng], config=config, progress=Quiet(), project=self.project,
-                                  sources=Sources.from_config(config, base_dir=self.project / "pins"),
-                                  options=pipeline.Options(jobs=2, skip_smoke=True, nocache=True))
+            report = building.build_target(t, engines=[eng], config=config, progress=Quiet(), project=self.project,
+                                           sources=Sources.from_config(config, base_dir=self.project / "pins"),
+                                           options=pipeline.Options(jobs=2, skip_smoke=True, nocache=True))
             seconds = time.monotonic() - start
             built = report.built
         else:

@@ -1,11 +1,11 @@
 """Building a stack's variant: what the host prepares first, then the missing nodes, in parallel.
 
-Order (each step fails before the next starts):
+Its input is a ``BuildInput`` (inputs.py: the graph, names, a few values; never the manifest or the
+lock file) and the plan (buildctl.graph.plan), made once this run holds the stack's lock; the plan
+alone decides, per node, have / pull / build / publish. Order (each step fails before the next starts):
 
-1. without a lock, say what cannot be reached (base registry, git remotes) or that it must be locked;
-2. decide per node, walking back from the final image: present (locally; for a wheel, in the wheel
-   cache), pull from the registry, or build; only ancestors of a node to build are looked at, so a run
-   with nothing to do asks the engine about one image;
+1. (before this module: buildctl.services.building checks the lock);
+2. the plan: its actions are executed, nothing else (``buildctl plan`` shows the same actions);
 3. the engine's platform against the variant's;
 4. on the host: prepare the git sources the builds need (a PR that does not apply stops here),
    download and verify downloads, download the pip wheels the builds install;
@@ -48,27 +48,26 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from buildctl import quoting, runs, safepath
 from buildctl.build import normalise, wheelhouse
+from buildctl.build.inputs import BuildInput
 from buildctl.config import Config
 from buildctl.errors import (
     BuildctlError,
     BuildFailed,
     EngineError,
     Interrupted,
-    LockError,
     SmokeFailed,
-    UnreachableError,
     UsageError,
 )
 from buildctl.graph import render
-from buildctl.graph.graph import Node, shared_labels
-from buildctl.graph.plan import ArchCheck
+from buildctl.graph.graph import Graph, Node, shared_labels
+from buildctl.graph.plan import ArchCheck, Plan
 from buildctl.graph.records import NodeRecord, RecordStore, state_root
 from buildctl.graph.specs import (
     AssembleNodeSpec,
@@ -81,19 +80,13 @@ from buildctl.graph.specs import (
     SystemNodeSpec,
     WheelNodeSpec,
 )
-from buildctl.lock import lockfile
-from buildctl.manifest.model import InstallKind, ReproLevel
-from buildctl.repro import repro
 from buildctl.sources.export import BUILD_GIT_ENV
 from buildctl.sources.index import DEFAULT_INDEX, HttpFetcher, SimpleIndex
 
 if TYPE_CHECKING:
     from buildctl.engine.engine import Engine
-    from buildctl.services.target import Target
-    from buildctl.sources.prepare import PreparedTree
-    from buildctl.sources.sources import Sources
 
-Action = Literal["have", "pull", "build"]
+Action = Literal["have", "pull", "build"]  # what a build executes (the plan's have / pull / build)
 Outcome = Literal["cached", "pulled", "built"]
 SMOKE_LABEL = "io.buildctl.smoke"
 
@@ -176,28 +169,45 @@ def project_source(project: Path) -> tuple[str, str]:
     return git("config", "--get", "remote.origin.url") or "buildctl", git("rev-parse", "HEAD") or "unknown"
 
 
+def executed(plan: Plan) -> tuple[dict[str, Action], set[str]]:
+    """What a build executes of a plan: each needed node's action (skipped nodes left out) and the present
+    nodes it publishes. A node the plan could not decide stops the build before anything starts."""
+    actions: dict[str, Action] = {}
+    for p in plan.nodes:
+        if p.action == "unknown":
+            raise BuildFailed(f"cannot decide what to do with {p.node.name} of {plan.graph.stack}/{plan.graph.variant}",
+                              why=p.because + (f" ({p.note})" if p.note else ""),
+                              fix="check that the engine and the registry answer (`buildctl plan`), then build again")
+        if p.action != "skip":
+            actions[p.node.name] = p.action
+    return actions, set(plan.to_publish)
+
+
 # ------------------------------------------------------------------------------------------ the run
 
 
-def run(t: Target, *, engines: Sequence[Engine], config: Config, sources: Sources, progress: Progress,
-        project: Path, options: Options | None = None, smoke_gate: SmokeGate | None = None) -> Report:
+def run(job: BuildInput, *, decide: Callable[[], Plan], engines: Sequence[Engine], config: Config,
+        progress: Progress, project: Path, options: Options | None = None,
+        smoke_gate: SmokeGate | None = None) -> Report:
+    """Build ``job`` as the plan says. ``decide`` makes the plan (buildctl.graph.plan.make) once this run holds
+    the stack's lock, so that a run that waited for another plans with what that one built."""
     if not engines:
         raise UsageError("no engine to build with")
-    if len(engines) > 1 and t.registry is None:
+    if len(engines) > 1 and job.registry is None:
         raise UsageError("several engines share a build through a registry, and there is none",
                          fix="pass --registry HOST:PORT (or set `registry` in the configuration)")
-    return _Build(t, engines=engines, config=config, sources=sources, progress=progress, project=project,
+    return _Build(job, decide=decide, engines=engines, config=config, progress=progress, project=project,
                   options=options or Options(), smoke_gate=smoke_gate).run()
 
 
 class _Build:
-    def __init__(self, t: Target, *, engines: Sequence[Engine], config: Config, sources: Sources,
+    def __init__(self, job: BuildInput, *, decide: Callable[[], Plan], engines: Sequence[Engine], config: Config,
                  progress: Progress, project: Path, options: Options, smoke_gate: SmokeGate | None) -> None:
-        self.t = t
-        self.g = t.graph
+        self.t = job
+        self.g = job.graph
+        self.decide = decide
         self.engines = list(engines)
         self.config = config
-        self.sources = sources
         self.progress = progress
         self.project = project
         self.opt = options
@@ -234,115 +244,6 @@ class _Build:
     def log_file(self, name: str) -> Path:
         return self.config.cache.node_log(self.g.stack, self.g.variant, name.replace(":", "-"))
 
-    # -- 1. lock
-
-    def _require_lock(self) -> None:
-        lockfile.refuse_partial(self.t.lock, self.g.variant, action="build",
-                                lock_file=str(lockfile.lock_path(self.t.manifest_path)))
-        unlocked = [(n.name, u) for n in self.g.nodes for u in n.unlocked]
-        if not unlocked:
-            return
-        if self.t.vlock is None:
-            self._report_unreachable()
-            raise LockError(
-                f"{self.g.stack} has no lock for variant {self.g.variant}: nothing to build from",
-                why="builds use exact versions, digests and SHAs only",
-                fix=f"run `buildctl lock {self.g.stack} --variant {self.g.variant}` (or `make lock`) first")
-        listed = "; ".join(f"{n}: {u}" for n, u in unlocked[:6]) + (" ..." if len(unlocked) > 6 else "")
-        raise LockError(f"the lock of {self.g.stack} does not cover the manifest any more ({listed})",
-                        why="the manifest changed since it was locked",
-                        fix=f"re-lock: `buildctl lock {self.g.stack} --variant {self.g.variant}`")
-
-    def _report_unreachable(self) -> None:
-        """Without a lock nothing can be built; if the base or git hosts cannot be reached, say that first."""
-        problems: list[UnreachableError] = []
-        try:
-            if not self.e0.image_exists(self.t.base_ref):
-                self.e0.registry_digest(self.t.base_ref)
-        except UnreachableError as exc:
-            problems.append(exc)
-        seen: set[str] = set()
-        for c in self.t.manifest.components:
-            url = self.sources.url(c.repo)
-            host = url.split("://", 1)[-1].split("/", 1)[0]
-            if host in seen:
-                continue
-            seen.add(host)
-            try:
-                self.sources.resolve_commit(c.repo, c.commit, branch=c.branch)
-            except UnreachableError as exc:
-                problems.append(exc)
-            except BuildctlError:
-                pass  # reachable; the lock will report what is wrong with it
-        if not problems:
-            return
-        raise UnreachableError(
-            f"cannot build {self.g.stack}/{self.g.variant} here: "
-            + "; ".join(p.what for p in problems),
-            why="\n".join(p.why for p in problems if p.why),
-            fix="\n  ".join(p.fix for p in problems if p.fix)
-                + f"\n  then `buildctl lock {self.g.stack} --variant {self.g.variant}` and build again")
-
-    # -- 2. decide
-
-    def _wheel_file(self, node: Node) -> Path | None:
-        assert node.component
-        folder = self.config.cache.wheels / node.component / node.key
-        found = sorted(folder.glob("*.whl")) if folder.is_dir() else []
-        return found[0] if len(found) == 1 else None
-
-    def _trusted(self, node: Node) -> bool:
-        """A local tag counts only with the record of a completed build of that key (written before the tag)."""
-        return self.records.has(self.g.stack, self.g.variant, node.name, node.key)
-
-    def _in_registry(self, ref: str) -> bool:
-        return self.t.registry is not None and self.e0.registry_digest(ref) is not None
-
-    def _decide(self) -> tuple[dict[str, Action], set[str]]:
-        """Action per node needed for the final image, and the present nodes the registry lacks."""
-        actions: dict[str, Action] = {}
-        publish: set[str] = set()
-
-        def visit(name: str) -> None:
-            if name in actions:
-                return
-            node = self.g.node(name)
-            ref = self.ref(name)
-            if node.kind == "base":
-                actions[name] = "have" if self.e0.image_exists(ref) else "pull"
-                return
-            local = self.e0.image_exists(ref)
-            if local and not self._trusted(node):
-                local = False  # tagged, but no record says a build of this key completed
-                self.untrusted.add(name)
-            if node.kind == "wheel":
-                f = self._wheel_file(node)
-                if f is not None:
-                    self.wheels[node.component or ""] = f
-                    actions[name] = "have"
-                    if self.t.registry and not self._in_registry(ref):
-                        publish.add(name)
-                    return
-                if local or self._in_registry(ref):
-                    actions[name] = "pull"  # the wheel comes out of its image
-                    return
-            else:
-                if local:
-                    actions[name] = "have"
-                    self.where.setdefault(name, set()).add(self.e0.name)
-                    if self.t.registry and not self._in_registry(ref):
-                        publish.add(name)
-                    return
-                if self._in_registry(ref):
-                    actions[name] = "pull"
-                    return
-            actions[name] = "build"
-            for p in node.parents:
-                visit(p)
-
-        visit(self.g.final.name)
-        return actions, publish
-
     # -- 3. platform
 
     def _check_platform(self) -> None:
@@ -357,17 +258,14 @@ class _Build:
 
     def _prepare_sources(self, actions: Mapping[str, Action]) -> None:
         """Prepared, exported source trees for every compile and source-tree install to run."""
-        assert self.t.vlock is not None
         wanted = [n.component for n in self.g.nodes if n.kind == "wheel" and actions.get(n.name) == "build"]
-        if actions.get("assemble") == "build":
-            wanted += [c.name for c in self.t.manifest.components if c.install.kind is InstallKind.SOURCE_TREE]
-        for name in wanted:
+        assemble = self.g.node("assemble").spec if "assemble" in self.g.names() else None
+        if actions.get("assemble") == "build" and isinstance(assemble, AssembleNodeSpec):
+            wanted += [tr.component for tr in assemble.trees]
+        for name in dict.fromkeys(wanted):
             assert name is not None
-            c = self.t.manifest.component(name)
-            locked = self.t.vlock.components[name]
-            self.progress.node(self._node_for(name), "sources", f"preparing {name} at {locked.tree[:12]}")
-            prepared: PreparedTree = self.sources.prepare_component(c, locked)
-            self.prepared[name] = self.sources.exported(prepared)
+            self.progress.node(self._node_for(name), "sources", f"preparing {name} at {self.t.sources.tree(name)[:12]}")
+            self.prepared[name] = self.t.sources.export(name)
 
     def _node_for(self, component: str) -> str:
         return f"wheel:{component}" if f"wheel:{component}" in self.g.names() else "assemble"
@@ -435,7 +333,7 @@ class _Build:
         self.pip = wheelhouse.download(
             sorted((p for p in pins.values() if not p.download and not p.sdist), key=lambda p: (p.name, p.version or "")),
             folder=self.config.cache.downloads / "pip",
-            python=self.t.variant.python, platform=self.g.platform, config=self.config,
+            python=self.t.python, platform=self.g.platform, config=self.config,
             log_file=self.log_file("pip-download"))
 
     def _build_sdists(self, pins: Sequence[PipPin]) -> None:
@@ -447,7 +345,7 @@ class _Build:
         fetcher = HttpFetcher(ca_bundle=self.config.ca_bundle, timeout=self.config.network_timeout)
         index = SimpleIndex([self.config.pip_index_url or DEFAULT_INDEX, *self.config.pip_extra_index_urls], fetcher)
         folder = self.config.cache.downloads / "pip" / "sdists"
-        base = self.t.vlock.base.digest if self.t.vlock and self.t.vlock.base else "unlocked"
+        base = self.t.base_digest or "unlocked"
         log = self.log_file("sdists")
         log.parent.mkdir(parents=True, exist_ok=True)
         self.scratch.mkdir(parents=True, exist_ok=True)
@@ -460,7 +358,7 @@ class _Build:
                 self.progress.log("python", f"building {p.name}=={p.version} from its sdist in the base")
                 out = Path(tempfile.mkdtemp(prefix="sdist-", dir=self.scratch))
                 try:
-                    script = wheelhouse.sdist_script(self.t.manifest.smoke.python, sdist.name, render.EPOCH)
+                    script = wheelhouse.sdist_script(self.t.image_python, sdist.name, render.EPOCH)
                     result = self.e0.run(self.t.base_ref, ["/bin/sh", "/buildctl/sdist.sh"], entrypoint=[],
                                          mounts=[Mount(source=sdist.parent, target="/in", read_only=True),
                                                  Mount(source=out, target="/out", read_only=False)],
@@ -572,9 +470,21 @@ class _Build:
                 + (f"; still stopping: {', '.join(alive)}" if alive else "")
                 + "; nothing half-done was tagged or recorded: run the same command again to resume")
 
+    def _actions(self) -> tuple[dict[str, Action], set[str]]:
+        """The plan's actions and what it publishes; nothing else decides."""
+        plan = self.decide()
+        actions, publish = executed(plan)
+        for p in plan.nodes:
+            if p.untrusted:
+                self.untrusted.add(p.node.name)
+            if p.wheel is not None:
+                self.wheels[p.node.component or ""] = p.wheel
+            if p.action == "have" and p.node.kind not in ("base", "wheel"):
+                self.where.setdefault(p.node.name, set()).add(self.e0.name)
+        return actions, publish
+
     def _run(self) -> Report:
-        self._require_lock()
-        actions, publish = self._decide()
+        actions, publish = self._actions()
         for name in sorted(n for n in self.untrusted if actions.get(n) not in (None, "have")):
             self.progress.node(name, "untrusted", "tagged in the engine without a record of a completed build "
                                                   "(an interrupted run?): built again")
@@ -764,8 +674,8 @@ class _Build:
             "org.opencontainers.image.source": self.source,
             "org.opencontainers.image.revision": self.revision,
             "org.opencontainers.image.created": self.created,
-            "org.opencontainers.image.base.name": self.t.variant.image,
-            "org.opencontainers.image.base.digest": self.t.vlock.base.digest if self.t.vlock and self.t.vlock.base else "",
+            "org.opencontainers.image.base.name": self.t.base_image,
+            "org.opencontainers.image.base.digest": self.t.base_digest,
             **shared_labels(self.g, node),
         }
         if isinstance(node.spec, AssembleNodeSpec | EntrypointNodeSpec):
@@ -823,7 +733,7 @@ class _Build:
         """Give the whiteouts of a node declared bit-level a fixed time (normalise.py): a RUN that deleted a file
         of a lower layer left one with the time of the build, and a RUN cannot touch it. The check costs a
         `docker save` of the node image (about 1.7 s for the demo's 190 MB), so only bit-level RUN nodes pay it."""
-        if repro.level_for(node.kind, self.t.manifest.repro.levels) is not ReproLevel.BIT:
+        if node.kind not in self.t.bit_level:
             return
         if not any(line.startswith("RUN ") for line in rendered.dockerfile.splitlines()):
             return
@@ -1005,25 +915,23 @@ def extract_wheel(image_tar: Path, dest: Path) -> Path | None:
     return None
 
 
-def prepare_sources(t: Target, sources: Sources) -> list[str]:
-    """Prepare every git component at its lock, as a build would first (`build --dry-run` does this, so that
-    a change that does not apply, or a mirror that lacks objects, shows before anything is built). Raises
-    what preparing raises; returns one line per component."""
-    lines: list[str] = []
-    for c in t.manifest.components:
-        locked = t.vlock.components.get(c.name) if t.vlock else None
-        if locked is None:
-            why = f"not locked{' (the lock is partial)' if t.vlock and t.vlock.missing else ''}"
-            lines.append(f"source {c.name}: not prepared: {why}; `buildctl lock {t.manifest.stack}` first")
-            continue
-        prepared = sources.prepare_component(c, locked)
-        what = ", ".join(ch.label() for ch in locked.changes) or "no changes"
-        subs = f", {len(prepared.submodules)} submodule(s)" if prepared.submodules else ""
-        lines.append(f"source {c.name}: prepared {prepared.tree} ({locked.commit[:12]} + {what}{subs})")
-    return lines
+class Renderable(Protocol):
+    """What rendering a target's nodes needs (services.target.Target and inputs.BuildInput have it)."""
+
+    @property
+    def graph(self) -> Graph: ...
+
+    @property
+    def refs(self) -> Mapping[str, str]: ...
+
+    @property
+    def base_ref(self) -> str: ...
+
+    @property
+    def templates(self) -> render.Templates: ...
 
 
-def dry_run(t: Target, out: Path, *, wheels: Mapping[str, render.WheelFile] | None = None) -> list[Path]:
+def dry_run(t: Renderable, out: Path, *, wheels: Mapping[str, render.WheelFile] | None = None) -> list[Path]:
     """Write every node's rendered Dockerfile, compile script, context listing and every text file of its
     context (``<node>.context/<path>``: the launch script among them) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)

@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
+import json
 import os
 import time
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl.build import pipeline as pipeline_types
+from buildctl.build import pipeline
 from buildctl.errors import UsageError
-from buildctl.graph import plan as planmod
-from buildctl.graph.records import RecordStore, state_root
-from buildctl.lock import lockfile
-from buildctl.megatron import argslint
-from buildctl.registry import credentials
-from buildctl.services import target
+from buildctl.services import building, lintargs, target, wiring
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
-    from buildctl.engine.engine import Engine
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -67,35 +60,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b.set_defaults(func=handle_build)
 
 
-def emulation_registered(engine_address: str, variant_platform: str) -> bool | None:
-    """Whether this host's binfmt_misc has a qemu handler for the platform (None: the engine is remote)."""
-    if not engine_address.startswith("unix://"):
-        return None
-    arch = variant_platform.split("/")[-1]
-    qemu = {"arm64": "aarch64", "amd64": "x86_64"}.get(arch, arch)
-    return Path(f"/proc/sys/fs/binfmt_misc/qemu-{qemu}").exists()
-
-
-def make_engine(ctx: Context, url: str | None, name: str = "default") -> Engine:
-    from buildctl.engine.engine import Engine
-
-    return Engine(url, name=name, network_timeout=ctx.config.network_timeout, stall_timeout=ctx.config.stall_timeout)
-
-
 def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
                     profile=args.profile)
-    engine = make_engine(ctx, args.engine)
+    engine = wiring.engine(ctx.config, args.engine)
     try:
-        store = RecordStore(state_root(ctx.config.cache))
-        p = planmod.make(t.graph, refs=t.refs, engine=engine, records=store.load_all(t.graph),
-                         registry=t.registry, emulation=emulation_registered(engine.address, t.variant.platform),
-                         missing=t.vlock.missing if t.vlock else None,
-                         trusted=lambda n: store.has(t.graph.stack, t.graph.variant, n.name, n.key))
+        p = building.plan_for(t, engine, ctx.config,
+                              emulation=wiring.emulation_registered(engine.address, t.variant.platform))
     finally:
         engine.close()
     notes = list(p.notes)
-    lint = lint_entrypoint(ctx, t)
+    lint = lintargs.lint_entrypoint(ctx.config, t, ctx.ui.warn)
     if lint is not None and not lint.ran and t.manifest.entrypoint and t.manifest.entrypoint.megatron:
         notes.append(f"lint-args: the flags were not checked against Megatron-LM: {lint.reason}")
     if t.lock_stale:
@@ -122,8 +97,11 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
             detail = (detail + "; " if detail else "") + "own inputs locked"
         if n.provisional and n.waits_for:
             detail += "; waits for " + ", ".join(n.waits_for)
-        rows.append((n.node.name, key, n.state, detail))
-    ctx.ui.table(title, ("node", "key", "state", "why"), rows)
+        action = n.action + (" + push" if n.publish else "")
+        if n.action not in ("build", "unknown") and n.because:
+            detail = n.because + ("; " + detail if detail else "")
+        rows.append((n.node.name, key, n.state, action, detail))
+    ctx.ui.table(title, ("node", "key", "state", "action", "why"), rows)
     if any(n.provisional for n in p.nodes):
         ctx.ui.print("* provisional key: it will change once the stack is locked")
     for w in g.warnings:
@@ -135,41 +113,7 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def lint_before_build(ctx: Context, t: target.Target) -> None:
-    """Fetch and prepare the pinned Megatron-LM first (the build needs it anyway), so that the launch
-    arguments are checked against it before any node is built; stop on errors."""
-    from buildctl.sources.sources import Sources
-
-    e = t.manifest.entrypoint
-    if e is None:
-        return
-    if e.megatron and t.vlock is not None and e.megatron in t.vlock.components:
-        sources = Sources.from_config(ctx.config, base_dir=t.manifest_path.parent)
-        sources.prepare_component(t.manifest.component(e.megatron), t.vlock.components[e.megatron])
-    report = lint_entrypoint(ctx, t)
-    if report is not None:
-        if not report.ran and e.megatron:
-            ctx.ui.warn(f"lint-args: the flags were not checked against Megatron-LM: {report.reason}")
-        report.raise_for_errors()
-
-
-def lint_entrypoint(ctx: Context, t: target.Target) -> argslint.LintReport | None:
-    """The launch arguments against the pinned Megatron-LM where its prepared source is at hand (the
-    consistency checks run either way); plan and build stop on its errors, before anything is built."""
-    from buildctl.commands.lint_args import prepared_source
-
-    if t.manifest.entrypoint is None:
-        return None
-    report = argslint.lint_for_plan(t.manifest, t.variant, prepared_source(ctx.config, t.manifest_path), t.profile)
-    for f in report.findings:
-        if f.severity != "error":
-            ctx.ui.warn(str(f))
-    return report
-
-
 def handle_build(args: argparse.Namespace, ctx: Context) -> int:
-    from buildctl.build import pipeline
-    from buildctl.sources.sources import Sources
     from buildctl.ui import NodeProgress
 
     if args.jobs < 1:
@@ -178,28 +122,39 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
                     skip_smoke=args.skip_smoke, profile=args.profile)
     if args.dry_run:
         out = args.out or ctx.config.cache.root / "dry-run" / t.graph.stack / t.graph.variant
-        for line in pipeline.prepare_sources(t, Sources.from_config(ctx.config, base_dir=t.manifest_path.parent)):
+        for line in building.prepare_sources(t, wiring.sources(ctx.config, base_dir=t.manifest_path.parent)):
             ctx.ui.print(line)
+        # the plan first (what `build` would do, as `buildctl plan` says), then what each node is built from
+        engine = wiring.engine(ctx.config, args.engine[0] if args.engine else None)
+        try:
+            p = building.plan_for(t, engine, ctx.config)
+        finally:
+            engine.close()
+        for n in p.nodes:
+            ctx.ui.print(f"plan {n.node.name}: {n.action}" + (" + push" if n.publish else "")
+                         + (f" ({n.because})" if n.because else ""))
         written = pipeline.dry_run(t, out)
+        plan_file = out / "plan.json"
+        plan_file.write_text(json.dumps(p.to_json(), indent=2, sort_keys=True) + "\n")
+        written.append(plan_file)
         ctx.ui.print(f"rendered {sum(1 for w in written if w.suffix == '.Dockerfile')} Dockerfile(s) of "
                      f"{t.graph.stack}/{t.graph.variant} into {out}")
         for w in written:
             ctx.ui.print(f"  {w}")
         return 0
-    lockfile.refuse_partial(t.lock, t.variant.name, action="build", lock_file=str(lockfile.lock_path(t.manifest_path)))
-    lint_before_build(ctx, t)
+    lintargs.lint_before_build(ctx.config, t, ctx.ui.warn)
     started = time.monotonic()
     # the engines' clients are made inside: they pull and push nodes with BUILDCTL_REGISTRY_AUTH, as `push` does
-    with registry_credentials(t.registry, os.environ):
-        engines = [make_engine(ctx, url, name=f"engine{i}" if len(args.engine) > 1 else "default")
+    with wiring.registry_credentials(t.registry, os.environ):
+        engines = [wiring.engine(ctx.config, url, name=f"engine{i}" if len(args.engine) > 1 else "default")
                    for i, url in enumerate(args.engine or [None])]
-        sources = Sources.from_config(ctx.config, base_dir=t.manifest_path.parent)
         options = pipeline.Options(jobs=args.jobs, skip_smoke=args.skip_smoke,
-                                   emulation=emulation_registered(engines[0].address, t.variant.platform))
+                                   emulation=wiring.emulation_registered(engines[0].address, t.variant.platform))
         try:
             with NodeProgress(ctx.ui, t.graph.names()) as progress:
-                report = pipeline.run(t, engines=engines, config=ctx.config, sources=sources, progress=progress,
-                                      project=ctx.project, options=options, smoke_gate=smoke_gate(ctx, t))
+                report = building.build_target(t, engines=engines, config=ctx.config, progress=progress,
+                                               project=ctx.project, options=options,
+                                               smoke_gate=wiring.smoke_gate(ctx.config, t.graph.stack, t.graph.variant))
         finally:
             for e in engines:
                 e.close()
@@ -208,21 +163,3 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     ctx.ui.print(f"  built {len(built)} node(s)" + (f" ({', '.join(built)})" if built else "")
                  + f", smoke {report.smoke}, {time.monotonic() - started:.1f}s")
     return 0
-
-
-@contextlib.contextmanager
-def registry_credentials(registry: str | None, env: Mapping[str, str]) -> Iterator[None]:
-    """BUILDCTL_REGISTRY_AUTH for the registry a build shares its nodes through (credentials.docker_credentials),
-    the same door `buildctl push` opens; nothing changes without a registry or without the variable."""
-    if not registry:
-        yield
-        return
-    with credentials.docker_credentials(env, registry):
-        yield
-
-
-def smoke_gate(ctx: Context, t: target.Target) -> pipeline_types.SmokeGate:
-    """The build-host smoke tier (smoke.BuildGate) as the gate before the entrypoint; reports under the cache."""
-    from buildctl.build.smoke import BuildGate
-
-    return BuildGate(report_dir=ctx.config.cache.reports / "smoke" / t.graph.stack / t.graph.variant)

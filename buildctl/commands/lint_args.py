@@ -6,12 +6,10 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl.config import Config
-from buildctl.errors import ArgsLintFailed, BuildctlError, UsageError
-from buildctl.lock import lockfile
+from buildctl.errors import ArgsLintFailed, UsageError
 from buildctl.manifest import pins
-from buildctl.manifest.model import Manifest, Variant
 from buildctl.megatron import argslint
+from buildctl.services import lintargs
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
@@ -35,40 +33,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def prepared_source(config: Config, manifest_path: Path) -> argslint.MegatronSourceLocator:
-    """The prepared tree of ``entrypoint.megatron`` at its locked commit + PRs, from the sources cache only.
-
-    Nothing is fetched for a plan: a mirror that is not on this host yet (offline, never built) makes the
-    lint say why it did not run instead of failing; `buildctl build` fetches sources and so fills it.
-    """
-    from buildctl.sources.sources import Sources
-
-    def locate(manifest: Manifest, variant: Variant) -> argslint.SourceLookup:
-        e = manifest.entrypoint
-        if e is None or e.megatron is None:
-            return argslint.no_source_cache(manifest, variant)
-        component = manifest.component(e.megatron)
-        vlock = lockfile.read(lockfile.lock_path(manifest_path))
-        locked = vlock.variants.get(variant.name) if vlock else None
-        lc = locked.components.get(component.name) if locked else None
-        if lc is None or not lc.tree:
-            return argslint.SourceLookup(root=None, reason=(
-                f"component {component.name} is not locked yet (`buildctl lock {manifest.stack}` pins its tree)"))
-        sources = Sources.from_config(config, base_dir=manifest_path.parent)
-        if not sources.mirror_path(component.repo).exists():
-            return argslint.SourceLookup(root=None, reason=(
-                f"the source of {component.name} ({component.repo}) is not fetched on this host yet "
-                f"(`buildctl build {manifest.stack}` fetches it)"))
-        try:
-            root = sources.exported(sources.prepare_component(component, lc))
-        except BuildctlError as exc:
-            return argslint.SourceLookup(root=None, reason=f"the source of {component.name} could not be "
-                                                           f"prepared here: {exc.what}")
-        return argslint.SourceLookup(root=root, reason=f"{component.name} at {lc.tree[:12]} (prepared tree)")
-
-    return locate
-
-
 def run(args: argparse.Namespace, ctx: Context, locate: argslint.MegatronSourceLocator | None = None) -> int:
     path = pins.find(ctx.pins_dir, args.stack)
     manifest = pins.load(path)
@@ -80,7 +44,7 @@ def run(args: argparse.Namespace, ctx: Context, locate: argslint.MegatronSourceL
             raise UsageError(f"--megatron-src {args.megatron_src} is not a folder",
                              fix="give the root of a Megatron-LM checkout (the folder holding megatron/)")
         locate = argslint.given_source(args.megatron_src)
-    report = argslint.lint_for_plan(manifest, variant, locate or prepared_source(ctx.config, path), args.profile)
+    report = argslint.lint_for_plan(manifest, variant, locate or lintargs.prepared_source(ctx.config, path), args.profile)
 
     ui = ctx.ui
     if args.json:

@@ -14,6 +14,7 @@ from buildctl.lock.lock import GROUPS, LockOutcome, Resolvers, check, lock_stack
 from buildctl.lock.lockfile import LockedPick, LockedPr, VariantLock
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
+from buildctl.services import wiring
 from buildctl.ui import UI
 
 if TYPE_CHECKING:
@@ -50,20 +51,6 @@ def _groups(text: str) -> tuple[str, ...]:
     return out
 
 
-def real_resolvers(config: Config) -> Resolvers:
-    """The resolvers that reach the engine, git remotes and package indexes."""
-    from buildctl.engine.engine import Engine
-    from buildctl.lock.inbase import EngineInBase
-    from buildctl.sources.index import DEFAULT_INDEX, HttpFetcher, SimpleIndex
-    from buildctl.sources.sources import Sources
-
-    engine = Engine(network_timeout=config.network_timeout)
-    fetcher = HttpFetcher.from_config(config)
-    index = SimpleIndex([config.pip_index_url or DEFAULT_INDEX, *config.pip_extra_index_urls], fetcher)
-    return Resolvers(registry=engine, git=Sources.from_config(config), in_base=EngineInBase(engine, config),
-                     index=index, fetch=fetcher)
-
-
 def handle(args: argparse.Namespace, ctx: Context) -> int:
     path = pins.find(ctx.pins_dir, args.stack)
     m = pins.load(path)
@@ -73,7 +60,7 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
     if args.check and args.partial:
         raise UsageError("--check compares a full resolution with the lock; drop --partial")
     return run(path=path, manifest=m, variants=names, do_check=args.check, as_json=args.json,
-               resolvers=real_resolvers(ctx.config), config=ctx.config, ui=ctx.ui, project=ctx.project,
+               resolvers=wiring.resolvers(ctx.config), config=ctx.config, ui=ctx.ui, project=ctx.project,
                partial=args.partial, only=args.only)
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from buildctl.errors import UsageError
 from buildctl.lock import lock, lockfile
 from buildctl.manifest import pins
-from buildctl.services import nightly, target
+from buildctl.services import building, lintargs, nightly, publishing, target, wiring
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
@@ -45,15 +45,13 @@ class RealSteps:
     jobs: int
 
     def lock(self, stack: str, variant: str) -> nightly.LockStep:
-        from buildctl.commands.lock import real_resolvers
-
         path = pins.find(self.ctx.pins_dir, stack)
         manifest = pins.load(path)
         lock_file = lockfile.lock_path(path)
         existing = lockfile.read(lock_file, allow_hand_edit=True)
         sha = pins.manifest_sha256(path)
         # Resolve once; what moved is the difference to the lock on disk (lock --check would resolve twice).
-        outcome = lock.lock_stack(manifest, sha, [variant], real_resolvers(self.ctx.config), self.ctx.config,
+        outcome = lock.lock_stack(manifest, sha, [variant], wiring.resolvers(self.ctx.config), self.ctx.config,
                                   existing)
         new = outcome.lock.variants[variant]
         old = existing.variants.get(variant) if existing is not None else None
@@ -72,28 +70,20 @@ class RealSteps:
 
     def build(self, stack: str, variant: str) -> nightly.BuildStep:
         from buildctl.build import pipeline
-        from buildctl.commands.build import (
-            emulation_registered,
-            lint_before_build,
-            make_engine,
-            registry_credentials,
-            smoke_gate,
-        )
-        from buildctl.sources.sources import Sources
         from buildctl.ui import NodeProgress
 
-        t = target.load(self.ctx.project, self.ctx.config, stack, variant, registry=self.registry)
-        lint_before_build(self.ctx, t)
-        with registry_credentials(t.registry, os.environ):  # as `buildctl build` and `push` do
-            engine = make_engine(self.ctx, None)
+        config = self.ctx.config
+        t = target.load(self.ctx.project, config, stack, variant, registry=self.registry)
+        lintargs.lint_before_build(config, t, self.ctx.ui.warn)
+        with wiring.registry_credentials(t.registry, os.environ):  # as `buildctl build` and `push` do
+            engine = wiring.engine(config)
             try:
-                sources = Sources.from_config(self.ctx.config, base_dir=t.manifest_path.parent)
-                options = pipeline.Options(jobs=self.jobs, emulation=emulation_registered(engine.address,
-                                                                                          t.variant.platform))
+                options = pipeline.Options(jobs=self.jobs, emulation=wiring.emulation_registered(
+                    engine.address, t.variant.platform))
                 with NodeProgress(self.ctx.ui, t.graph.names()) as progress:
-                    report = pipeline.run(t, engines=[engine], config=self.ctx.config, sources=sources,
-                                          progress=progress, project=self.ctx.project, options=options,
-                                          smoke_gate=smoke_gate(self.ctx, t))
+                    report = building.build_target(t, engines=[engine], config=config, progress=progress,
+                                                   project=self.ctx.project, options=options,
+                                                   smoke_gate=wiring.smoke_gate(config, stack, t.graph.variant))
             finally:
                 engine.close()
         return nightly.BuildStep(
@@ -102,10 +92,9 @@ class RealSteps:
             smoke=report.smoke)
 
     def push(self, stack: str, variant: str, *, tags: Sequence[str], moving: Sequence[str]) -> nightly.PushStep:
-        from buildctl.commands.ship import publish
-
         t = target.load(self.ctx.project, self.ctx.config, stack, variant, registry=self.registry)
-        _t, report = publish(self.ctx, t, registry_arg=self.registry, moving=moving, promote=bool(moving),
+        _t, report = publishing.publish(self.ctx.project, self.ctx.config, t, registry_arg=self.registry,
+                                        say=self.ctx.ui.info, warn=self.ctx.ui.warn, moving=moving, promote=bool(moving),
                              extra_tags=tags)
         return nightly.PushStep(
             pushed={p.target: p.digest for p in report.pushed},

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from buildctl.build import pipeline
 from buildctl.errors import ReproFailed, UsageError
 from buildctl.repro import audit, repro, reprorun
-from buildctl.services import target
+from buildctl.services import target, wiring
 from buildctl.ui import UI, NodeProgress
 
 if TYPE_CHECKING:
@@ -74,20 +74,17 @@ def _audit_lines(findings: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def handle(args: argparse.Namespace, ctx: Context) -> int:
-    from buildctl.commands.build import make_engine
-    from buildctl.commands.lock import real_resolvers
-
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     if args.audit_only and (args.relock or args.keep):
         raise UsageError("--audit-only builds nothing: --relock and --keep do not apply")
     if args.audit_only:
         return _audit_only(args, ctx)
-    engine = make_engine(ctx, args.engine)
+    engine = wiring.engine(ctx.config, args.engine)
     try:
         outcome = reprorun.run(
             project=ctx.project, config=ctx.config, stack=args.stack, variant=args.variant, engine=engine,
-            progress=CliProgress(ctx.ui), resolvers=real_resolvers,
+            progress=CliProgress(ctx.ui), resolvers=wiring.resolvers,
             options=reprorun.Options(mode="relock" if args.relock else "lock", jobs=args.jobs, keep=args.keep,
                                      lock_check=not args.no_lock_check))
     finally:
@@ -138,8 +135,6 @@ def _raise_failures(report: repro.Report) -> None:
 
 
 def _audit_only(args: argparse.Namespace, ctx: Context) -> int:
-    from buildctl.commands.lock import real_resolvers
-
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, local_only=True, skip_smoke=True)
     drift: list[object] = []
     notes: list[str] = []
@@ -148,7 +143,7 @@ def _audit_only(args: argparse.Namespace, ctx: Context) -> int:
             notes.append(f"no lock to check: run `buildctl lock {t.graph.stack}`")
         else:
             ctx.ui.info("checking the lock (buildctl lock --check)")
-            drift, why = reprorun.lock_check(t, real_resolvers(ctx.config), ctx.config)
+            drift, why = reprorun.lock_check(t, wiring.resolvers(ctx.config), ctx.config)
             if why:
                 notes.append(why)
     findings = reprorun.audit_target(t, drift=drift)

@@ -5,23 +5,18 @@ are tested on their own)."""
 from __future__ import annotations
 
 import argparse
-import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl.commands.build import make_engine
-from buildctl.errors import BuildctlError, ManifestErrors, PushError, SmokeFailed, UsageError, VerifyFailed
-from buildctl.graph import graph
+from buildctl.errors import BuildctlError, ManifestErrors, PushError, SmokeFailed, VerifyFailed
 from buildctl.lock import lockfile
-from buildctl.lock.lock import ImageRef
 from buildctl.lock.lockfile import VariantLock
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
-from buildctl.registry import attest, credentials
-from buildctl.registry.registry import RegistryClient
-from buildctl.services import target
+from buildctl.registry import credentials
+from buildctl.services import publishing, target, wiring
 from buildctl.ship import bom, provenance, push, verify
 
 if TYPE_CHECKING:
@@ -31,7 +26,7 @@ if TYPE_CHECKING:
 
 @contextmanager
 def _engine(ctx: Context) -> Iterator[Engine]:
-    engine = make_engine(ctx, None)
+    engine = wiring.engine(ctx.config)
     try:
         yield engine
     finally:
@@ -186,84 +181,10 @@ def cmd_diff(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def _attacher(ctx: Context, engine: Engine, registry: str, redact: credentials.Redactor, source: str | None,
-              kinds: Sequence[str]) -> Callable[[push.Pushed], list[attest.Attached]]:
-    """What attaches the ``kinds`` of evidence to the final image once it is pushed (push.run calls it)."""
-
-    def attach(pushed: push.Pushed) -> list[attest.Attached]:
-        if source is None:
-            raise PushError(f"cannot attach evidence to {pushed.target}: the image is not in this engine",
-                            why="its labels name the lock it was built from", fix="build it here, then push")
-        info = engine.inspect_image(source)
-        client = RegistryClient(registry, login=credentials.registry_login(os.environ, registry),
-                                ca_bundle=ctx.config.ca_bundle, timeout=ctx.config.network_timeout, redact=redact)
-        out = []
-        for kind in kinds:
-            if kind != "provenance":
-                raise UsageError(f"no evidence of kind {kind!r}")
-            found = provenance.lock_for_image(ctx.pins_dir, info.labels, source)
-            stmt = provenance.statement(subject_name=ImageRef.parse(pushed.target).name(), subject_digest=pushed.digest,
-                                        found=found, labels=info.labels, image_id=info.id, project=ctx.project)
-            out.append(attest.attach(client, pushed.target, pushed.digest, attest.provenance_evidence(stmt)))
-        return out
-
-    return attach
-
-
-def publish(ctx: Context, t: target.Target, *, registry_arg: str | None, moving: Sequence[str], promote: bool,
-            extra_tags: Sequence[str] = (), attest_kinds: Sequence[str] = ()) -> tuple[target.Target, push.PushReport]:
-    """Push a built variant: nodes by content tag, the final image by its public tag and ``extra_tags``
-    (immutable), then the evidence ``attest_kinds`` beside the final image, then, with ``promote``, the
-    ``moving`` tags (only past a passed smoke gate). Shared by `buildctl push` and `buildctl nightly`."""
-    lockfile.refuse_partial(t.lock, t.variant.name, action="push", lock_file=str(lockfile.lock_path(t.manifest_path)))
-    if t.registry is None:
-        raise UsageError(f"no registry to push {t.manifest.stack} to",
-                         fix="pass --registry HOST:PORT, set `registry` in the configuration, or add push.registry "
-                             "to the manifest")
-    registry = t.registry
-    # Where a build may have tagged its nodes: under the registry it shared them through, or locally only.
-    homes = list(dict.fromkeys([registry, ctx.config.registry, t.manifest.push.registry if t.manifest.push else None,
-                                None]))
-    redact = credentials.redactor_for(os.environ, registry)
-    log = ctx.config.cache.logs / "push" / t.manifest.stack / f"{t.variant.name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with credentials.docker_credentials(os.environ, registry), _engine(ctx) as engine, \
-            log.open("a", encoding="utf-8") as logf:
-
-        def write_log(line: str) -> None:
-            logf.write(line + "\n")
-
-        def locate(node: str, key: str) -> str | None:
-            return next((ref for home in homes
-                         if engine.image_exists(ref := graph.image_ref(home, t.repository, node, key))), None)
-
-        final = t.graph.final
-        if t.graph.gate and locate(final.name, final.key) is None:
-            # A build past a skipped smoke gate made another final image (the gate is one of its inputs):
-            # push that one, which is labelled smoke=skipped and so is never promoted.
-            skipped = target.load(ctx.project, ctx.config, t.manifest.stack, t.variant.name,
-                                  registry=registry_arg, skip_smoke=True)
-            if locate(skipped.graph.final.name, skipped.graph.final.key) is not None:
-                ctx.ui.warn(f"the final image of {t.manifest.stack}/{t.variant.name} here was built with the smoke "
-                            "gate skipped: pushing it; no moving tag will point at it")
-                t = skipped
-
-        items = push.stack_items(t.graph, registry=registry, repository=t.repository, locate=locate,
-                                 moving=moving, default_variant=t.variant.name == t.manifest.default_variant.name)
-        public = f"{registry}/{t.repository.strip('/')}"
-        last = items[-1]
-        items += [push.PushItem(source=last.source, target=f"{public}:{tag}", node=last.node, key=last.key)
-                  for tag in extra_tags]
-        attach = _attacher(ctx, engine, registry, redact, items[-1].source, attest_kinds) if attest_kinds else None
-        report = push.run(engine, items, stack=t.manifest.stack, variant=t.variant.name, registry=registry,
-                          promote=promote, reports=ctx.config.cache.reports, redact=redact,
-                          say=ctx.ui.info, log=write_log, attach=attach)
-    return t, report
-
-
 def cmd_push(args: argparse.Namespace, ctx: Context) -> int:
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry)
-    t, report = publish(ctx, t, registry_arg=args.registry, moving=("latest",) if args.promote else (),
+    t, report = publishing.publish(ctx.project, ctx.config, t, registry_arg=args.registry, say=ctx.ui.info,
+                                   warn=ctx.ui.warn, moving=("latest",) if args.promote else (),
                         promote=args.promote, attest_kinds=tuple(dict.fromkeys(args.attest)))
     if args.json:
         ctx.ui.json(report.to_json())

@@ -1,10 +1,13 @@
-"""Which nodes of a graph exist, which must be built, and why (pure, given an EngineState).
+"""The one decider of what a build does: per node an action and why (pure, given an EngineState and a WheelCache).
 
 For every node: its content tag, where it is (the local engine, the registry, nowhere, or unknown
-when the engine or registry could not be asked), and for a node that is missing the reason, found by
-diffing its current inputs against the record of the build that produced its previous key
-(``records.NodeRecord``). The arch check says when the variant's platform is not the engine's and what
-the engine would need to build it.
+when the engine or registry could not be asked), its action (have, pull, build; skip when a later node
+is present; unknown when the engine or registry could not say), whether a present node is published to
+the registry that lacks it, and for a node that is missing the reason, found by diffing its current
+inputs against the record of the build that produced its previous key (``records.NodeRecord``). The
+actions are found walking back from the final image: only ancestors of a node to build are looked at.
+``buildctl plan`` prints this; ``buildctl build`` executes it and decides nothing of its own. The arch
+check says when the variant's platform is not the engine's and what the engine would need to build it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from buildctl.errors import BuildctlError, EngineError, UnreachableError
@@ -20,6 +24,9 @@ from buildctl.graph.graph import Graph, Node, image_ref
 from buildctl.graph.records import NodeRecord
 
 NodeState = Literal["local", "registry", "missing", "unknown"]
+# have: present (a wheel: in the wheel cache); pull: from the registry (a wheel: out of its image); build;
+# skip: not needed, a later node is present; unknown: the engine or registry could not be asked
+Action = Literal["have", "pull", "build", "skip", "unknown"]
 
 
 class EngineState(Protocol):
@@ -32,6 +39,12 @@ class EngineState(Protocol):
     def platform(self) -> str: ...
 
 
+class WheelCache(Protocol):
+    """Where compiled wheels are kept by key (records.WheelFolder: ``<cache>/wheels/<component>/<key>/``)."""
+
+    def find(self, node: Node) -> Path | None: ...  # the one wheel kept for this wheel node's key, or None
+
+
 @dataclass(frozen=True, kw_only=True)
 class NodePlan:
     node: Node
@@ -41,6 +54,11 @@ class NodePlan:
     waits_for: tuple[str, ...] = ()  # unlocked inputs of its ancestors ("node: input") that its key waits for
     why: tuple[str, ...] = ()  # for a node to build: what changed since its previous build
     note: str = ""  # why the state is unknown
+    action: Action = "unknown"
+    because: str = ""  # why this action, in one line
+    publish: bool = False  # present here, but the registry lacks it: pushed by the build
+    untrusted: bool = False  # tagged in the engine without the record of a completed build: its image is removed
+    wheel: Path | None = None  # a wheel node: the wheel kept in the wheel cache for its key
 
     @property
     def present(self) -> bool:
@@ -84,8 +102,16 @@ class Plan:
         return next(p for p in self.nodes if p.node.name == name)
 
     @property
+    def actions(self) -> dict[str, Action]:
+        return {p.node.name: p.action for p in self.nodes}
+
+    @property
     def to_build(self) -> list[str]:
-        return [p.node.name for p in self.nodes if not p.present and p.node.kind != "base"]
+        return [p.node.name for p in self.nodes if p.action == "build"]
+
+    @property
+    def to_publish(self) -> list[str]:
+        return [p.node.name for p in self.nodes if p.publish]
 
     def to_json(self) -> dict[str, Any]:
         g = self.graph
@@ -106,9 +132,10 @@ class Plan:
                 "parents": list(p.node.parents), "key": p.node.key, "ref": p.ref, "state": p.state,
                 "provisional": p.provisional, "unlocked": list(p.node.unlocked),
                 "own_inputs_locked": not p.node.unlocked, "waits_for": list(p.waits_for), "why": list(p.why),
-                "note": p.note,
+                "note": p.note, "action": p.action, "because": p.because, "publish": p.publish,
             } for p in self.nodes],
             "to_build": self.to_build,
+            "to_publish": self.to_publish,
             "warnings": list(g.warnings),
             "notes": list(self.notes),
         }
@@ -138,10 +165,20 @@ def make(
     emulation: bool | None = None,
     missing: Mapping[str, str] | None = None,
     trusted: Callable[[Node], bool] | None = None,
+    wheels: WheelCache | None = None,
+    full: bool = True,
+    strict: bool = False,
 ) -> Plan:
     """``missing``: the sections a partial lock lacks (lockfile.VariantLock.missing). ``trusted`` says whether a
     local tag is backed by the record of a completed build (records.RecordStore.has); a local tag that is not
-    is reported missing (or in the registry), with the reason: the build does not use it."""
+    is reported missing (or in the registry), with the reason: the build does not use it. ``wheels``: the wheel
+    cache, where a wheel node's wheel may be kept although its image is gone.
+
+    ``full``: ask about every node (``buildctl plan``); otherwise only about the nodes the actions need
+    (``buildctl build``: a run with nothing to do asks about one image), the others' state is "unknown".
+    ``strict``: an engine or registry that cannot be asked raises (a build cannot go on without knowing)
+    instead of making the state unknown. Either way the actions come from the same walk, so the plan and
+    the build agree."""
     notes: list[str] = []
     engine_note = "" if engine is not None else "no engine to ask"
     unreachable: dict[str, str] = {}  # registry host -> why it could not be asked
@@ -150,55 +187,150 @@ def make(
         try:
             arch = ArchCheck(variant_platform=graph.platform, engine_platform=engine.platform(), emulation=emulation)
         except EngineError as exc:
+            if strict:
+                raise
             engine_note = f"engine not reachable: {exc.what}"
     if engine_note:
         notes.append(f"{engine_note}: node states are unknown")
 
-    def lookup(ref: str, *, ask_registry: bool) -> tuple[NodeState, str]:
+    local_of: dict[str, bool | None] = {}
+    registry_of: dict[str, bool | None] = {}
+    reg_note: dict[str, str] = {}
+
+    def is_local(name: str) -> bool | None:
+        """The image is tagged in the engine (None: the engine could not be asked)."""
         nonlocal engine_note
-        if engine is None or engine_note:
-            return "unknown", engine_note
-        try:
-            if engine.image_exists(ref):
-                return "local", ""
-        except EngineError as exc:
-            engine_note = f"engine not reachable: {exc.what}"
-            notes.append(f"{engine_note}: node states are unknown")
-            return "unknown", engine_note
-        if not ask_registry:
-            return "missing", ""
+        if name not in local_of:
+            if engine is None or engine_note:
+                local_of[name] = None
+            else:
+                try:
+                    local_of[name] = engine.image_exists(refs[name])
+                except EngineError as exc:
+                    if strict:
+                        raise
+                    engine_note = f"engine not reachable: {exc.what}"
+                    notes.append(f"{engine_note}: node states are unknown")
+                    local_of[name] = None
+        return local_of[name]
+
+    def asks_registry(name: str) -> bool:
+        # node images live in the registry only when there is one; the base always comes from one
+        return graph.node(name).kind == "base" or _registry_of(refs[name]) is not None
+
+    def in_registry(name: str) -> bool | None:
+        """The registry has the image (False also when there is no registry; None: it could not be asked)."""
+        if name in registry_of:
+            return registry_of[name]
+        ref = refs[name]
         host = _registry_of(ref) or "docker.io"
-        if host in unreachable:
-            return "unknown", unreachable[host]
-        try:
-            return ("registry", "") if engine.registry_digest(ref) else ("missing", "")
-        except UnreachableError as exc:
-            unreachable[host] = f"registry {host} not reachable"
-            notes.append(f"{exc.what}: the state of its images is unknown" + (f" ({exc.fix})" if exc.fix else ""))
-            return "unknown", unreachable[host]
-        except EngineError as exc:
-            return "unknown", exc.what
+        found: bool | None
+        if not asks_registry(name):
+            found = False
+        elif engine is None or engine_note:
+            found, reg_note[name] = None, engine_note
+        elif host in unreachable:
+            found, reg_note[name] = None, unreachable[host]
+        else:
+            try:
+                found = engine.registry_digest(ref) is not None
+            except UnreachableError as exc:
+                if strict:
+                    raise
+                unreachable[host] = f"registry {host} not reachable"
+                notes.append(f"{exc.what}: the state of its images is unknown" + (f" ({exc.fix})" if exc.fix else ""))
+                found, reg_note[name] = None, unreachable[host]
+            except BuildctlError as exc:
+                if strict:
+                    raise
+                found, reg_note[name] = None, exc.what
+        registry_of[name] = found
+        return found
+
+    def is_trusted(n: Node) -> bool:
+        return n.kind == "base" or trusted is None or trusted(n)
+
+    # -- the actions, walking back from the final image
+    actions: dict[str, tuple[Action, str]] = {}
+    publish: set[str] = set()
+    kept: dict[str, Path] = {}
+
+    def publish_check(name: str) -> str:
+        if registry is None or not asks_registry(name):
+            return ""
+        there = in_registry(name)
+        if there is False:
+            publish.add(name)
+            return "; the registry lacks it: pushed"
+        return "" if there else "; whether the registry has it is unknown: not pushed"
+
+    def visit(name: str) -> None:
+        if name in actions:
+            return
+        n = graph.node(name)
+        local = is_local(name)
+        if n.kind == "base":
+            actions[name] = (("have", "in the engine") if local else ("pull", "not in the engine: pulled")
+                             if local is False else ("unknown", "the engine could not be asked"))
+            return
+        if n.kind == "wheel" and wheels is not None:
+            found = wheels.find(n)
+            if found is not None:
+                kept[name] = found
+                actions[name] = ("have", f"the wheel is in the wheel cache ({found.name})" + publish_check(name))
+                return
+        if local is None:
+            actions[name] = ("unknown", "the engine could not be asked")
+            return
+        usable = local and is_trusted(n)
+        if usable and n.kind != "wheel":
+            actions[name] = ("have", "in the engine" + publish_check(name))
+            return
+        if usable or in_registry(name):
+            where = "in the engine" if usable else "in the registry"
+            actions[name] = ("pull", f"{where}: the wheel is taken out of its image" if n.kind == "wheel"
+                             else f"{where}: pulled")
+            return
+        if registry_of.get(name, False) is None:
+            actions[name] = ("unknown", "the registry could not be asked")
+            return
+        actions[name] = ("build", "in neither the engine nor the registry: built")
+        for p in n.parents:
+            visit(p)
+
+    visit(graph.final.name)
 
     plans = []
     for n in graph.nodes:
         ref = refs[n.name]
-        # node images live in the registry only when there is one; the base always comes from one
-        state, note = lookup(ref, ask_registry=n.kind == "base" or _registry_of(ref) is not None)
+        asked = full or n.name in local_of
+        local = is_local(n.name) if asked else None
+        state: NodeState = "unknown"
+        note = "" if asked else "not asked: a later node is present"
         why: tuple[str, ...] = ()
-        if state == "local" and n.kind != "base" and trusted is not None and not trusted(n):
+        untrusted = bool(local) and not is_trusted(n)
+        if local is None:
+            note = note or engine_note
+        elif local and not untrusted:
+            state = "local"
+        elif asks_registry(n.name) and (full or n.name in registry_of):
+            there = in_registry(n.name)
+            state = "unknown" if there is None else "registry" if there else "missing"
+            note = reg_note.get(n.name, "")
+        elif asks_registry(n.name):
+            note = "not asked: the build does not need it"
+        else:
             state = "missing"
-            if engine is not None and _registry_of(ref) is not None:
-                try:
-                    state = "registry" if engine.registry_digest(ref) else "missing"
-                except BuildctlError:
-                    state = "unknown"
+        if untrusted:
             why = ("tagged in the engine, but no record says a build of this key completed (an interrupted run, or "
                    "an older buildctl that tagged before normalising): not trusted, it will be built again",)
         elif state == "missing":
             why = (reasons(graph, n, records.get(n.name)) if n.kind != "base"
                    else ("the base image is neither in the engine nor in its registry",))
+        action, because = actions.get(n.name, ("skip", "not needed: a later node is present"))
         plans.append(NodePlan(node=n, ref=ref, state=state, provisional=graph.provisional(n.name), why=why,
-                              note=note, waits_for=graph.waits_for(n.name)))
+                              note=note, waits_for=graph.waits_for(n.name), action=action, because=because,
+                              publish=n.name in publish, untrusted=untrusted, wheel=kept.get(n.name)))
     if graph.lock_digest is None:
         notes.append(f"{graph.stack} has no lock for variant {graph.variant}: keys marked provisional will change "
                      f"once locked (`buildctl lock {graph.stack} --variant {graph.variant}`)")

@@ -1,6 +1,6 @@
 """What each node was built from: one small record per node, so that a plan can say why a key moved.
 
-Layout: ``<cache>/state/<stack>/<variant>/<node>.json`` (schema 1, canonical JSON, written atomically
+Also the wheel cache as the plan asks it (``WheelFolder``). Layout: ``<cache>/state/<stack>/<variant>/<node>.json`` (schema 1, canonical JSON, written atomically
 after the node's image was built and normalised, before it is tagged), plus ``keys/<node>/<key>``, one
 empty file per key ever completed here: a local tag counts only when its key has one (``has``). A record holds the node's key, its parents' keys, its
 template digest and its own inputs: the plan diffs the current inputs against it, input by input.
@@ -96,3 +96,18 @@ class RecordStore:
         mark.touch()
         write_atomic(self.path(stack, variant, record.node),
                      json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
+
+
+class WheelFolder:
+    """The wheel cache as the plan asks it (plan.WheelCache): ``<cache>/wheels/<component>/<key>/`` holds the
+    one wheel compiled for that key (moved there whole by the build, or not at all)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def find(self, node: Node) -> Path | None:
+        if node.kind != "wheel" or not node.component:
+            return None
+        folder = self.root / node.component / node.key
+        found = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+        return found[0] if len(found) == 1 else None

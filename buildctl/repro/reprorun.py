@@ -43,7 +43,7 @@ from buildctl.lock.lockfile import Lock
 from buildctl.manifest import pins
 from buildctl.manifest.model import ReproLevel
 from buildctl.repro import audit, repro
-from buildctl.services import target
+from buildctl.services import building, target
 
 if TYPE_CHECKING:
     from buildctl.engine.engine import Engine, ImageInfo
@@ -249,10 +249,10 @@ def run(*, project: Path, config: Config, stack: str, variant: str | None, engin
             bases[side] = t.refs["base"]
             progress.step(f"build {side} of 2: every node afresh (no step cache, cache root {cfg.cache.root})")
             with progress.build(side, t.graph.names()) as node_progress:
-                pipeline.run(t, engines=[engine], config=cfg,
-                             sources=Sources.from_config(cfg, base_dir=t.manifest_path.parent),
-                             progress=node_progress, project=project,
-                             options=pipeline.Options(jobs=options.jobs, skip_smoke=True, nocache=True))
+                building.build_target(t, engines=[engine], config=cfg,
+                                      sources=Sources.from_config(cfg, base_dir=t.manifest_path.parent),
+                                      progress=node_progress, project=project,
+                                      options=pipeline.Options(jobs=options.jobs, skip_smoke=True, nocache=True))
             if side == "a" and between is not None:
                 between()
         if options.mode == "relock":

@@ -31,7 +31,7 @@ from buildctl.engine.engine import Engine
 from buildctl.errors import BuildFailed, SmokeFailed, SourceError
 from buildctl.graph.records import RecordStore, state_root
 from buildctl.lock import lockfile
-from buildctl.services import target
+from buildctl.services import building, target
 from buildctl.services.target import Target
 from buildctl.sources.sources import Sources
 from tests.helpers import unique
@@ -125,9 +125,10 @@ class Demo:
         t = self.target(skip_smoke=skip_smoke)
         self.register(t, engines)
         config = self.config()
-        return pipeline.run(t, engines=engines, config=config, sources=Sources.from_config(config, base_dir=self.root / "pins"),
-                            progress=Recorder(), project=self.root,
-                            options=pipeline.Options(jobs=jobs, skip_smoke=skip_smoke), smoke_gate=gate)
+        return building.build_target(t, engines=engines, config=config,
+                                     sources=Sources.from_config(config, base_dir=self.root / "pins"),
+                                     progress=Recorder(), project=self.root,
+                                     options=pipeline.Options(jobs=jobs, skip_smoke=skip_smoke), smoke_gate=gate)
 
     def edit_manifest(self, old: str, new: str) -> None:
         text = self.manifest.read_text()

@@ -22,13 +22,13 @@ import pytest
 
 from buildctl import cli
 from buildctl.build import pipeline
-from buildctl.commands.lock import real_resolvers
 from buildctl.commands.repro import _raise_failures
 from buildctl.config import load_config
 from buildctl.engine.engine import Engine
 from buildctl.errors import ReproFailed
 from buildctl.lock import lockfile
 from buildctl.repro import repro, reprorun
+from buildctl.services.wiring import resolvers as real_resolvers
 from tests.engine.test_build import PROJECT, base_env, demo_lock, write_project
 
 __all__ = ["demo_lock"]  # the session's lock of the demo stack (a fixture of test_build.py)

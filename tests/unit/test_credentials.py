@@ -69,17 +69,19 @@ def test_without_the_variable_nothing_changes(monkeypatch: pytest.MonkeyPatch) -
 
 def test_defect9_build_uses_registry_auth_as_push_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 11, item 9: `build` ignored BUILDCTL_REGISTRY_AUTH, which `push` honours. `buildctl build` and the
-    nightly's build make their engines inside cmd_build.registry_credentials(t.registry): the same private docker
+    nightly's build make their engines inside wiring.registry_credentials(t.registry): the same private docker
     configuration push uses, for the registry the nodes are shared through."""
     from buildctl.commands import build as cmd_build
+    from buildctl.commands import nightly as cmd_nightly
+    from buildctl.services import wiring
 
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "user"))
     env = {"DOCKER_CONFIG": str(tmp_path / "user"), credentials.AUTH_ENV: f"ci:{SECRET}"}
-    with cmd_build.registry_credentials("127.0.0.1:5002", env):
+    with wiring.registry_credentials("127.0.0.1:5002", env):
         data = json.loads((Path(os.environ["DOCKER_CONFIG"]) / "config.json").read_text())
         assert base64.b64decode(data["auths"]["127.0.0.1:5002"]["auth"]).decode() == f"ci:{SECRET}"
     assert os.environ["DOCKER_CONFIG"] == str(tmp_path / "user")
-    with cmd_build.registry_credentials(None, env):  # a local-only build shares nothing: nothing changes
+    with wiring.registry_credentials(None, env):  # a local-only build shares nothing: nothing changes
         assert os.environ["DOCKER_CONFIG"] == str(tmp_path / "user")
-    source = Path(cmd_build.__file__).read_text()
-    assert "with registry_credentials(t.registry, os.environ):" in source  # handle_build makes its engines inside
+    for module in (cmd_build, cmd_nightly):  # handle_build and nightly's build make their engines inside
+        assert "with wiring.registry_credentials(t.registry, os.environ):" in Path(module.__file__).read_text()

@@ -1,0 +1,110 @@
+"""Publishing a built variant: nodes by content tag, the final image by its public and extra tags, evidence, moving tags.
+
+Shared by `buildctl push` and `buildctl nightly`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from buildctl.config import Config
+from buildctl.errors import PushError, UsageError
+from buildctl.graph import graph
+from buildctl.lock import lockfile
+from buildctl.lock.lock import ImageRef
+from buildctl.registry import attest, credentials
+from buildctl.registry.registry import RegistryClient
+from buildctl.services import target, wiring
+from buildctl.ship import provenance, push
+
+if TYPE_CHECKING:
+    from buildctl.engine.engine import Engine
+
+
+@contextmanager
+def _engine(config: Config) -> Iterator[Engine]:
+    engine = wiring.engine(config)
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def _attacher(project: Path, config: Config, engine: Engine, registry: str, redact: credentials.Redactor, source: str | None,
+              kinds: Sequence[str]) -> Callable[[push.Pushed], list[attest.Attached]]:
+    """What attaches the ``kinds`` of evidence to the final image once it is pushed (push.run calls it)."""
+
+    def attach(pushed: push.Pushed) -> list[attest.Attached]:
+        if source is None:
+            raise PushError(f"cannot attach evidence to {pushed.target}: the image is not in this engine",
+                            why="its labels name the lock it was built from", fix="build it here, then push")
+        info = engine.inspect_image(source)
+        client = RegistryClient(registry, login=credentials.registry_login(os.environ, registry),
+                                ca_bundle=config.ca_bundle, timeout=config.network_timeout, redact=redact)
+        out = []
+        for kind in kinds:
+            if kind != "provenance":
+                raise UsageError(f"no evidence of kind {kind!r}")
+            found = provenance.lock_for_image(project / "pins", info.labels, source)
+            stmt = provenance.statement(subject_name=ImageRef.parse(pushed.target).name(), subject_digest=pushed.digest,
+                                        found=found, labels=info.labels, image_id=info.id, project=project)
+            out.append(attest.attach(client, pushed.target, pushed.digest, attest.provenance_evidence(stmt)))
+        return out
+
+    return attach
+
+
+def publish(project: Path, config: Config, t: target.Target, *, registry_arg: str | None, moving: Sequence[str],
+            promote: bool, say: Callable[[str], None], warn: Callable[[str], None], extra_tags: Sequence[str] = (),
+            attest_kinds: Sequence[str] = ()) -> tuple[target.Target, push.PushReport]:
+    """Push a built variant: nodes by content tag, the final image by its public tag and ``extra_tags``
+    (immutable), then the evidence ``attest_kinds`` beside the final image, then, with ``promote``, the
+    ``moving`` tags (only past a passed smoke gate). Shared by `buildctl push` and `buildctl nightly`."""
+    lockfile.refuse_partial(t.lock, t.variant.name, action="push", lock_file=str(lockfile.lock_path(t.manifest_path)))
+    if t.registry is None:
+        raise UsageError(f"no registry to push {t.manifest.stack} to",
+                         fix="pass --registry HOST:PORT, set `registry` in the configuration, or add push.registry "
+                             "to the manifest")
+    registry = t.registry
+    # Where a build may have tagged its nodes: under the registry it shared them through, or locally only.
+    homes = list(dict.fromkeys([registry, config.registry, t.manifest.push.registry if t.manifest.push else None,
+                                None]))
+    redact = credentials.redactor_for(os.environ, registry)
+    log = config.cache.logs / "push" / t.manifest.stack / f"{t.variant.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with credentials.docker_credentials(os.environ, registry), _engine(config) as engine, \
+            log.open("a", encoding="utf-8") as logf:
+
+        def write_log(line: str) -> None:
+            logf.write(line + "\n")
+
+        def locate(node: str, key: str) -> str | None:
+            return next((ref for home in homes
+                         if engine.image_exists(ref := graph.image_ref(home, t.repository, node, key))), None)
+
+        final = t.graph.final
+        if t.graph.gate and locate(final.name, final.key) is None:
+            # A build past a skipped smoke gate made another final image (the gate is one of its inputs):
+            # push that one, which is labelled smoke=skipped and so is never promoted.
+            skipped = target.load(project, config, t.manifest.stack, t.variant.name,
+                                  registry=registry_arg, skip_smoke=True)
+            if locate(skipped.graph.final.name, skipped.graph.final.key) is not None:
+                warn(f"the final image of {t.manifest.stack}/{t.variant.name} here was built with the smoke "
+                            "gate skipped: pushing it; no moving tag will point at it")
+                t = skipped
+
+        items = push.stack_items(t.graph, registry=registry, repository=t.repository, locate=locate,
+                                 moving=moving, default_variant=t.variant.name == t.manifest.default_variant.name)
+        public = f"{registry}/{t.repository.strip('/')}"
+        last = items[-1]
+        items += [push.PushItem(source=last.source, target=f"{public}:{tag}", node=last.node, key=last.key)
+                  for tag in extra_tags]
+        attach = _attacher(project, config, engine, registry, redact, items[-1].source, attest_kinds) if attest_kinds else None
+        report = push.run(engine, items, stack=t.manifest.stack, variant=t.variant.name, registry=registry,
+                          promote=promote, reports=config.cache.reports, redact=redact,
+                          say=say, log=write_log, attach=attach)
+    return t, report

@@ -1,0 +1,85 @@
+"""The one place that makes the real things from the configuration: engines, sources, fetchers, resolvers, the smoke gate.
+
+Commands and services ask here instead of constructing them (or importing another command to do it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from buildctl.config import Config
+from buildctl.lock.lock import Resolvers
+from buildctl.registry import credentials
+
+if TYPE_CHECKING:
+    from buildctl.build.smoke import BuildGate
+    from buildctl.engine.engine import Engine
+    from buildctl.sources.index import HttpFetcher, SimpleIndex
+    from buildctl.sources.sources import Sources
+
+
+def engine(config: Config, url: str | None = None, name: str = "default") -> Engine:
+    """A Docker engine client (``url`` None: DOCKER_HOST or the local socket)."""
+    from buildctl.engine.engine import Engine
+
+    return Engine(url, name=name, network_timeout=config.network_timeout, stall_timeout=config.stall_timeout)
+
+
+def sources(config: Config, base_dir: Path | None = None) -> Sources:
+    """The git sources (mirrors, insteadOf rules and the sources cache from the configuration)."""
+    from buildctl.sources.sources import Sources
+
+    return Sources.from_config(config, base_dir=base_dir)
+
+
+def fetcher(config: Config) -> HttpFetcher:
+    from buildctl.sources.index import HttpFetcher
+
+    return HttpFetcher.from_config(config)
+
+
+def index(config: Config, fetch: HttpFetcher | None = None) -> SimpleIndex:
+    """The package index (pip_index_url, then the extra ones), as `buildctl lock` reads it."""
+    from buildctl.sources.index import DEFAULT_INDEX, SimpleIndex
+
+    return SimpleIndex([config.pip_index_url or DEFAULT_INDEX, *config.pip_extra_index_urls], fetch or fetcher(config))
+
+
+def resolvers(config: Config) -> Resolvers:
+    """The resolvers that reach the engine, git remotes and package indexes."""
+    from buildctl.lock.inbase import EngineInBase
+
+    e = engine(config)
+    fetch = fetcher(config)
+    return Resolvers(registry=e, git=sources(config), in_base=EngineInBase(e, config), index=index(config, fetch),
+                     fetch=fetch)
+
+
+def emulation_registered(engine_address: str, variant_platform: str) -> bool | None:
+    """Whether this host's binfmt_misc has a qemu handler for the platform (None: the engine is remote)."""
+    if not engine_address.startswith("unix://"):
+        return None
+    arch = variant_platform.split("/")[-1]
+    qemu = {"arm64": "aarch64", "amd64": "x86_64"}.get(arch, arch)
+    return Path(f"/proc/sys/fs/binfmt_misc/qemu-{qemu}").exists()
+
+
+@contextlib.contextmanager
+def registry_credentials(registry: str | None, env: Mapping[str, str]) -> Iterator[None]:
+    """BUILDCTL_REGISTRY_AUTH for the registry a build shares its nodes through (credentials.docker_credentials),
+    the same door `buildctl push` opens; nothing changes without a registry or without the variable."""
+    if not registry:
+        yield
+        return
+    with credentials.docker_credentials(env, registry):
+        yield
+
+
+def smoke_gate(config: Config, stack: str, variant: str) -> BuildGate:
+    """The build-host smoke tier (smoke.BuildGate) as the gate before the entrypoint; reports under the cache."""
+    from buildctl.build.smoke import BuildGate
+
+    return BuildGate(report_dir=config.cache.reports / "smoke" / stack / variant)
