@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from buildctl.build import pipeline
 from buildctl.errors import ReproFailed, UsageError
-from buildctl.repro import audit, repro, reprorun
-from buildctl.services import target, wiring
+from buildctl.repro import audit, repro
+from buildctl.services import reprorun, target, wiring
 from buildctl.ui import UI, NodeProgress
 
 if TYPE_CHECKING:

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 from buildctl.errors import BuildctlError, EngineError, UnreachableError
 from buildctl.graph.graph import Graph, Node, image_ref
 from buildctl.graph.records import NodeRecord
+from buildctl.lock.lock import ImageRef
 
 NodeState = Literal["local", "registry", "missing", "unknown"]
 # have: present (a wheel: in the wheel cache); pull: from the registry (a wheel: out of its image); build;
@@ -139,6 +140,22 @@ class Plan:
             "warnings": list(g.warnings),
             "notes": list(self.notes),
         }
+
+
+def mirror_ref(ref: str, mirrors: dict[str, str] | None) -> str:
+    """``ref`` with its registry host replaced by a configured mirror (``nvcr.io`` -> ``mirror:5000``)."""
+    if not mirrors:
+        return ref
+    r = ImageRef.parse(ref)
+    mirror = mirrors.get(r.host)
+    if mirror is None:
+        return ref
+    out = r.name(mirror)
+    if r.tag and not r.digest:
+        out += f":{r.tag}"
+    if r.digest:
+        out += f"@{r.digest}"
+    return out
 
 
 def refs_for(graph: Graph, *, registry: str | None, repository: str, base_ref: str) -> dict[str, str]:

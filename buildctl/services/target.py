@@ -16,9 +16,8 @@ from buildctl.errors import UsageError
 from buildctl.graph import graph, render, specs
 from buildctl.graph.entrypoint import render_entrypoint_fragment, select_profile, variant_entrypoint
 from buildctl.graph.graph import Graph
-from buildctl.graph.plan import refs_for
+from buildctl.graph.plan import mirror_ref, refs_for
 from buildctl.lock import lockfile
-from buildctl.lock.lock import ImageRef
 from buildctl.lock.lockfile import Lock, VariantLock
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest, Variant
@@ -41,20 +40,7 @@ class Target:
     profile: str | None  # the launch script's default profile (None: the manifest's default_profile)
 
 
-def mirror_ref(ref: str, mirrors: dict[str, str] | None) -> str:
-    """``ref`` with its registry host replaced by a configured mirror (``nvcr.io`` -> ``mirror:5000``)."""
-    if not mirrors:
-        return ref
-    r = ImageRef.parse(ref)
-    mirror = mirrors.get(r.host)
-    if mirror is None:
-        return ref
-    out = r.name(mirror)
-    if r.tag and not r.digest:
-        out += f":{r.tag}"
-    if r.digest:
-        out += f"@{r.digest}"
-    return out
+__all__ = ["Target", "load", "mirror_ref"]
 
 
 def load(project: Path, config: Config, stack: str, variant: str | None, *, registry: str | None = None,

@@ -27,7 +27,8 @@ from buildctl.config import load_config
 from buildctl.engine.engine import Engine
 from buildctl.errors import ReproFailed
 from buildctl.lock import lockfile
-from buildctl.repro import repro, reprorun
+from buildctl.repro import repro
+from buildctl.services import reprorun
 from buildctl.services.wiring import resolvers as real_resolvers
 from tests.engine.test_build import PROJECT, base_env, demo_lock, write_project
 
