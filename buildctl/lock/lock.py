@@ -303,6 +303,9 @@ def resolve_component(c: Component, git: GitResolver, base_dir: Path,
         elif isinstance(lc, LockedPick) and lc.sha in applied.empty:
             notes.append(f"{c.name}: commit {lc.sha[:12]} changed nothing: the base has its change already")
         final.append(lc)
+    # declared in the manifest; the placeholder itself is written by sources.export, where a mirror lacks the blob
+    notes.extend(f"{c.name}: {mo.path} (blob {mo.blob[:12]}) of {mo.repo} may be missing from its mirror: an export "
+                 f"then holds a placeholder there ({mo.why})" for mo in c.missing_objects)
     return LockedComponent(name=c.name, repo=c.repo, commit=commit, changes=tuple(final), dragged=tuple(dragged),
                            submodules=dict(applied.gitlinks) if c.submodules else {}, tree=applied.tree,
                            branch_head=branch_head)

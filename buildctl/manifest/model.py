@@ -298,6 +298,18 @@ class ComponentInstall:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MissingObject:
+    """A blob that a repository's mirror lacks and no build reads: buildctl writes a placeholder at that
+    one path of the export (buildctl.sources.missing), and refuses any other missing object."""
+
+    repo: str = field(metadata=_doc("the repository that lacks it (the component's or a submodule's, as .gitmodules names it)"))
+    path: str = field(metadata=_doc("the file's path inside that repository (a picture or document)"))
+    blob: str = field(metadata=_doc("the blob's SHA (7 to 40 hex digits)"))
+    why: str = field(metadata=_doc("why no build needs it"))
+    at: Location = loc()
+
+
+@dataclass(frozen=True, kw_only=True)
 class Component:
     name: str
     repo: str = field(metadata=_doc("https://, ssh://, file:// URL, git@host:path, or a path relative to the manifest; never starting with -"))
@@ -310,6 +322,8 @@ class Component:
     changes: tuple[Change, ...] = field(default=(), metadata=_doc(
         "ordered changes: {commit: SHA}, {pr: N, head: SHA, apply: merge}, {patch: FILE, sha256: HEX}"))
     submodules: bool = True
+    missing_objects: tuple[MissingObject, ...] = field(default=(), metadata=_doc(
+        "blobs a mirror may lack: {repo: URL, path: PATH, blob: SHA, why: TEXT}; a placeholder stands in"))
     build: ComponentBuild = field(default_factory=ComponentBuild)
     install: ComponentInstall = field(default_factory=ComponentInstall)
     at: Location = loc()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from buildctl.errors import SourceError
 from buildctl.sources.mirrors import Mirrors
+from buildctl.sources.missing import Allowance, build_reads, declaration, placeholder
 from buildctl.sources.prepare import SHORT_LEN, PreparedTree, change_key
 
 # Environment for a build that runs `git rev-parse --short HEAD` in an exported tree it does not own
@@ -39,7 +40,9 @@ def export(cache: Mirrors, prepared: PreparedTree, dest: Path, *, git_head: bool
     No .git history goes along. With ``git_head`` a minimal ``.git`` (HEAD = the prepared tree, no
     objects) sits at the top and in each submodule, so that `git rev-parse --short HEAD` prints
     ``prepared.short`` there (TE and DeepEP take their version suffix from it; `git status` does
-    not work in it). Every file, link and folder gets ``prepared.epoch`` as its mtime.
+    not work in it). Every file, link and folder gets ``prepared.epoch`` as its mtime. A blob the
+    mirror lacks is refused, unless ``prepared.allowed`` declares it: then a placeholder text stands at
+    its path, and ``.git/buildctl-source.json`` lists it under ``placeholders``.
     """
     if dest.exists():
         raise SourceError(f"cannot export {prepared.url} into {dest}: it exists",
@@ -47,12 +50,14 @@ def export(cache: Mirrors, prepared: PreparedTree, dest: Path, *, git_head: bool
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
-        _write_tree(cache, prepared.url, prepared.tree, tmp)
+        placeholders: list[dict[str, str]] = []
+        _write_tree(cache, prepared.url, prepared.tree, tmp, prepared.allowed, placeholders)
         for sub in prepared.submodules:
             target = tmp / sub.path
-            _write_tree(cache, sub.url, sub.commit, target)
+            _write_tree(cache, sub.url, sub.commit, target, prepared.allowed, placeholders, at=f"{sub.path}/")
         if git_head:
             _minimal_git(tmp / ".git", prepared.tree, {
+                **({"placeholders": placeholders} if placeholders else {}),
                 "url": prepared.url, "commit": prepared.commit, "tree": prepared.tree,
                 "changes": [change_key(c) for c in prepared.changes],
                 "prs": {str(p.number): p.head for p in prepared.prs},
@@ -73,7 +78,8 @@ def export(cache: Mirrors, prepared: PreparedTree, dest: Path, *, git_head: bool
 
 def exported(cache: Mirrors, prepared: PreparedTree, *, git_head: bool = True) -> Path:
     """A cached export of ``prepared`` under the cache's exports/ (written once per tree)."""
-    variant = json.dumps([git_head, [[s.path, s.commit] for s in prepared.submodules]])
+    variant = json.dumps([git_head, [[s.path, s.commit] for s in prepared.submodules],
+                          *([[[a.repo, a.path, a.blob, a.why, a.where] for a in prepared.allowed]] if prepared.allowed else [])])
     dest = cache.root / "exports" / f"{prepared.tree}-{hashlib.sha256(variant.encode()).hexdigest()[:12]}"
     if dest.is_dir():
         return dest
@@ -85,7 +91,8 @@ def exported(cache: Mirrors, prepared: PreparedTree, *, git_head: bool = True) -
         raise
 
 
-def _write_tree(cache: Mirrors, url: str, commit: str, root: Path) -> None:
+def _write_tree(cache: Mirrors, url: str, commit: str, root: Path, allow: Sequence[Allowance],
+                placeholders: list[dict[str, str]], *, at: str = "") -> None:
     mirror = cache.path(url)
     listing = cache.git.run(["ls-tree", "-r", "-z", "--full-tree", commit], git_dir=mirror, what="list tree").out
     blobs: list[tuple[str, str, str]] = []  # (mode, sha, path)
@@ -101,18 +108,28 @@ def _write_tree(cache: Mirrors, url: str, commit: str, root: Path) -> None:
             (root / path).mkdir(parents=True, exist_ok=True)  # filled by the submodule's own export
         elif kind == "blob":
             blobs.append((mode, sha, path))
-    _write_blobs(cache, mirror, root, blobs)
+    _write_blobs(cache, url, commit, mirror, root, blobs, allow, placeholders, at=at)
 
 
-def _write_blobs(cache: Mirrors, mirror: Path, root: Path, blobs: Sequence[tuple[str, str, str]]) -> None:
+def _write_blobs(cache: Mirrors, url: str, commit: str, mirror: Path, root: Path,
+                 blobs: Sequence[tuple[str, str, str]], allow: Sequence[Allowance],
+                 placeholders: list[dict[str, str]], *, at: str) -> None:
     if not blobs:
         return
     with cache.git.blobs(mirror) as reader:
         for mode, sha, path in blobs:
             header, data = reader.read(sha)
             if data is None:
-                raise SourceError(f"object {sha} for {path} is missing from {mirror}", why=header,
-                                  fix="remove the mirror folder and run again")
+                declared = next((a for a in allow if a.matches(url, path, sha)), None)
+                if declared is None or mode == "120000":
+                    raise SourceError(
+                        f"{url} at {commit[:12]}: {at}{path} (blob {sha[:12]}) is missing from the cache mirror "
+                        f"{mirror}", why=header,
+                        fix="remove the mirror folder and run again" + (
+                            "" if build_reads(path) else "; if the mirror it comes from lacks the blob and no build "
+                            f"reads it, declare it in the component's missing_objects: {declaration(url, sha, path)}"))
+                data = placeholder(declared, url, sha)
+                placeholders.append({"repo": url, "path": f"{at}{path}", "blob": sha, "why": declared.why})
             target = root / path
             target.parent.mkdir(parents=True, exist_ok=True)
             if mode == "120000":

@@ -26,6 +26,7 @@ from buildctl.sources.gitrun import (
     parse_ls_remote,
     parse_ls_tree_gitlinks,
 )
+from buildctl.sources.missing import Allowance, build_reads, declaration, split
 from buildctl.sources.urls import mirror_name, resolve_submodule_url, url_kind
 
 # Branches, tags and GitHub's PR heads. Other refs (refs/pull/N/merge, refs/changes, notes) are not mirrored.
@@ -102,7 +103,8 @@ class Mirrors:
                       git_dir=mirror, what="list mirror refs")
         return parse_ls_remote(r.out, pulls=pulls)
 
-    def refresh(self, url: str, mirror: Path, *, pulls: bool, wanted: Sequence[str] = ()) -> None:
+    def refresh(self, url: str, mirror: Path, *, pulls: bool, wanted: Sequence[str] = (),
+                allow: Sequence[Allowance] = ()) -> None:
         """Bring the mirror up to date with the remote (called with the mirror locked). ``wanted``: the
         commits the caller needs, named when the remote turns out to lack objects they hold."""
         if (url, pulls) in self._fresh or (url, True) in self._fresh:
@@ -126,16 +128,23 @@ class Mirrors:
                 if r.rc == 0:
                     self.git.run(["config", "buildctl.pullsOnDemand", "true"], git_dir=mirror, what="mark mirror")
             if r.rc != 0:
-                self.explain_missing_objects(url, r, wanted)  # raises when the wanted commits lack objects
+                self.explain_missing_objects(url, r, wanted, allow)  # raises when the wanted commits lack objects
                 if wanted and self.lacks_objects(r) and self.local_remote(url) is not None:
                     return  # other refs of this mirror are incomplete, not the wanted commits: fetched by SHA
                 self.git.raise_network(r, url=url, what="fetch")
         self._fresh.add((url, pulls))
 
-    def fetch_refs(self, url: str, mirror: Path, refspecs: Sequence[str], *, prune: bool = False) -> Result:
-        return self.git.run(["--git-dir", str(mirror), "fetch", "--quiet", *(["--prune"] if prune else []), "--no-tags",
-                          "--no-write-fetch-head", "--", url, *refspecs],
-                         network=True, url=url, timeout=self.fetch_timeout, check=False, what="fetch")
+    def fetch_refs(self, url: str, mirror: Path, refspecs: Sequence[str], *, prune: bool = False,
+                   depth: int | None = None, what: str = "fetch") -> Result:
+        r = self.git.run(["--git-dir", str(mirror), "fetch", "--quiet", *(["--prune"] if prune else []),
+                          *([f"--depth={depth}"] if depth else []), "--no-tags", "--no-write-fetch-head", "--", url,
+                          *refspecs], network=True, url=url, timeout=self.fetch_timeout, check=False, what=what)
+        if r.rc != 0:
+            # a fetch that died mid-pack (upload-pack of a remote that lacks objects) leaves its partial pack
+            # behind; the mirror is locked, so no other fetch into it is writing one now
+            for partial in (mirror / "objects" / "pack").glob("tmp_pack_*"):
+                partial.unlink(missing_ok=True)
+        return r
 
     @staticmethod
     def lacks_objects(r: Result) -> bool:
@@ -164,14 +173,17 @@ class Mirrors:
         p = Path(effective)
         return p if p.exists() else None
 
-    def explain_missing_objects(self, url: str, r: Result, wanted: Sequence[str]) -> None:
+    def explain_missing_objects(self, url: str, r: Result, wanted: Sequence[str],
+                                allow: Sequence[Allowance] = ()) -> list[tuple[str, str]]:
         """A fetch that died because the remote lacks objects (a mirror without its large blobs): raise a
-        SourceError that names them, with their paths in the wanted commits, instead of git's error."""
+        SourceError that names them, with their paths in the wanted commits, instead of git's error;
+        unless every one is declared in ``allow``: then the declared (blob, path) pairs (empty when the
+        wanted trees lack nothing, or nothing could be listed)."""
         if not self.lacks_objects(r):
-            return
+            return []
         remote = self.local_remote(url)
         if remote is None:
-            return
+            return []
         # With wanted commits, only their own trees matter (what an export writes): history that lacks
         # objects is left to a shallow fetch. Without, the remote's whole history is what failed.
         tips = ["--no-walk", *wanted] if wanted else ["--all"]
@@ -179,7 +191,7 @@ class Mirrors:
                             check=False, what="list the remote's objects")
         missing = [line[1:].strip() for line in listing.out.splitlines() if line.startswith("?")]
         if not missing:
-            return
+            return []
         paths: dict[str, str] = {}
         for tip in wanted:
             tree = self.git.run(["--git-dir", str(remote), "ls-tree", "-r", "-z", "--full-tree", tip, "--"],
@@ -189,15 +201,28 @@ class Mirrors:
                 sha = meta.split(" ")[-1]
                 if sha in missing:
                     paths.setdefault(sha, path)
+        besides = ""
+        if wanted and all(m in paths for m in missing):
+            declared, undeclared = split(url, [(m, paths[m]) for m in missing], allow)
+            if not undeclared:
+                return declared
+            if declared:  # name only what is not declared
+                missing = [s for s, _ in undeclared]
+                besides = f" (besides {len(declared)} declared in missing_objects)"
         shown = [f"{paths[m]} (blob {m[:12]})" if m in paths else m for m in missing[:10]]
         at = f" at {', '.join(w[:12] for w in wanted)}" if wanted else ""
+        declare = ""
+        if wanted and missing[0] in paths and not build_reads(paths[missing[0]]):
+            declare = ("; or, since no build reads it, declare it in the component's missing_objects: "
+                       + declaration(url, missing[0], paths[missing[0]]))
         raise SourceError(
             f"{self.git.display(url)} lacks {len(missing)} object(s) that {'the tree of the commit' if wanted else 'its history'}"
-            f"{at} holds: {', '.join(shown)}{' ...' if len(missing) > 10 else ''}",
+            f"{at} holds: {', '.join(shown)}{' ...' if len(missing) > 10 else ''}{besides}",
             why=f"the repository at {remote} is incomplete, so git cannot hand out the commit "
                 f"({last_lines(r.err, 2)})",
             fix="complete that mirror (fetch the missing objects from the original repository into it), or point "
-                "git_mirrors at a complete one; the lock does not need them (it records submodules by their gitlinks)",
+                "git_mirrors at a complete one; the lock does not need them (it records submodules by their gitlinks)"
+                + declare,
         )
 
     def missing(self, mirror: Path, shas: Sequence[str]) -> list[str]:
@@ -210,24 +235,25 @@ class Mirrors:
         lines = r.out.splitlines()
         return [s for s, line in zip(shas, lines, strict=True) if not line.endswith(" commit")]
 
-    def ensure(self, url: str, mirror: Path, shas: Sequence[str], *, pulls: bool, what: str) -> None:
-        """Make sure the mirror has these commits: refresh, then ask for each missing one by SHA."""
+    def ensure(self, url: str, mirror: Path, shas: Sequence[str], *, pulls: bool, what: str,
+               allow: Sequence[Allowance] = ()) -> None:
+        """Make sure the mirror has these commits: refresh, then ask for each missing one by SHA. A commit
+        whose tree lacks only blobs declared in ``allow`` is copied from the local remote without them."""
         missing = self.missing(mirror, shas)
         if not missing:
             return
-        self.refresh(url, mirror, pulls=pulls, wanted=missing)
+        self.refresh(url, mirror, pulls=pulls, wanted=missing, allow=allow)
         for sha in self.missing(mirror, missing):
             # Servers that allow it (GitHub does) hand out a commit by SHA even when no ref points at it.
-            r = self.git.run(["--git-dir", str(mirror), "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
-                           "--", url, f"+{sha}:refs/buildctl/keep/{sha}"],
-                          network=True, url=url, timeout=self.fetch_timeout, check=False, what="fetch by SHA")
+            r = self.fetch_refs(url, mirror, [f"+{sha}:refs/buildctl/keep/{sha}"], what="fetch by SHA")
             if r.rc != 0 and self.lacks_objects(r) and self.local_remote(url) is not None:
-                self.explain_missing_objects(url, r, [sha])  # raises when the commit's own tree lacks objects
+                # raises when the commit's own tree lacks objects, unless only declared ones
+                if self.explain_missing_objects(url, r, [sha], allow):
+                    self.copy_without_missing(url, mirror, sha)
+                    continue
                 # only its history lacks objects (a mirror without some large blobs): the commit alone will do
                 # for what is read from it here (an export of its tree); the mirror becomes shallow there.
-                r = self.git.run(["--git-dir", str(mirror), "fetch", "--quiet", "--depth=1", "--no-tags",
-                               "--no-write-fetch-head", "--", url, f"+{sha}:refs/buildctl/keep/{sha}"],
-                              network=True, url=url, timeout=self.fetch_timeout, check=False, what="fetch by SHA")
+                r = self.fetch_refs(url, mirror, [f"+{sha}:refs/buildctl/keep/{sha}"], depth=1, what="fetch by SHA")
             if r.rc != 0 and classify_failure(r.err) == "unreachable":
                 self.git.raise_network(r, url=url, what="fetch by SHA")
         still = self.missing(mirror, missing)
@@ -239,15 +265,35 @@ class Mirrors:
                 fix="check the SHA; re-lock if the lock is old; a mirror must carry the commit too",
             )
 
+    def copy_without_missing(self, url: str, mirror: Path, sha: str) -> None:
+        """Copy commit ``sha`` and the objects of its tree that the local remote has into the mirror, as a
+        shallow commit (git's own fetch cannot: upload-pack dies on the missing blob). Only called once
+        every missing object of that tree was found declared."""
+        remote = self.local_remote(url)
+        assert remote is not None
+        objects = self.git.run(["--git-dir", str(remote), "rev-list", "--objects", "--no-walk", "--missing=allow-any",
+                                sha, "--"], what="list the commit's objects").out
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        # pack-objects writes the pack and its index under the base name, into the mirror's own pack folder
+        self.git.run(["--git-dir", str(remote), "pack-objects", "-q", str(mirror / "objects" / "pack" / "pack")],
+                     input_bytes=objects.encode(), what="copy the commit's objects")
+        shallow = mirror / "shallow"
+        have = shallow.read_text().split() if shallow.is_file() else []
+        if sha not in have:
+            shallow.write_text("".join(f"{s}\n" for s in [*have, sha]))
+        self.keep(mirror, [sha])
+
     def keep(self, mirror: Path, shas: Sequence[str]) -> None:
         """Pin commits a lock names, so that pruning refs and gc cannot drop them from the cache."""
         stdin = "".join(f"update refs/buildctl/keep/{s} {s}\n" for s in dict.fromkeys(shas))
         if stdin:
             self.git.run(["update-ref", "--stdin"], git_dir=mirror, input_bytes=stdin.encode(), what="keep commits")
 
-    # -- resolution (used by `buildctl lock`)
+    # -- submodules
 
-    def submodule_list(self, url: str, commit: str, *, prefix: str, depth: int) -> list[Submodule]:
+    def submodule_list(self, url: str, commit: str, *, prefix: str, depth: int,
+                       allow: Sequence[Allowance] = ()) -> list[Submodule]:
+        """The submodules at ``commit`` (nested ones joined with '/'), each commit fetched into its mirror."""
         if depth > _MAX_SUBMODULE_DEPTH:
             raise SourceError(f"submodules nest deeper than {_MAX_SUBMODULE_DEPTH} levels under {url}",
                               why="a submodule that contains itself?")
@@ -267,10 +313,8 @@ class Mirrors:
                                   fix="the commit is broken for recursive checkouts; pick another commit")
             sub_url = resolve_submodule_url(url, urls[path])
             with self.locked(sub_url) as sub_mirror:
-                self.ensure(sub_url, sub_mirror, [sha], pulls=False, what=f"submodule {prefix}{path}")
+                self.ensure(sub_url, sub_mirror, [sha], pulls=False, what=f"submodule {prefix}{path}", allow=allow)
                 self.keep(sub_mirror, [sha])
             out.append(Submodule(path=f"{prefix}{path}", url=sub_url, commit=sha))
-            out += self.submodule_list(sub_url, sha, prefix=f"{prefix}{path}/", depth=depth + 1)
+            out += self.submodule_list(sub_url, sha, prefix=f"{prefix}{path}/", depth=depth + 1, allow=allow)
         return out
-
-    # -- pull requests (used by `buildctl lock`)

@@ -24,6 +24,7 @@ from buildctl.errors import LockError, SourceError
 from buildctl.lock.lockfile import LockedChange, LockedComponent, LockedPatch, LockedPick, LockedPr, PrMode
 from buildctl.sources.gitrun import Result, last_lines
 from buildctl.sources.mirrors import Mirrors, Submodule
+from buildctl.sources.missing import Allowance, allowances
 from buildctl.sources.resolve import pr_change
 from buildctl.sources.urls import is_sha, normalize_repo
 
@@ -100,6 +101,7 @@ class PreparedTree:
     changes: tuple[Change, ...] = ()
     submodules: tuple[Submodule, ...] = ()  # at `tree`, recursive
     empty: tuple[str, ...] = ()  # upstream commits whose pick changed nothing (already in the tree)
+    allowed: tuple[Allowance, ...] = ()  # declared missing blobs: a placeholder in the export where one is missing
     reused: bool = field(default=False, compare=False)  # found in the cache
 
     @property
@@ -207,7 +209,8 @@ def to_changes(changes: Sequence[LockedChange], patch_paths: Mapping[str, Path])
 
 
 def prepare(cache: Mirrors, url: str, commit: str, *, changes: Sequence[Change] = (), prs: Sequence[PrHead] = (),
-            patches: Sequence[PatchFile] = (), submodules: bool = True) -> PreparedTree:
+            patches: Sequence[PatchFile] = (), submodules: bool = True, allow: Sequence[Allowance] = ()
+            ) -> PreparedTree:
     """``commit`` with each change applied in order, committed deterministically.
 
     A cherry-pick keeps its author and gets ``-x``; a PR in own-commits mode is the cherry-picks of
@@ -217,6 +220,8 @@ def prepare(cache: Mirrors, url: str, commit: str, *, changes: Sequence[Change] 
     main) are looked up here, applied after ``changes`` and before ``patches``. Nothing is stored unless
     everything applied; when something does not apply, the SourceError names the change, what it
     collides with, the files, and the reorderings / ``apply: merge`` that buildctl tried and that work.
+    ``allow``: blobs a mirror may lack (``missing``): a commit whose tree lacks only those is copied
+    without them, and the export writes a placeholder in their place.
     """
     if not is_sha(commit, min_len=40):
         raise SourceError(f"prepare needs a full commit SHA, got {commit!r}", fix="lock the stack first")
@@ -237,7 +242,7 @@ def prepare(cache: Mirrors, url: str, commit: str, *, changes: Sequence[Change] 
     needed = [commit, *(c.sha for c in all_changes if isinstance(c, PickChange)),
               *(h for c in all_changes if isinstance(c, PrChange) for h in (c.head, *c.commits))]
     with cache.locked(url) as mirror:
-        cache.ensure(url, mirror, needed, pulls=True, what="locked commits")
+        cache.ensure(url, mirror, needed, pulls=True, what="locked commits", allow=allow)
         cache.keep(mirror, needed)
         epoch = int(cache.git.run(["show", "-s", "--format=%ct", commit, "--"], git_dir=mirror, what="read date").out)
         reused = True
@@ -252,9 +257,9 @@ def prepare(cache: Mirrors, url: str, commit: str, *, changes: Sequence[Change] 
                 tree = _apply(cache, url, mirror, commit, all_changes, key=key, epoch=epoch)
                 reused = False
         empty = _empty_picks(cache, mirror, commit, tree, all_changes)
-    subs = tuple(cache.submodule_list(url, tree, prefix="", depth=0)) if submodules else ()
+    subs = tuple(cache.submodule_list(url, tree, prefix="", depth=0, allow=allow)) if submodules else ()
     return PreparedTree(url=url, commit=commit, tree=tree, key=key, epoch=epoch, changes=tuple(all_changes),
-                        submodules=subs, empty=empty, reused=reused)
+                        submodules=subs, empty=empty, allowed=tuple(allow), reused=reused)
 
 
 def _units(changes: Sequence[Change]) -> list[str]:
@@ -458,7 +463,8 @@ def prepare_component(cache: Mirrors, component: Component, locked: LockedCompon
                             f"{lc.mode} in the lock", fix="re-lock: buildctl lock STACK")
     paths = {p.file: _patch_path(base_dir, p.file) for p in component.patches}
     prepared = prepare(cache, normalize_repo(component.repo, base_dir), locked.commit,
-                       changes=to_changes(locked.changes, paths), submodules=component.submodules)
+                       changes=to_changes(locked.changes, paths), submodules=component.submodules,
+                       allow=allowances(component, base_dir))
     if check_tree and locked.tree and prepared.tree != locked.tree:
         raise SourceError(
             f"component {component.name}: prepared tree {prepared.tree} differs from the lock's {locked.tree}",

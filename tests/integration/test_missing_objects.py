@@ -3,6 +3,7 @@ records the gitlink without fetching the submodule, and preparing the tree names
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -10,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from buildctl.errors import SourceError
+from buildctl.lock.lock import resolve_component
+from buildctl.lock.lockfile import LockedComponent
+from buildctl.manifest.model import Component, MissingObject
 from buildctl.sources.sources import Sources
 
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, "GIT_CONFIG_GLOBAL": os.devnull,
@@ -138,3 +142,97 @@ def test_pr_heads_that_lack_objects_do_not_stop_the_rest_from_locking(tmp_path: 
     assert f"lacks 1 object(s) that the tree of the commit at {heads[2][:12]} holds: huge.bin" in str(err.value)
     again = Sources(cache=tmp_path / "cache")  # the next run remembers: no whole fetch attempted again
     assert again.pr_head(str(mirror), 1) == heads[1]
+
+
+# -- declared missing blobs (manifest missing_objects): a placeholder for exactly that blob, refusals otherwise
+
+
+def _super_with_incomplete_sub(tmp_path: Path, drop: str = "media/images/perf.png") -> tuple[Path, Path, str, str, str]:
+    """(superproject, submodule mirror, superproject commit, submodule commit, dropped blob)."""
+    sub = tmp_path / "sub"
+    (sub / "media" / "images").mkdir(parents=True)
+    git("init", "-q", "-b", "main", str(sub))
+    (sub / "kernel.h").write_text("int k;\n")
+    (sub / "media" / "images" / "perf.png").write_bytes(b"\x89PNG big picture")
+    git("add", ".", cwd=sub)
+    git("commit", "-q", "-m", "sub", cwd=sub)
+    sub_sha = git("rev-parse", "HEAD", cwd=sub)
+    blob = git("rev-parse", f"HEAD:{drop}", cwd=sub)
+    sub_mirror = tmp_path / "sub.git"
+    git("clone", "-q", "--bare", "--no-local", str(sub), str(sub_mirror))
+    git("--git-dir", str(sub_mirror), "repack", "-q", "-a", "-d")
+    _drop_blob(sub_mirror, blob, tmp_path)
+    top = tmp_path / "top"
+    git("init", "-q", "-b", "main", str(top))
+    (top / "README").write_text("top\n")
+    (top / ".gitmodules").write_text(f'[submodule "3rdparty/sub"]\n\tpath = 3rdparty/sub\n\turl = {sub_mirror}\n')
+    git("add", ".", cwd=top)
+    git("update-index", "--add", "--cacheinfo", f"160000,{sub_sha},3rdparty/sub", cwd=top)
+    git("commit", "-q", "-m", "top", cwd=top)
+    return top, sub_mirror, git("rev-parse", "HEAD", cwd=top), sub_sha, blob
+
+
+def _component(top: Path, commit: str, *declared: MissingObject) -> tuple[Component, LockedComponent]:
+    c = Component(name="te", repo=str(top), commit=commit, missing_objects=declared)
+    return c, LockedComponent(name="te", repo=str(top), commit=commit, tree=commit)
+
+
+def test_a_declared_missing_blob_becomes_a_placeholder_in_the_export_and_a_lock_note(tmp_path: Path) -> None:
+    top, sub_mirror, top_sha, sub_sha, blob = _super_with_incomplete_sub(tmp_path)
+    c, locked = _component(top, top_sha, MissingObject(repo=str(sub_mirror), path="media/images/perf.png",
+                                                       blob=blob[:12], why="a chart; no build reads media/"))
+    s = Sources(cache=tmp_path / "cache")
+    notes: list[str] = []
+    assert resolve_component(c, s, tmp_path, notes).submodules == {"3rdparty/sub": sub_sha}
+    assert notes == [f"te: media/images/perf.png (blob {blob[:12]}) of {sub_mirror} may be missing from its mirror: "
+                     "an export then holds a placeholder there (a chart; no build reads media/)"]
+    prepared = s.prepare_component(c, locked)
+    assert [x.commit for x in prepared.submodules] == [sub_sha]
+    assert not list((tmp_path / "cache" / "mirrors").glob("*.git/objects/pack/tmp_pack_*"))  # failed fetches' debris
+    out = s.exported(prepared)
+    assert (out / "3rdparty/sub/kernel.h").read_text() == "int k;\n"  # the rest of the tree is there
+    text = (out / "3rdparty/sub/media/images/perf.png").read_text()
+    assert text.startswith(f"placeholder written by buildctl: blob {blob} (media/images/perf.png) is missing")
+    assert "a chart; no build reads media/" in text
+    info = json.loads((out / ".git" / "buildctl-source.json").read_text())
+    assert info["placeholders"] == [{"repo": str(sub_mirror), "path": "3rdparty/sub/media/images/perf.png",
+                                     "blob": blob, "why": "a chart; no build reads media/"}]
+    # the next run finds the commit in the cache and writes the placeholder again, from the declaration alone
+    again = Sources(cache=tmp_path / "cache").export(Sources(cache=tmp_path / "cache").prepare_component(c, locked),
+                                                     tmp_path / "again")
+    assert (again / "3rdparty/sub/media/images/perf.png").read_text() == text
+    # without the declaration the cache's incomplete copy is refused at export, naming the file
+    bare, _ = _component(top, top_sha)
+    with pytest.raises(SourceError) as err:
+        s.export(Sources(cache=tmp_path / "cache").prepare_component(bare, locked), tmp_path / "undeclared")
+    assert f"3rdparty/sub/media/images/perf.png (blob {blob[:12]}) is missing from the cache mirror" in str(err.value)
+    assert "missing_objects" in (err.value.fix or "")
+
+
+def test_an_undeclared_missing_blob_is_refused_naming_file_path_and_blob(tmp_path: Path) -> None:
+    top, sub_mirror, top_sha, sub_sha, blob = _super_with_incomplete_sub(tmp_path)
+    for other in (MissingObject(repo=str(sub_mirror), path="media/images/other.png", blob=blob, why="x"),
+                  MissingObject(repo=str(sub_mirror), path="media/images/perf.png", blob="0123456789ab", why="x"),
+                  MissingObject(repo=str(tmp_path / "elsewhere.git"), path="media/images/perf.png", blob=blob,
+                                why="x")):
+        c, locked = _component(top, top_sha, other)
+        with pytest.raises(SourceError) as err:
+            Sources(cache=tmp_path / "cache").prepare_component(c, locked)
+        text = str(err.value)
+        assert f"lacks 1 object(s) that the tree of the commit at {sub_sha[:12]} holds: media/images/perf.png (blob {blob[:12]})" in text
+        assert f"declare it in the component's missing_objects: {{repo: {sub_mirror}, path: media/images/perf.png, blob: {blob[:12]}" in text
+    assert not (tmp_path / "cache" / "exports").exists()  # nothing exported
+
+
+def test_a_declared_missing_blob_that_the_build_reads_is_refused(tmp_path: Path) -> None:
+    top, sub_mirror, top_sha, _, blob = _super_with_incomplete_sub(tmp_path, drop="kernel.h")
+    c, locked = _component(top, top_sha, MissingObject(repo=str(sub_mirror), path="kernel.h", blob=blob, why="x"))
+    with pytest.raises(SourceError) as err:
+        Sources(cache=tmp_path / "cache").prepare_component(c, locked)
+    assert f"component te declares kernel.h (blob {blob[:12]}) of {sub_mirror} as missing, but a build may read" in str(err.value)
+    assert not (tmp_path / "cache" / "mirrors").exists()  # refused before anything was fetched
+    # undeclared, it is refused as any missing blob, without the offer to declare it
+    bare, _ = _component(top, top_sha)
+    with pytest.raises(SourceError) as err:
+        Sources(cache=tmp_path / "cache").prepare_component(bare, locked)
+    assert f"holds: kernel.h (blob {blob[:12]})" in str(err.value) and "missing_objects" not in str(err.value)

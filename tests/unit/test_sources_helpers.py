@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.errors import SourceError
-from buildctl.sources import gitrun, prepare, resolve, urls
+from buildctl.errors import ManifestErrors, SourceError
+from buildctl.manifest import pins
+from buildctl.sources import gitrun, missing, prepare, resolve, urls
 from buildctl.sources.prepare import PatchFile, PickChange, PrChange, PreparedTree
 
 
@@ -244,3 +245,54 @@ def test_check_patch(tmp_path: Path) -> None:
 def test_prepared_tree_short_sha_is_what_rev_parse_short_prints_in_an_export() -> None:
     t = PreparedTree(url="u", commit="1" * 40, tree="f8811da2901092e641e6c682b1698f75d1611f05", key="k", epoch=0)
     assert t.short == "f8811da"
+
+
+MISSING_MANIFEST = """\
+schema: 1
+stack: t
+base:
+  alias: demo-base
+variants:
+  first:
+    image: "127.0.0.1:5000/demo/base:1"
+    platform: linux/amd64
+    cuda: "13"
+components:
+  lib:
+    repo: https://git.example/org/lib.git
+    commit: 0123456789abcdef0123456789abcdef01234567
+    missing_objects:
+      - {repo: https://git.example/org/sub.git, path: media/a.png, blob: 0123456789ab, why: a picture}
+"""
+
+
+def test_missing_objects_are_read_and_checked_at_load_time() -> None:
+    (mo,) = pins.load_text(MISSING_MANIFEST, "t.yaml").components[0].missing_objects
+    assert (mo.repo, mo.path, mo.blob, mo.why) == ("https://git.example/org/sub.git", "media/a.png", "0123456789ab",
+                                                   "a picture")
+    for old, new, said in (("blob: 0123456789ab", "blob: xyz", "hex SHA"),
+                           ("path: media/a.png", "path: ../a.png", "must stay inside"),
+                           ("repo: https://git.example/org/sub.git", "repo: -oops", "must not start with '-'")):
+        with pytest.raises(ManifestErrors) as err:
+            pins.load_text(MISSING_MANIFEST.replace(old, new), "t.yaml")
+        assert "components.lib.missing_objects[0]" in str(err.value) and said in str(err.value)
+
+
+def test_allowances_match_exactly_and_refuse_files_a_build_reads() -> None:
+    c = pins.load_text(MISSING_MANIFEST, "t.yaml").components[0]
+    (a,) = missing.allowances(c, None)
+    assert a.where == "t.yaml:15"
+    assert a.matches("https://git.example/org/sub", "media/a.png", "0123456789abcdef")  # .git and prefix aside
+    assert not a.matches("https://git.example/org/sub.git", "media/b.png", "0123456789abcdef")
+    assert not a.matches("https://git.example/org/sub.git", "media/a.png", "0123456789ac")
+    assert not a.matches("https://git.example/org/other.git", "media/a.png", "0123456789abcdef")
+    assert [missing.build_reads(p) for p in ("docs/x.PDF", "media/y.svg", "include/z.h", "setup.py", "README")] == [
+        False, False, True, True, True]
+    header = pins.load_text(MISSING_MANIFEST.replace("media/a.png", "include/a.h"), "t.yaml").components[0]
+    with pytest.raises(SourceError) as err:
+        missing.allowances(header, None)
+    assert "t.yaml:15" in str(err.value) and "include/a.h (blob 0123456789ab)" in str(err.value)
+    assert "a build may read that file" in str(err.value)
+    assert missing.placeholder(a, "https://git.example/org/sub.git", "0123456789abcdef").decode().startswith(
+        "placeholder written by buildctl: blob 0123456789abcdef (media/a.png) is missing from the mirror of "
+        "https://git.example/org/sub.git;\ndeclared in missing_objects at t.yaml:15: a picture")
