@@ -6,7 +6,9 @@ the device (run with the buildctl checkout to use first on PYTHONPATH, from that
 
 - the prepared trees of transformer-engine, deepep-hybridep and megatron-lm, exported by buildctl's
   Sources (prepare_component + exported: the trees the wheel and assemble nodes get), each as a .tar.gz
-  (cutlass's media/, docs/, test/ and examples/ left out of TE's to fit the device's 64 MiB a call);
+  (cutlass's media/, docs/, test/ and examples/ left out of TE's to fit the device's 64 MiB a call; the
+  picture the cutlass mirror lacks is declared in the manifest's missing_objects, so nothing needs seeding:
+  its export holds a placeholder, and media/ is not packed anyway);
 - the rendered compile scripts (pipeline.dry_run), the compile-env's build requirements, the job
   count buildctl computes for the device (16 cores, 128 GiB, both compiles at once);
 - the assemble node's ENV lines as a shell file, and the smoke expectation (smoke.expect_for) of the
