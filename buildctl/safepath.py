@@ -1,4 +1,4 @@
-"""Writes that stay inside their folder.
+"""Writes that stay inside their folder, and writes that readers see whole (``write_atomic``).
 
 A manifest names paths inside images (``downloads.*.dest``, ``install.path``); buildctl writes them into
 a build context on the host, as root. The syntax rules refuse ``..`` at load time; ``inside`` checks every
@@ -9,6 +9,7 @@ symlink, and a later file whose path runs through it would otherwise land wherev
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from buildctl.errors import BuildctlError
@@ -43,3 +44,18 @@ def inside(root: Path, rel: str) -> Path:
         raise UnsafePath(f"refusing to write {rel!r} under {root}: it is a symlink ({os.readlink(target)})",
                          why="writing through it would change the file it points to")
     return target
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new file, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -145,7 +145,7 @@ def main(argv: list[str]) -> int:
         print("\n@@RESULT@@" + json.dumps(out, default=str))
         return 0
     sys.path.insert(0, str(PROJECT))
-    from buildctl.build import smoke
+    from buildctl.graph import smoke_expect
     from buildctl.manifest import pins
     from buildctl.megatron import argslint
 
@@ -157,7 +157,7 @@ def main(argv: list[str]) -> int:
             continue
         script = next((w for w in m.entrypoint.command if w.endswith(".py")), "pretrain_gpt.py")
         for v in m.variants:
-            for prof in smoke.megatron_profiles(m, v):
+            for prof in smoke_expect.megatron_profiles(m, v):
                 report = argslint.lint(m, v, a.megatron, prof["name"])
                 archs = [x for x in v.gpu_archs]
                 cap = [int(p) for p in archs[0].split(".")] if archs else [9, 0]

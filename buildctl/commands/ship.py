@@ -16,6 +16,7 @@ from buildctl.lock.lockfile import VariantLock
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
 from buildctl.registry import credentials
+from buildctl.safepath import write_atomic
 from buildctl.services import publishing, target, wiring
 from buildctl.ship import bom, provenance, push, verify
 
@@ -145,7 +146,7 @@ def cmd_provenance(args: argparse.Namespace, ctx: Context) -> int:
         stmt = provenance.for_image(engine, ctx.pins_dir, args.image, ctx.project)
     text = provenance.to_text(stmt)
     if args.out is not None:
-        lockfile.write_atomic(args.out, text)
+        write_atomic(args.out, text)
         ctx.ui.info(f"wrote {args.out}: {len(stmt['predicate']['buildDefinition']['resolvedDependencies'])} "
                     f"resolved dependencies for {stmt['subject'][0]['name']}@sha256:{stmt['subject'][0]['digest']['sha256']}")
     else:

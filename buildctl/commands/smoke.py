@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from buildctl.build import smoke as smoke_mod
 from buildctl.errors import UsageError
+from buildctl.graph import smoke_expect
 from buildctl.lock import lockfile
 from buildctl.manifest import pins
 
@@ -35,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _expectation(args: argparse.Namespace, ctx: Context) -> smoke_mod.Expectation | None:
+def _expectation(args: argparse.Namespace, ctx: Context) -> smoke_expect.Expectation | None:
     if args.stack is None:
         if args.variant or args.profile:
             raise UsageError("--variant and --profile need --stack", fix="buildctl smoke IMAGE --stack STACK --variant V")
@@ -47,7 +48,7 @@ def _expectation(args: argparse.Namespace, ctx: Context) -> smoke_mod.Expectatio
     vlock = lock.variants.get(variant.name) if lock else None
     if vlock is None:
         ctx.ui.warn(f"{args.stack}/{variant.name} is not locked: versions are checked against the manifest only")
-    return smoke_mod.expect_for(manifest, vlock, variant, profile=args.profile)
+    return smoke_expect.expect_for(manifest, vlock, variant, profile=args.profile)
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:

@@ -156,7 +156,7 @@ class Extras:
     """Inputs made by other modules from the same manifest and lock (passed in: graph stays pure)."""
 
     entrypoint: EntrypointFragment | None = None  # entrypoint.render_entrypoint_fragment(manifest, variant)
-    # labels assemble records in the image: the smoke expectations (smoke.expect_for) and interpreter
+    # labels assemble records in the image: the smoke expectations (smoke_expect.expect_for) and interpreter
     assemble_labels: Mapping[str, str] = field(default_factory=dict)
     skip_smoke: bool = False
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from buildctl.config import CacheLayout
 from buildctl.graph.graph import Graph, Node
-from buildctl.lock.lockfile import write_atomic
+from buildctl.safepath import write_atomic
 
 SCHEMA = 1
 

@@ -50,8 +50,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +57,7 @@ from typing import Any, Literal
 
 from buildctl.errors import LockError
 from buildctl.lock import lockcheck
+from buildctl.safepath import write_atomic
 
 SCHEMA = 2
 
@@ -446,21 +445,6 @@ def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> Lock:
     data.pop("integrity", None)
     change(data)
     return write_data(path, data)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new file, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write(path: Path, lock: Lock) -> None:

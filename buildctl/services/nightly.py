@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from buildctl.errors import BuildctlError
-from buildctl.lock.lockfile import write_atomic
+from buildctl.safepath import write_atomic
 
 Stage = Literal["lock", "build", "push", "promote"]
 Status = Literal["ok", "failed", "skipped"]

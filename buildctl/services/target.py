@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildctl.build import smoke
 from buildctl.config import Config
 from buildctl.errors import UsageError
-from buildctl.graph import graph, render, specs
+from buildctl.graph import graph, render, smoke_expect, specs
 from buildctl.graph.entrypoint import render_entrypoint_fragment, select_profile, variant_entrypoint
 from buildctl.graph.graph import Graph
 from buildctl.graph.plan import mirror_ref, refs_for
@@ -62,10 +61,10 @@ def load(project: Path, config: Config, stack: str, variant: str | None, *, regi
         if manifest.entrypoint is None:
             raise UsageError(f"--profile {profile}: stack {manifest.stack} has no entrypoint")
         select_profile(variant_entrypoint(manifest, v), profile)  # an unknown name is a usage error here
-    expect = smoke.expect_for(manifest, vlock, v, profile=profile)
+    expect = smoke_expect.expect_for(manifest, vlock, v, profile=profile)
     extras = graph.Extras(
         entrypoint=render_entrypoint_fragment(manifest, v, profile) if manifest.entrypoint else None,
-        assemble_labels={smoke.EXPECT_LABEL: expect.label_value(), smoke.PYTHON_LABEL: manifest.smoke.python},
+        assemble_labels={smoke_expect.EXPECT_LABEL: expect.label_value(), smoke_expect.PYTHON_LABEL: manifest.smoke.python},
         skip_smoke=skip_smoke,
     )
     g = graph.build(manifest, vlock, v, templates=templates.digests(), extras=extras)

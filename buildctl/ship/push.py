@@ -36,9 +36,9 @@ from buildctl.engine.imageview import ImageView, ProgressView
 from buildctl.errors import BuildctlError, PushError, PushStalled, UnreachableError
 from buildctl.graph.graph import Graph, image_ref
 from buildctl.lock.lock import ImageRef
-from buildctl.lock.lockfile import write_atomic
 from buildctl.registry.attest import Attached
 from buildctl.registry.credentials import Redactor
+from buildctl.safepath import write_atomic
 
 REPORT_SCHEMA = 1
 SMOKE_LABEL = "io.buildctl.smoke"

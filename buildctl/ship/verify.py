@@ -26,9 +26,10 @@ from buildctl.engine.imageview import ImageView, RunOutcome
 from buildctl.errors import ManifestErrors, UnreachableError, UsageError
 from buildctl.graph.plan import mirror_ref
 from buildctl.lock.lock import ImageRef
-from buildctl.lock.lockfile import VariantLock, write_atomic
+from buildctl.lock.lockfile import VariantLock
 from buildctl.manifest import pins
 from buildctl.manifest.model import BaseContract, Manifest, Variant
+from buildctl.safepath import write_atomic
 
 CheckStatus = Literal["ok", "fail", "skip", "info"]
 ChangeKind = Literal["env", "label", "probe", "platform"]

@@ -16,14 +16,15 @@ from buildctl import cli
 from buildctl.build import smoke
 from buildctl.engine.engine import Engine
 from buildctl.errors import SmokeFailed
+from buildctl.graph import smoke_expect
 from tests.helpers import unique
 
 PROJECT = Path(__file__).resolve().parents[2]
 
 
-def base_expectation() -> smoke.Expectation:
+def base_expectation() -> smoke_expect.Expectation:
     """What the demo base itself must show: its pip and PyYAML, PyYAML unchanged from its constraint file."""
-    return smoke.Expectation(
+    return smoke_expect.Expectation(
         stack="demo", variant="base", required=("versions", "protected", "imports"), timeout_s=180,
         checks={
             "versions": {"distributions": [{"name": "PyYAML", "version": "6.0"}, {"name": "pip", "version": "23.0.1"}]},
@@ -33,7 +34,7 @@ def base_expectation() -> smoke.Expectation:
     )
 
 
-def with_hybridep(e: smoke.Expectation) -> smoke.Expectation:
+def with_hybridep(e: smoke_expect.Expectation) -> smoke_expect.Expectation:
     return replace(e, variant="base-hybridep", required=(*e.required, "hybridep"),
                    checks={**e.checks, "hybridep": {"megatron": False}})
 
@@ -78,7 +79,7 @@ def test_build_gate_stops_on_the_failing_image(engine: Engine, demo_base: str, i
     assert "No module named 'deep_ep'" in (tmp_path / "bad.log").read_text()
 
 
-def labelled(engine: Engine, base: str, image_cleanup: object, tmp_path: Path, e: smoke.Expectation) -> str:
+def labelled(engine: Engine, base: str, image_cleanup: object, tmp_path: Path, e: smoke_expect.Expectation) -> str:
     """The demo base with the expectation recorded as the build records it (labels only, no layer)."""
     context = tmp_path / unique("ctx")
     context.mkdir()
@@ -86,7 +87,7 @@ def labelled(engine: Engine, base: str, image_cleanup: object, tmp_path: Path, e
     ref = f"buildctl-test-smoke:{unique()}"
     image_cleanup(ref)  # type: ignore[operator]
     engine.build(context_dir=context, dockerfile="Dockerfile", tag=ref,
-                 labels={smoke.EXPECT_LABEL: e.label_value(), smoke.PYTHON_LABEL: "python3"})
+                 labels={smoke_expect.EXPECT_LABEL: e.label_value(), smoke_expect.PYTHON_LABEL: "python3"})
     return ref
 
 

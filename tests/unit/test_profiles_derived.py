@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.build import smoke
 from buildctl.errors import ManifestErrors
+from buildctl.graph import smoke_expect
 from buildctl.graph.entrypoint import effective_args, launches, variant_entrypoint
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
@@ -117,7 +117,7 @@ def test_bad_derivations_name_file_line_and_key(edit: tuple[str, str], message: 
 
 def test_the_expectation_names_the_profile_the_script_and_the_launcher() -> None:
     m = load()
-    exp = smoke.expect_for(m, None, m.default_variant)
+    exp = smoke_expect.expect_for(m, None, m.default_variant)
     assert exp.checks["train"] == {"profile": "proxy", "script": "/usr/local/bin/buildctl-launch",
                                    "launcher": "torchrun", "gpus": 1, "min_steps": 20, "timeout_s": 900}
     assert "train" in exp.required

@@ -13,6 +13,7 @@ import pytest
 
 from buildctl.build import smoke
 from buildctl.errors import ManifestError, SmokeFailed, UsageError
+from buildctl.graph import smoke_expect
 from buildctl.lock.lockfile import LockedBase, LockedComponent, LockedPip, VariantLock
 from buildctl.manifest import pins
 from buildctl.manifest.model import GpuTier
@@ -41,7 +42,7 @@ def demo_lock() -> VariantLock:
 
 def test_expect_for_the_demo_stack() -> None:
     m = pins.load(ROOT / "pins" / "demo.yaml")
-    e = smoke.expect_for(m, demo_lock(), m.variant("default"), base_packages={"PyYAML": "6.0", "pip": "23.0.1"})
+    e = smoke_expect.expect_for(m, demo_lock(), m.variant("default"), base_packages={"PyYAML": "6.0", "pip": "23.0.1"})
     assert e.suite_json() == {
         "schema": 1, "stack": "demo", "variant": "default",
         "required": ["versions", "protected", "imports", "requirements"],
@@ -68,7 +69,7 @@ def test_expect_for_the_demo_stack() -> None:
 
 def test_expect_for_deepseek_hopper_without_lock() -> None:
     m = pins.load(ROOT / "pins" / "deepseek-v3-gb200.yaml")
-    e = smoke.expect_for(m, None, m.variant("hopper"))
+    e = smoke_expect.expect_for(m, None, m.variant("hopper"))
     c = e.checks
     assert c["cudnn"] == {"version": "9.14.0.64", "package": "libcudnn9-cuda-13"}
     assert c["arch"] == {"archs": ["9.0"], "dists": ["transformer_engine", "deep_ep"]}
@@ -98,21 +99,21 @@ def test_required_check_without_anything_to_check_is_a_manifest_error() -> None:
     m = pins.load(ROOT / "pins" / "demo.yaml")
     bad = replace(m, smoke=replace(m.smoke, required=("versions", "cudnn")))
     with pytest.raises(ManifestError, match=r"smoke\.required lists 'cudnn' but the stack pins no cuDNN"):
-        smoke.expect_for(bad, demo_lock(), m.variant("default"))
+        smoke_expect.expect_for(bad, demo_lock(), m.variant("default"))
 
 
 def test_label_round_trip_plain_and_base64() -> None:
     m = pins.load(ROOT / "pins" / "demo.yaml")
-    e = smoke.expect_for(m, demo_lock(), m.variant("default"))
+    e = smoke_expect.expect_for(m, demo_lock(), m.variant("default"))
     value = e.label_value()
     assert value == json.dumps(json.loads(value), sort_keys=True, separators=(",", ":"))  # canonical
-    assert smoke.decode_label(value) == e
-    assert smoke.decode_label(base64.b64encode(value.encode()).decode()) == e
+    assert smoke_expect.decode_label(value) == e
+    assert smoke_expect.decode_label(base64.b64encode(value.encode()).decode()) == e
     assert e.gpu_tier is GpuTier.WAIVED
     with pytest.raises(UsageError, match="schema 2 is not supported"):
-        smoke.decode_label(json.dumps({"schema": 2}))
+        smoke_expect.decode_label(json.dumps({"schema": 2}))
     with pytest.raises(UsageError, match="neither JSON nor base64 JSON"):
-        smoke.decode_label("not json at all")
+        smoke_expect.decode_label("not json at all")
 
 
 # ------------------------------------------------------------------------------------------- reports
@@ -223,14 +224,14 @@ class FakeEngine:
         return self.answer
 
 
-def expectation() -> smoke.Expectation:
+def expectation() -> smoke_expect.Expectation:
     m = pins.load(ROOT / "pins" / "demo.yaml")
-    return smoke.expect_for(m, demo_lock(), m.variant("default"))
+    return smoke_expect.expect_for(m, demo_lock(), m.variant("default"))
 
 
 def test_run_smoke_copies_the_suite_and_saves_the_report(tmp_path: Path) -> None:
     eng = FakeEngine(answer=FakeRun(exit_code=1, stdout=real("report-gpu.json"), stderr="probe noise\n"),
-                     labels={smoke.EXPECT_LABEL: expectation().label_value(), smoke.PYTHON_LABEL: "python3.12"})
+                     labels={smoke_expect.EXPECT_LABEL: expectation().label_value(), smoke_expect.PYTHON_LABEL: "python3.12"})
     r = smoke.run_smoke(eng, "img:1", None, gpus=True, report_dir=tmp_path)
     (call,) = eng.runs
     assert call["command"] == ["python3.12", "-m", "smoke", "--expect", "/tmp/buildctl-smoke/expect.json",
@@ -270,7 +271,7 @@ def test_image_without_expectation_label(tmp_path: Path) -> None:
 
 def test_build_gate_writes_its_log_and_raises(tmp_path: Path) -> None:
     eng = FakeEngine(answer=FakeRun(exit_code=1, stdout=real("report-build.json")),
-                     labels={smoke.EXPECT_LABEL: expectation().label_value()})
+                     labels={smoke_expect.EXPECT_LABEL: expectation().label_value()})
     gate = smoke.BuildGate(report_dir=tmp_path / "reports")
     with pytest.raises(SmokeFailed, match="smoke build tier failed on img:1: cudnn"):
         gate(eng, "img:1", log_file=tmp_path / "smoke.log")
@@ -286,11 +287,11 @@ def test_every_manifests_expectation_is_read_by_the_suite(stack: str) -> None:
 
     m = pins.load(ROOT / "pins" / f"{stack}.yaml")
     for v in m.variants:
-        e = smoke.expect_for(m, None, v)
+        e = smoke_expect.expect_for(m, None, v)
         for data in (e.suite_json(), json.loads(e.label_value())):
             read = parse(data)
             assert read.required == e.required
-            assert read.selected == tuple(n for n in smoke.SMOKE_CHECKS if n in e.required or n in e.checks)
+            assert read.selected == tuple(n for n in smoke_expect.SMOKE_CHECKS if n in e.required or n in e.checks)
             for name in read.selected:
                 sec = Section(name, read.section(name))
                 assert sec.data == e.checks.get(name, {})

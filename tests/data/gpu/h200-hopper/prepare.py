@@ -11,7 +11,7 @@ the device (run with the buildctl checkout to use first on PYTHONPATH, from that
   its export holds a placeholder, and media/ is not packed anyway);
 - the rendered compile scripts (pipeline.dry_run), the compile-env's build requirements, the job
   count buildctl computes for the device (16 cores, 128 GiB, both compiles at once);
-- the assemble node's ENV lines as a shell file, and the smoke expectation (smoke.expect_for) of the
+- the assemble node's ENV lines as a shell file, and the smoke expectation (smoke_expect.expect_for) of the
   locked hopper variant.
 """
 
@@ -23,8 +23,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-from buildctl.build import pipeline, smoke
+from buildctl.build import pipeline
 from buildctl.config import load_config
+from buildctl.graph import smoke_expect
 from buildctl.graph.specs import CompileEnvNodeSpec, WheelNodeSpec
 from buildctl.services import target
 from buildctl.sources.sources import Sources
@@ -78,7 +79,7 @@ def main(project: Path, c1: Path, c2: Path) -> None:
     assemble = next(n for n in t.graph.nodes if n.kind == "assemble")
     env_lines = re.findall(r"^ENV (\w+)=(.*)$", (rendered / f"{assemble.slug}.Dockerfile").read_text(), flags=re.M)
     (c2 / "image-env.sh").write_text("".join(f"{k}={v}\n" for k, v in env_lines))
-    exp = smoke.expect_for(t.manifest, t.vlock, t.variant)
+    exp = smoke_expect.expect_for(t.manifest, t.vlock, t.variant)
     (c2 / "expect.json").write_text(json.dumps(exp.suite_json(), indent=1, sort_keys=True) + "\n")
     facts["jobs"] = jobs
     facts["lock_stale"] = t.lock_stale
