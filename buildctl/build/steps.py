@@ -1,0 +1,350 @@
+"""Building one node: an image node (context, build, whiteouts, record, tag, push), a wheel (compile, keep,
+one-file image) or a pull; plus the pure helpers of these steps."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import json
+import math
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from buildctl import quoting, runs, safepath
+from buildctl.build import normalise, wheelhouse
+from buildctl.build.state import Action, NodeResult, Outcome, RunState
+from buildctl.errors import BuildctlError, BuildFailed, SmokeFailed
+from buildctl.graph import render
+from buildctl.graph.graph import Node, shared_labels
+from buildctl.graph.records import NodeRecord
+from buildctl.graph.specs import AssembleNodeSpec, EntrypointNodeSpec, WheelNodeSpec
+from buildctl.sources.export import BUILD_GIT_ENV
+
+if TYPE_CHECKING:
+    from buildctl.engine.engine import Engine
+
+SMOKE_LABEL = "io.buildctl.smoke"
+
+
+class Steps:
+    def __init__(self, s: RunState, *, engine_for: Callable[[Sequence[str]], AbstractContextManager[Engine]]) -> None:
+        self.s = s
+        self.engine_for = engine_for  # the engine for a task, preferring one that holds these parents
+
+    def task(self, name: str, action: Action, publish: bool) -> None:
+        node = self.s.g.node(name)
+        start = time.monotonic()
+        with self.engine_for(node.parents) as e:
+            if action == "have" and publish:
+                self._publish(e, node)
+                return
+            if name in self.s.untrusted and e.image_exists(self.s.ref(name)):
+                # the untrusted image goes (its tag would otherwise move and leave it dangling)
+                e.remove_image(self.s.ref(name))
+            if action == "pull":
+                self.s.progress.node(name, "pulling", self.s.ref(name))
+                if node.kind == "wheel":
+                    self._pull_wheel(e, node)
+                    self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(self.s.g, node, engine=e.name))
+                else:
+                    e.pull(self.s.ref(name), platform=self.s.g.platform if node.kind == "base" else None)
+                    self.s.have(name, e)
+                    if node.kind != "base":
+                        self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(self.s.g, node, engine=e.name))
+                outcome: Outcome = "pulled"
+            else:
+                self.s.progress.node(name, "building")
+                if node.kind == "wheel":
+                    self._build_wheel(e, node)
+                else:
+                    self._build_image(e, node)
+                outcome = "built"
+        seconds = time.monotonic() - start
+        with self.s.lock:
+            self.s.results.append(NodeResult(name=name, outcome=outcome, engine=e.name, ref=self.s.ref(name),
+                                           seconds=seconds))
+        self.s.progress.node(name, outcome, f"{self.s.ref(name)} on {e.name}")
+
+    def ensure(self, e: Engine, name: str) -> None:
+        """Make the image of node ``name`` present in engine ``e`` (pulling what another engine pushed)."""
+        ref = self.s.ref(name)
+        if e.name in self.s.where.get(name, ()) or e.image_exists(ref):
+            self.s.have(name, e)
+            return
+        node = self.s.g.node(name)
+        e.pull(ref, platform=self.s.g.platform if node.kind == "base" else None)
+        self.s.have(name, e)
+
+    def _push(self, e: Engine, node: Node) -> None:
+        if self.s.t.registry is None or self.s.cancelled.is_set():
+            return
+        self.s.progress.node(node.name, "pushing", self.s.ref(node.name))
+        e.push(self.s.ref(node.name))
+
+    def _publish(self, e: Engine, node: Node) -> None:
+        """A node present here but not in the registry (built before with the registry down): push it."""
+        if node.kind == "wheel" and not e.image_exists(self.s.ref(node.name)):
+            self._wheel_image(e, node, self.s.wheels[node.component or ""])
+        else:
+            self.ensure(e, node.name)
+        self._push(e, node)
+
+    def _labels(self, node: Node) -> dict[str, str]:
+        labels = {
+            "org.opencontainers.image.source": self.s.source,
+            "org.opencontainers.image.revision": self.s.revision,
+            "org.opencontainers.image.created": self.s.created,
+            "org.opencontainers.image.base.name": self.s.t.base_image,
+            "org.opencontainers.image.base.digest": self.s.t.base_digest,
+            **shared_labels(self.s.g, node),
+        }
+        if isinstance(node.spec, AssembleNodeSpec | EntrypointNodeSpec):
+            labels.update(node.spec.labels)
+        if isinstance(node.spec, EntrypointNodeSpec):
+            labels[SMOKE_LABEL] = "skipped" if node.spec.smoke == "skipped" else "passed"
+        return labels
+
+    def _parent_ref(self, node: Node) -> str:
+        return self.s.t.base_ref if node.parents[0] == "base" else self.s.ref(node.parents[0])
+
+    def _build_image(self, e: Engine, node: Node) -> None:
+        self.ensure(e, node.parents[0])
+        if isinstance(node.spec, EntrypointNodeSpec) and node.spec.smoke == "gate":
+            self._gate(e, node)
+        wheels: dict[str, render.WheelFile] = {}
+        if isinstance(node.spec, AssembleNodeSpec):
+            for w in node.spec.wheels:
+                f = self.s.wheels[w.component]
+                wheels[w.component] = render.WheelFile(filename=f.name, sha256=wheelhouse.sha256_file(f))
+                assert self.s.wheelhouse_root is not None
+                wheelhouse.link_tree(self.s.wheelhouse_root, {f"components/{w.component}/{f.name}": f})
+        rendered = render.render(node, templates=self.s.t.templates, parent_ref=self._parent_ref(node), wheels=wheels,
+                                 built=self.s.built)
+        part = self._part_ref(node)
+        try:
+            with self._context(node, rendered, labels=self._labels(node)) as ctx:
+                e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
+                        buildargs={render.WHEELHOUSE_ARG: self.s.wheelhouse_url} if rendered.wheelhouse else None,
+                        network_mode="host" if rendered.wheelhouse else None,
+                        on_log=lambda line: self.s.progress.log(node.name, line), log_file=self.s.log_file(node.name),
+                        nocache=self.s.opt.nocache)
+            self._settle_whiteouts(e, node, rendered, part)
+            self._record_and_tag(e, node, part)
+        finally:
+            with contextlib.suppress(BuildctlError):
+                e.remove_image(part)  # the temporary tag (with it the image, when it never got its content tag)
+        self.s.have(node.name, e)
+        self._push(e, node)
+
+    def _part_ref(self, node: Node) -> str:
+        from buildctl.engine.engine import PART_REPOSITORY
+
+        return f"{PART_REPOSITORY}/{runs.owner()}:{node.slug}"
+
+    def _record_and_tag(self, e: Engine, node: Node, part: str) -> None:
+        """The record of the completed build first, then the content tag: a tag always has its record."""
+        if self.s.cancelled.is_set():
+            raise BuildFailed(f"{node.name}: cancelled", why="the build was interrupted")
+        self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(
+            self.s.g, node, built_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), engine=e.name))
+        e.tag(part, self.s.ref(node.name))
+
+    def _settle_whiteouts(self, e: Engine, node: Node, rendered: render.Rendered, ref: str) -> None:
+        """Give the whiteouts of a node declared bit-level a fixed time (normalise.py): a RUN that deleted a file
+        of a lower layer left one with the time of the build, and a RUN cannot touch it. The check costs a
+        `docker save` of the node image (about 1.7 s for the demo's 190 MB), so only bit-level RUN nodes pay it."""
+        if node.kind not in self.s.t.bit_level:
+            return
+        if not any(line.startswith("RUN ") for line in rendered.dockerfile.splitlines()):
+            return
+        below = len(e.inspect_image(self._parent_ref(node)).layers)
+        if normalise.settle_whiteouts(e, ref, parent_layers=below, scratch=self.s.scratch,
+                                      epoch=render.EPOCH):
+            self.s.progress.log(node.name, "whiteouts given a fixed time (save, rewrite, load)")
+
+    def _gate(self, e: Engine, node: Node) -> None:
+        assemble = self.s.ref("assemble")
+        if self.s.smoke_gate is None:
+            raise SmokeFailed("no smoke runner is available to gate the entrypoint",
+                              fix="pass --skip-smoke to build past the gate (the image is labelled smoke=skipped)")
+        self.s.progress.node(node.name, "smoke", f"build-host tier on {assemble}")
+        summary = self.s.smoke_gate(e, assemble, log_file=self.s.log_file("smoke"))
+        self.s.smoke = "passed"
+        self.s.progress.log(node.name, summary)
+
+    @contextlib.contextmanager
+    def _context(self, node: Node, rendered: render.Rendered, *, labels: Mapping[str, str]) -> Iterator[Path]:
+        ctx = Path(tempfile.mkdtemp(prefix=f"ctx-{node.slug}-", dir=self.s.scratch))
+        try:
+            (ctx / "Dockerfile").write_text(rendered.dockerfile + label_instruction(labels))
+            for cf in rendered.context:
+                self._materialize(ctx, cf)
+            rootfs = ctx / "rootfs"
+            if rootfs.is_dir():
+                for dirpath, dirnames, _ in os.walk(rootfs, topdown=False):
+                    for d in dirnames:
+                        p = Path(dirpath) / d
+                        if not p.is_symlink():
+                            os.chmod(p, render.dir_mode(p.relative_to(rootfs).as_posix()))
+                            os.utime(p, (render.EPOCH, render.EPOCH))
+            yield ctx
+        finally:
+            shutil.rmtree(ctx, ignore_errors=True)
+
+    def _materialize(self, ctx: Path, cf: render.ContextFile) -> None:
+        target = safepath.inside(ctx, cf.path)
+        if cf.tree is not None:
+            shutil.copytree(self.s.prepared[cf.tree], target, symlinks=True)
+            return
+        if cf.wheel is not None:
+            target.mkdir(parents=True, exist_ok=True)
+            f = self.s.wheels[cf.wheel]
+            shutil.copy2(f, target / f.name)
+            os.utime(target / f.name, (render.EPOCH, render.EPOCH))
+            return
+        if cf.download is not None:
+            shutil.copyfile(self.s.downloads[cf.download], target)
+        else:
+            target.write_text(cf.text or "")
+        os.chmod(target, int(cf.mode, 8))
+        os.utime(target, (render.EPOCH, render.EPOCH))
+
+    def _build_wheel(self, e: Engine, node: Node) -> None:
+        from buildctl.engine.engine import Mount
+
+        spec = node.spec
+        assert isinstance(spec, WheelNodeSpec) and node.component
+        self.ensure(e, node.parents[0])
+        rendered = render.render(node, templates=self.s.t.templates, parent_ref=self.s.ref(node.parents[0]))
+        assert rendered.script is not None
+        compiles = sum(1 for n in self.s.g.nodes if n.kind == "wheel")
+        jobs = compile_jobs(cores=self.s.opt.host_cores, memory_gib=self.s.opt.host_memory_gib,
+                            per_job_gib=spec.memory_per_job_gib, concurrent=min(self.s.opt.jobs, compiles))
+        self.s.config.cache.ccache.mkdir(parents=True, exist_ok=True)
+        out = Path(tempfile.mkdtemp(prefix=f"out-{node.slug}-", dir=self.s.scratch))
+        log = self.s.log_file(node.name)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.s.progress.log(node.name, f"compiling with {jobs} job(s)")
+            result = e.run(self.s.ref(node.parents[0]), ["/buildctl/wheel.sh"], entrypoint=["/bin/sh"],
+                           # the tree keeps the host user's uid (cp -a): git would call it "dubious" and the
+                           # version would lose its +sha, so the copy is marked safe (sources.BUILD_GIT_ENV)
+                           env={"BUILDCTL_JOBS": str(jobs), **BUILD_GIT_ENV},
+                           mounts=[Mount(source=self.s.prepared[node.component], target="/src", read_only=True),
+                                   Mount(source=self.s.config.cache.ccache, target="/ccache", read_only=False),
+                                   Mount(source=out, target="/out", read_only=False)],
+                           files={"/buildctl/wheel.sh": rendered.script.encode()},
+                           network_mode="none", timeout=self.s.opt.compile_timeout)
+            log.write_text(f"$ compile {node.component} in {self.s.ref(node.parents[0])} ({jobs} jobs)\n"
+                           + result.stdout + result.stderr)
+            lines = (result.stdout + result.stderr).strip().splitlines()
+            if lines:
+                self.s.progress.log(node.name, lines[-1])
+            made = sorted(out.glob("*.whl"))
+            if not result.ok or len(made) != 1:
+                tail = "\n".join(f"    {x}" for x in lines[-12:])
+                why = ("timed out" if result.timed_out else f"exit status {result.exit_code}") if not result.ok else (
+                    f"the build command left {len(made)} wheel(s) in /out, not one")
+                raise BuildFailed(f"compile of {node.component} failed; full log: {log}",
+                                  why=why + (f"\n  last log lines:\n{tail}" if tail else ""),
+                                  fix=f"read {log}, correct the component or its build settings, and build again")
+            wheel = self._keep_wheel(node, made[0])
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        self._wheel_image(e, node, wheel)
+        self._push(e, node)
+
+    def _keep_wheel(self, node: Node, made: Path) -> Path:
+        """Move a finished wheel to wheels/<component>/<key>/, whole or not at all."""
+        assert node.component
+        if self.s.cancelled.is_set():
+            raise BuildFailed(f"{node.name}: cancelled", why="the build was interrupted")
+        final = self.s.config.cache.wheels / node.component / node.key
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"run-{runs.owner()}-", dir=final.parent))  # swept if this run dies
+        shutil.copy2(made, tmp / made.name)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        with self.s.lock:
+            self.s.wheels[node.component] = final / made.name
+        return final / made.name
+
+    def _wheel_image(self, e: Engine, node: Node, wheel: Path) -> None:
+        with self.s.lock:
+            self.s.wheels[node.component or ""] = wheel
+        rendered = render.render(node, templates=self.s.t.templates, parent_ref="scratch")
+        part = self._part_ref(node)
+        try:
+            with self._context(node, rendered, labels=self._labels(node)) as ctx:
+                e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
+                        log_file=self.s.log_file(node.name + "-image"), nocache=self.s.opt.nocache)
+            self._record_and_tag(e, node, part)
+        finally:
+            with contextlib.suppress(BuildctlError):
+                e.remove_image(part)
+        self.s.have(node.name, e)
+
+    def _pull_wheel(self, e: Engine, node: Node) -> None:
+        """Take the wheel out of its one-file image (pulled when the engine lacks it): no compile."""
+        assert node.component
+        ref = self.s.ref(node.name)
+        if not e.image_exists(ref):
+            e.pull(ref)
+        self.s.have(node.name, e)
+        with tempfile.TemporaryDirectory(prefix="wheel-", dir=self.s.scratch) as tmp:
+            tar = Path(tmp) / "image.tar"
+            e.save(ref, tar)
+            found = extract_wheel(tar, Path(tmp) / "out")
+            if found is None:
+                raise BuildFailed(f"the image {ref} holds no wheel", fix="remove it from the registry and build again")
+            self._keep_wheel(node, found)
+
+
+def compile_jobs(*, cores: int, memory_gib: float, per_job_gib: float, concurrent: int) -> int:
+    """Parallel compile jobs for one compile: what the cores allow and what memory allows, shared by the
+    compiles running at once (parallel nvcc running out of memory is the commonest TE build failure)."""
+    share = max(1, concurrent)
+    by_cores = cores // share
+    by_memory = math.floor(memory_gib / share / per_job_gib) if per_job_gib > 0 else by_cores
+    return max(1, min(by_cores, by_memory))
+
+
+def label_instruction(labels: Mapping[str, str]) -> str:
+    """One LABEL instruction for all labels (the engine turns a build's ``labels`` into one step each,
+    about 0.1 s apiece). Keys and values are quoted by ``quoting.dockerfile``."""
+    if not labels:
+        return ""
+    pairs = [f"{quoting.dockerfile(k)}={quoting.dockerfile(v)}" for k, v in sorted(labels.items())]
+    return "LABEL " + " \\\n      ".join(pairs) + "\n"
+
+
+def extract_wheel(image_tar: Path, dest: Path) -> Path | None:
+    """The one wheel under /wheel/ in a `docker save` archive of a one-file wheel image."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(image_tar) as outer:
+        names = outer.getnames()
+        manifest = json.loads(outer.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        for layer in manifest[0]["Layers"]:
+            if layer not in names:
+                continue
+            data = outer.extractfile(layer)
+            if data is None:
+                continue
+            with tarfile.open(fileobj=io.BytesIO(data.read())) as inner:
+                for m in inner.getmembers():
+                    path = m.name.lstrip("./")
+                    if m.isfile() and path.startswith("wheel/") and path.endswith(".whl") and "/" not in path[6:]:
+                        out = dest / Path(path).name
+                        src = inner.extractfile(m)
+                        assert src is not None
+                        out.write_bytes(src.read())
+                        return out
+    return None
