@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from buildctl import quoting
+from buildctl.build.steps import materialize
 from buildctl.graph import render
 from buildctl.graph.graph import Node
 from buildctl.graph.specs import (
@@ -83,22 +84,12 @@ def _tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, symlinks=True)
 
 
-def _context_file(cf: render.ContextFile, dest: Path, node: Node, inputs: Inputs) -> None:
-    if cf.tree is not None:
-        _tree(inputs.trees[cf.tree], dest)
-    elif cf.download is not None:
-        _put(inputs.downloads / _sha(node, cf.download), dest, int(cf.mode, 8))
-    else:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(cf.text or "")
-        os.chmod(dest, int(cf.mode, 8))
-
-
-def _sha(node: Node, name: str) -> str:
+def _context_file(cf: render.ContextFile, ctx: Path, node: Node, inputs: Inputs) -> None:
+    """The file as buildctl's own build puts it in the node's context (steps.materialize)."""
     files: tuple[FileSpec, ...] = getattr(node.spec, "files", ())
-    found = next((f.sha256 for f in files if f.name == name), None)
-    assert found, f"{node.name}: download {name} has no checksum (the target is locked)"
-    return found
+    assert all(f.sha256 for f in files), f"{node.name}: a download has no checksum (the target is locked)"
+    materialize(ctx, cf, trees=inputs.trees, downloads={f.name: inputs.downloads / (f.sha256 or "") for f in files},
+                wheels={})
 
 
 def multistage(t: Target, ctx: Path, inputs: Inputs, run_id: str) -> str:
@@ -137,7 +128,7 @@ def multistage(t: Target, ctx: Path, inputs: Inputs, run_id: str) -> str:
             text = head + sep + "\n".join(extra) + "\n" + rest
         lines.append(text)
         for cf in r.context:
-            _context_file(cf, ctx / name / cf.path, n, inputs)
+            _context_file(cf, ctx / name, n, inputs)
     (ctx / "Dockerfile").write_text("\n".join(lines))
     return stage(t.graph.final.name)
 

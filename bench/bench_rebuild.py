@@ -390,8 +390,8 @@ class Bench:
         t = self.target(cache, None)
         assert t.vlock is not None
         sources = Sources.from_config(config, base_dir=self.project / "pins")
-        trees = {c.name: sources.exported(sources.prepare_component(c, t.vlock.components[c.name]))
-                 for c in t.manifest.components}
+        prepared = building.LockedSources(t.manifest, t.vlock, sources)  # as buildctl's build prepares them
+        trees = {c.name: prepared.export(c.name) for c in t.manifest.components}
         # the pip wheels buildctl downloaded for the state (runtime and build requirements) go in the wheelhouse
         wheelhouse.link_tree(self.wheelhouse_dir,
                              {p.name: p for p in (cache / "downloads" / "pip").glob("*.whl")})

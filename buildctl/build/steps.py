@@ -200,22 +200,7 @@ class Steps:
             shutil.rmtree(ctx, ignore_errors=True)
 
     def _materialize(self, ctx: Path, cf: render.ContextFile) -> None:
-        target = safepath.inside(ctx, cf.path)
-        if cf.tree is not None:
-            shutil.copytree(self.s.prepared[cf.tree], target, symlinks=True)
-            return
-        if cf.wheel is not None:
-            target.mkdir(parents=True, exist_ok=True)
-            f = self.s.wheels[cf.wheel]
-            shutil.copy2(f, target / f.name)
-            os.utime(target / f.name, (render.EPOCH, render.EPOCH))
-            return
-        if cf.download is not None:
-            shutil.copyfile(self.s.downloads[cf.download], target)
-        else:
-            target.write_text(cf.text or "")
-        os.chmod(target, int(cf.mode, 8))
-        os.utime(target, (render.EPOCH, render.EPOCH))
+        materialize(ctx, cf, trees=self.s.prepared, downloads=self.s.downloads, wheels=self.s.wheels)
 
     def _build_wheel(self, e: Engine, node: Node) -> None:
         from buildctl.engine.engine import Mount
@@ -315,6 +300,29 @@ def compile_jobs(*, cores: int, memory_gib: float, per_job_gib: float, concurren
     by_cores = cores // share
     by_memory = math.floor(memory_gib / share / per_job_gib) if per_job_gib > 0 else by_cores
     return max(1, min(by_cores, by_memory))
+
+
+def materialize(ctx: Path, cf: render.ContextFile, *, trees: Mapping[str, Path], downloads: Mapping[str, Path],
+                wheels: Mapping[str, Path]) -> None:
+    """Put one file of a rendered context (render.ContextFile) under ``ctx``: a source tree (component ->
+    exported tree), a wheel (component -> wheel file), a download (name -> verified file) or text; files get
+    their mode and the fixed time (render.EPOCH). Shared with bench/baselines.py, which writes the same contexts."""
+    target = safepath.inside(ctx, cf.path)
+    if cf.tree is not None:
+        shutil.copytree(trees[cf.tree], target, symlinks=True)
+        return
+    if cf.wheel is not None:
+        target.mkdir(parents=True, exist_ok=True)
+        f = wheels[cf.wheel]
+        shutil.copy2(f, target / f.name)
+        os.utime(target / f.name, (render.EPOCH, render.EPOCH))
+        return
+    if cf.download is not None:
+        shutil.copyfile(downloads[cf.download], target)
+    else:
+        target.write_text(cf.text or "")
+    os.chmod(target, int(cf.mode, 8))
+    os.utime(target, (render.EPOCH, render.EPOCH))
 
 
 def label_instruction(labels: Mapping[str, str]) -> str:
