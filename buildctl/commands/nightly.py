@@ -1,18 +1,13 @@
-"""`buildctl nightly STACK...`: the real lock / build / push steps behind buildctl.services.nightly."""
+"""`buildctl nightly STACK...`: parse, run buildctl.services.nightly with its real steps, print the report."""
 
 from __future__ import annotations
 
 import argparse
-import os
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildctl.errors import UsageError
-from buildctl.lock import lock, lockfile
-from buildctl.manifest import pins
-from buildctl.services import building, lintargs, nightly, publishing, target, wiring
+from buildctl.services import nightly
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
@@ -36,89 +31,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=handle)
 
 
-@dataclass
-class RealSteps:
-    """The stages through buildctl's own modules: lock.py, pipeline.py, the push publisher."""
-
-    ctx: Context
-    registry: str | None
-    jobs: int
-
-    def lock(self, stack: str, variant: str) -> nightly.LockStep:
-        path = pins.find(self.ctx.pins_dir, stack)
-        manifest = pins.load(path)
-        lock_file = lockfile.lock_path(path)
-        existing = lockfile.read(lock_file, allow_hand_edit=True)
-        sha = pins.manifest_sha256(path)
-        # Resolve once; what moved is the difference to the lock on disk (lock --check would resolve twice).
-        outcome = lock.lock_stack(manifest, sha, [variant], wiring.resolvers(self.ctx.config), self.ctx.config,
-                                  existing)
-        new = outcome.lock.variants[variant]
-        old = existing.variants.get(variant) if existing is not None else None
-        drift = [] if old is None else lock.diff_variant(variant, old, new)
-        lines = tuple(d.message() for d in drift)
-        if old is None:
-            lines = ("no lock before: locked now",)
-        elif existing is not None and existing.manifest_sha256 != sha:
-            lines = (f"{path.name} edited since it was locked", *lines)
-        if existing is not None and existing.hand_edited:
-            lines = (f"{lock_file.name} was edited by hand ({'; '.join(existing.hand_edited)}): re-locked", *lines)
-        written = existing is None or outcome.lock.to_json() != existing.to_json()
-        if written:
-            lockfile.write(lock_file, outcome.lock)
-        return nightly.LockStep(lock_hash=new.digest(), drift=lines, written=written)
-
-    def build(self, stack: str, variant: str) -> nightly.BuildStep:
-        from buildctl.build import pipeline
-        from buildctl.ui import NodeProgress
-
-        config = self.ctx.config
-        t = target.load(self.ctx.project, config, stack, variant, registry=self.registry)
-        lintargs.lint_before_build(config, t, self.ctx.ui.warn)
-        with wiring.registry_credentials(t.registry, os.environ):  # as `buildctl build` and `push` do
-            engine = wiring.engine(config)
-            try:
-                options = pipeline.Options(jobs=self.jobs, emulation=wiring.emulation_registered(
-                    engine.address, t.variant.platform))
-                with NodeProgress(self.ctx.ui, t.graph.names()) as progress:
-                    report = building.build_target(t, engines=[engine], config=config, progress=progress,
-                                                   project=self.ctx.project, options=options,
-                                                   smoke_gate=wiring.smoke_gate(config, stack, t.graph.variant))
-            finally:
-                engine.close()
-        return nightly.BuildStep(
-            final_image=report.final, node_keys={n.name: n.key for n in t.graph.nodes if n.kind != "base"},
-            built=tuple(report.built), reused=tuple(n.name for n in report.nodes if n.outcome != "built"),
-            smoke=report.smoke)
-
-    def push(self, stack: str, variant: str, *, tags: Sequence[str], moving: Sequence[str]) -> nightly.PushStep:
-        t = target.load(self.ctx.project, self.ctx.config, stack, variant, registry=self.registry)
-        _t, report = publishing.publish(self.ctx.project, self.ctx.config, t, registry_arg=self.registry,
-                                        say=self.ctx.ui.info, warn=self.ctx.ui.warn, moving=moving, promote=bool(moving),
-                             extra_tags=tags)
-        return nightly.PushStep(
-            pushed={p.target: p.digest for p in report.pushed},
-            promoted=tuple(p.target for p in report.promoted),
-            not_promoted=tuple(f"{p.target}: {p.reason}" for p in report.not_promoted),
-            failed=tuple(f"{f.target}: {f.error}" for f in report.failed))
-
-
-def targets(ctx: Context, stacks: Sequence[str], variant: str | None) -> list[tuple[str, str, bool]]:
-    out: list[tuple[str, str, bool]] = []
-    for stack in stacks:
-        m = pins.load(pins.find(ctx.pins_dir, stack))
-        chosen = [pins.select_variant(m, variant)] if variant else list(m.variants)
-        out += [(m.stack, v.name, v.name == m.default_variant.name) for v in chosen]
-    return out
-
-
 def handle(args: argparse.Namespace, ctx: Context) -> int:
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     stacks = args.stacks or [ctx.config.default_stack]
-    todo = targets(ctx, stacks, args.variant)
+    todo = nightly.targets(ctx.pins_dir, stacks, args.variant)
     report_dir = args.report_dir or ctx.config.cache.reports / "nightly"
-    steps = RealSteps(ctx=ctx, registry=args.registry, jobs=args.jobs)
+    steps = nightly.RealSteps(project=ctx.project, config=ctx.config, ui=ctx.ui, registry=args.registry, jobs=args.jobs)
 
     def said(r: nightly.VariantRun) -> None:
         state = "ok" if r.ok else "FAILED at " + next(s.stage for s in r.stages if s.status == "failed")

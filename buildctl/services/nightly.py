@@ -13,11 +13,15 @@ For every stack and variant, in order, each stage only when the one before it su
 One stack's failure never stops the others. The run writes one JSON and one Markdown report
 (``<cache>/reports/nightly/<started>.{json,md}`` plus ``latest.*``) that say what was built, what was
 reused, what changed since the previous nightly and what failed, so that a person reads one page.
+
+``run`` takes the stages behind a protocol (``Steps``); ``RealSteps`` are buildctl's own: the locker,
+``building.build_target`` and ``publishing.publish``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -25,8 +29,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from buildctl.config import Config
 from buildctl.errors import BuildctlError
+from buildctl.lock import lock, lockfile
+from buildctl.manifest import pins
 from buildctl.safepath import write_atomic
+from buildctl.services import building, lintargs, publishing, target, wiring
+from buildctl.ui import UI
 
 Stage = Literal["lock", "build", "push", "promote"]
 Status = Literal["ok", "failed", "skipped"]
@@ -295,3 +304,85 @@ def render_markdown(report: NightlyReport) -> str:
                 lines.append(f"- not promoted: {why}")
         lines.append("- since the previous nightly: " + "; ".join(r.since_previous or ("-",)))
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- the real steps
+
+
+@dataclass
+class RealSteps:
+    """The stages through buildctl's own modules: lock.py, pipeline.py, the push publisher."""
+
+    project: Path
+    config: Config
+    ui: UI
+    registry: str | None
+    jobs: int
+
+    def lock(self, stack: str, variant: str) -> LockStep:
+        path = pins.find(self.project / "pins", stack)
+        manifest = pins.load(path)
+        lock_file = lockfile.lock_path(path)
+        existing = lockfile.read(lock_file, allow_hand_edit=True)
+        sha = pins.manifest_sha256(path)
+        # Resolve once; what moved is the difference to the lock on disk (lock --check would resolve twice).
+        outcome = lock.lock_stack(manifest, sha, [variant], wiring.resolvers(self.config), self.config,
+                                  existing)
+        new = outcome.lock.variants[variant]
+        old = existing.variants.get(variant) if existing is not None else None
+        drift = [] if old is None else lock.diff_variant(variant, old, new)
+        lines = tuple(d.message() for d in drift)
+        if old is None:
+            lines = ("no lock before: locked now",)
+        elif existing is not None and existing.manifest_sha256 != sha:
+            lines = (f"{path.name} edited since it was locked", *lines)
+        if existing is not None and existing.hand_edited:
+            lines = (f"{lock_file.name} was edited by hand ({'; '.join(existing.hand_edited)}): re-locked", *lines)
+        written = existing is None or outcome.lock.to_json() != existing.to_json()
+        if written:
+            lockfile.write(lock_file, outcome.lock)
+        return LockStep(lock_hash=new.digest(), drift=lines, written=written)
+
+    def build(self, stack: str, variant: str) -> BuildStep:
+        from buildctl.build import pipeline
+        from buildctl.ui import NodeProgress
+
+        config = self.config
+        t = target.load(self.project, config, stack, variant, registry=self.registry)
+        lintargs.lint_before_build(config, t, self.ui.warn)
+        with wiring.registry_credentials(t.registry, os.environ):  # as `buildctl build` and `push` do
+            engine = wiring.engine(config)
+            try:
+                options = pipeline.Options(jobs=self.jobs, emulation=wiring.emulation_registered(
+                    engine.address, t.variant.platform))
+                with NodeProgress(self.ui, t.graph.names()) as progress:
+                    report = building.build_target(t, engines=[engine], config=config, progress=progress,
+                                                   project=self.project, options=options,
+                                                   smoke_gate=wiring.smoke_gate(config, stack, t.graph.variant))
+            finally:
+                engine.close()
+        return BuildStep(
+            final_image=report.final, node_keys={n.name: n.key for n in t.graph.nodes if n.kind != "base"},
+            built=tuple(report.built), reused=tuple(n.name for n in report.nodes if n.outcome != "built"),
+            smoke=report.smoke)
+
+    def push(self, stack: str, variant: str, *, tags: Sequence[str], moving: Sequence[str]) -> PushStep:
+        t = target.load(self.project, self.config, stack, variant, registry=self.registry)
+        _t, report = publishing.publish(self.project, self.config, t, registry_arg=self.registry,
+                                        say=self.ui.info, warn=self.ui.warn, moving=moving, promote=bool(moving),
+                             extra_tags=tags)
+        return PushStep(
+            pushed={p.target: p.digest for p in report.pushed},
+            promoted=tuple(p.target for p in report.promoted),
+            not_promoted=tuple(f"{p.target}: {p.reason}" for p in report.not_promoted),
+            failed=tuple(f"{f.target}: {f.error}" for f in report.failed))
+
+
+def targets(pins_dir: Path, stacks: Sequence[str], variant: str | None) -> list[tuple[str, str, bool]]:
+    """(stack, variant, is the default variant) for each variant to run (``variant``: only that one)."""
+    out: list[tuple[str, str, bool]] = []
+    for stack in stacks:
+        m = pins.load(pins.find(pins_dir, stack))
+        chosen = [pins.select_variant(m, variant)] if variant else list(m.variants)
+        out += [(m.stack, v.name, v.name == m.default_variant.name) for v in chosen]
+    return out

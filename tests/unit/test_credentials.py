@@ -72,7 +72,7 @@ def test_defect9_build_uses_registry_auth_as_push_does(tmp_path: Path, monkeypat
     nightly's build make their engines inside wiring.registry_credentials(t.registry): the same private docker
     configuration push uses, for the registry the nodes are shared through."""
     from buildctl.commands import build as cmd_build
-    from buildctl.commands import nightly as cmd_nightly
+    from buildctl.services import nightly as svc_nightly
     from buildctl.services import wiring
 
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "user"))
@@ -83,5 +83,5 @@ def test_defect9_build_uses_registry_auth_as_push_does(tmp_path: Path, monkeypat
     assert os.environ["DOCKER_CONFIG"] == str(tmp_path / "user")
     with wiring.registry_credentials(None, env):  # a local-only build shares nothing: nothing changes
         assert os.environ["DOCKER_CONFIG"] == str(tmp_path / "user")
-    for module in (cmd_build, cmd_nightly):  # handle_build and nightly's build make their engines inside
+    for module in (cmd_build, svc_nightly):  # handle_build and nightly's build make their engines inside
         assert "with wiring.registry_credentials(t.registry, os.environ):" in Path(module.__file__).read_text()
