@@ -10,7 +10,10 @@ writes into DEST (.devcarry/train):
   assemble node writes as ENV lines (buildctl/graph/graph.py: AssembleNodeSpec env), as `NAME='value'`;
 - bindpcie: NVIDIA/mlperf-common client/bindpcie from the mirror's main (the image's download;
   its sha256 printed, the lock records the one it fetched);
-- profiles.txt: `stack profile` per proxy profile found in the manifests.
+- profiles.txt: `stack profile` per proxy profile found in the manifests;
+- expect-<stack>.json: the smoke expectation's train check alone (graph.smoke_expect.train_section of the
+  stack's smoke.train, required), its log written under /tmp/h5train/logs: train.sh runs each proxy
+  training THROUGH the smoke suite's train check, so that one run is both the report and the check.
 The runtime wheels (fetch_wheels.sh), the numactl .debs (`apt-get download numactl libnuma1`) and
 Megatron-LM's export (prepare.py's megatron-lm.tar.gz) are put beside them by the README's commands.
 """
@@ -18,12 +21,14 @@ Megatron-LM's export (prepare.py's megatron-lm.tar.gz) are put beside them by th
 from __future__ import annotations
 
 import hashlib
+import json
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 from buildctl.graph.entrypoint import launches, render_launch_script
+from buildctl.graph.smoke_expect import train_section
 from buildctl.manifest.pins import load, select_variant
 
 STACKS = {"deepseek-v3-gb200": "hopper", "megatron-bert": "ngc2401"}
@@ -49,6 +54,11 @@ def main(dest: Path, mirror: str = MIRROR) -> int:
         print(f"{stack}/{vname}: launch script {len(script)} bytes, {len(env)} env, profile {want} {state}")
         if want in have:
             profiles.append(f"{stack} {want}\n")
+        if m.smoke.train is not None:
+            section = {**train_section(m, v, m.smoke.train), "log_dir": "/tmp/h5train/logs"}
+            expect = {"schema": 1, "stack": stack, "variant": vname, "required": ["train"], "checks": {"train": section}}
+            (dest / f"expect-{stack}.json").write_text(json.dumps(expect, indent=1, sort_keys=True) + "\n")
+            print(f"  expect-{stack}.json: train {section}")
     (dest / "profiles.txt").write_text("".join(profiles))
     blob = subprocess.run(["git", "--git-dir", mirror, "show", "main:client/bindpcie"], check=True,
                           capture_output=True).stdout

@@ -11,7 +11,9 @@
 #   (report.py) in $OUT/report-<profile>.json.
 # Run as: bash tests/data/gpu/h200-train/train.sh   (from the repository root on the device)
 # Knobs: PROFILES='stack:profile ...' (default: profiles.txt), TRAIN_TIMEOUT_S (240), WAIT_S (for the
-# compiles, 240), SMOKE_TRAIN=1 (also the smoke suite's GPU tier with $T/expect-<stack>.json, train check included).
+# compiles, 240), TRAIN_VIA=smoke (default: each training runs as the smoke suite's train check, GPU tier, with
+# $T/expect-<stack>.json from prepare_train.py; TRAIN_VIA=direct runs the script itself), SMOKE_TRAIN=1 (direct
+# mode: also the smoke suite's GPU tier with $T/expect-<stack>.json, train check included).
 set -u
 export PYTHONUNBUFFERED=1
 ROOT=$PWD
@@ -150,6 +152,19 @@ for sp in $PROFILES; do
       echo "PREFLIGHT: no --legacy-tokenizer: pretrain_bert.py:149-152 builds the dataset tokenizer with AutoTokenizer.from_pretrained('bert-large-uncased', vocab_file=...) (megatron/core/tokenizers/text/libraries/megatron_hf_tokenizer.py), which needs the Hugging Face hub: offline it fails"
     fi
     cd /
+    if [ "${TRAIN_VIA:-smoke}" = smoke ]; then
+      # the run IS the smoke suite's train check: the image's script at its baked path, the GPU tier, the
+      # expectation buildctl wrote for the stack (train alone); the check's report and Megatron's log come back
+      install -m 0755 "$launch" /usr/local/bin/buildctl-launch
+      mkdir -p /tmp/h5train/logs; rm -f "/tmp/h5train/logs/train-$profile.log"
+      cd "$ROOT"   # python3 -m smoke: the suite from this checkout (the launch script cds to its workdir itself)
+      timeout -k 15 "${TRAIN_TIMEOUT_S:-420}" python3 -m smoke --expect "$T/expect-$stack.json" --tier gpu \
+        > "$OUT/smoke-$profile.json"
+      src=$?
+      echo "smoke --tier gpu (train check) exit status $src"
+      cat "/tmp/h5train/logs/train-$profile.log" 2>/dev/null
+      exit $src
+    fi
     exec timeout -k 15 "${TRAIN_TIMEOUT_S:-240}" bash "$launch"
   ) > "$log" 2>&1
   rc=$?
