@@ -34,7 +34,8 @@ from buildctl.config import load_config
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
 from buildctl.megatron.argslint import LintReport, lint
-from buildctl.megatron.megatron_flags import FlagTable, scan
+from buildctl.megatron.flags import FlagTable
+from buildctl.megatron.scan import scan
 
 PROJECT = Path(__file__).resolve().parents[2]
 VERSIONS = ("0.17.0", "0.19.2")

@@ -15,15 +15,8 @@ from buildctl import cli
 from buildctl.errors import ArgsLintFailed
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
-from buildctl.megatron.argslint import (
-    LayoutError,
-    LintReport,
-    lint,
-    lint_for_plan,
-    moe_layer_pattern,
-    no_source_cache,
-    parse_layout,
-)
+from buildctl.megatron.argslint import LintReport, lint, lint_for_plan, no_source_cache
+from buildctl.megatron.consistency import LayoutError, moe_layer_pattern, parse_layout
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.megatron.megatron_flags import FlagTable, NotMegatronSource, replacement_in, scan
+from buildctl.megatron.flags import FlagTable, NotMegatronSource, replacement_in
+from buildctl.megatron.scan import scan
 
 
 def write_tree(root: Path, files: dict[str, str]) -> Path:
