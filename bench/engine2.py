@@ -1,9 +1,11 @@
-"""A second Docker engine on this machine, ENGINE.md's way, for the second-builder scenario.
+"""A second Docker engine on this machine, ENGINE.md's way: the one helper of the bench and the tests.
 
 Its own bridge on an unused /16, data-root, exec-root, pidfile and socket; --iptables=false and
 --ip-masq=false so that it touches none of the first engine's rules; never --bridge=none (that deletes the
-host's docker0 and breaks the first engine). Started empty, stopped and removed on exit: each use is a
-builder with an empty local cache that shares only the registry.
+host's docker0 and breaks the first engine). Started empty; on exit it is stopped, its bridge deleted,
+whatever the stopped dockerd left mounted in its folder (the data-root's own mount, network namespaces
+under the exec-root) unmounted, and the folder removed: each use is a builder with an empty local cache
+that shares only the registry, and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from buildctl.errors import EngineError
 
 _NETS = [ipaddress.ip_network(f"10.{n}.0.0/16") for n in range(201, 255)] + [
     ipaddress.ip_network(f"172.{n}.0.0/16") for n in range(24, 32)]
+_LOCK = "/tmp/buildctl-second-engine.lock"  # two sessions never pick one network at once
 
 
 class SecondEngineError(Exception):
@@ -37,7 +40,7 @@ def _used() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     for cmd in (["ip", "-4", "-o", "addr", "show"], ["ip", "-4", "route", "show", "table", "all"]):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True).stdout
         for word in out.split():
-            if word[0].isdigit() and "." in word:
+            if word[0].isdigit() and "." in word:  # an address or a prefix; a bare address is a /32
                 with contextlib.suppress(ValueError):
                     used.append(ipaddress.ip_network(word, strict=False))
     return used
@@ -57,27 +60,56 @@ def _answers(eng: Engine) -> bool:
     return True
 
 
+def mounts_under(folder: Path) -> list[str]:
+    """Mount points inside ``folder`` (the folder itself included), from /proc/self/mountinfo."""
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return [p for p in points if p == str(folder) or p.startswith(f"{folder}/")]
+
+
+def remove_folder(folder: Path) -> None:
+    """Unmount what is mounted inside ``folder`` (deepest first; lazily when a plain unmount fails), then
+    remove it. Never rm -rf through a mount: a mount that stays leaves the folder in place."""
+    for point in sorted(mounts_under(folder), key=len, reverse=True):
+        done = subprocess.run(["umount", point], capture_output=True, timeout=10, check=False)
+        if done.returncode != 0:
+            subprocess.run(["umount", "--lazy", point], capture_output=True, timeout=10, check=False)
+    if not mounts_under(folder):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 @contextlib.contextmanager
-def second_engine(bridges: list[str] | None = None) -> Iterator[Engine]:
-    """A fresh, empty dockerd beside the shared one; stopped, its bridge and folders removed, on exit.
-    ``bridges``: the bridge's name is added to it (for a check that it is gone)."""
+def second_engine(bridges: list[str] | None = None, folders: list[Path] | None = None) -> Iterator[Engine]:
+    """A fresh, empty dockerd beside the shared one; stopped, its bridge and folder removed, on exit.
+    ``bridges`` and ``folders``: the bridge's name and the state folder are added to them (for a check
+    that they are gone)."""
     dockerd = shutil.which("dockerd") or ("/usr/sbin/dockerd" if Path("/usr/sbin/dockerd").exists() else None)
     if os.geteuid() != 0:
         raise SecondEngineError("a second engine needs root (a bridge and a dockerd)")
     if dockerd is None or shutil.which("ip") is None:
         raise SecondEngineError("a second engine needs dockerd and ip (apt-get install docker.io iproute2)")
     tag = uuid.uuid4().hex[:6]
-    bridge = f"docker-bb{tag}"  # at most 15 characters
+    bridge = f"docker-e2{tag}"  # at most 15 characters
     if bridges is not None:
         bridges.append(bridge)
-    state = Path(tempfile.mkdtemp(prefix="bb-eng2-", dir="/tmp"))  # short: a socket path has a length limit
+    state = Path(tempfile.mkdtemp(prefix="buildctl-e2-", dir="/tmp"))  # short: a socket path has a length limit
+    if folders is not None:
+        folders.append(state)
     proc: subprocess.Popen[bytes] | None = None
     made_bridge = False
     eng: Engine | None = None
     log = state / "dockerd.log"
     try:
-        # the same lock file as the tests' second engine: two sessions never pick one network at once
-        with open("/tmp/buildctl-second-engine.lock", "w") as lock:
+        with open(_LOCK, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             used = _used()
             net = next((n for n in _NETS if not any(n.overlaps(u) for u in used)), None)
@@ -87,44 +119,31 @@ def second_engine(bridges: list[str] | None = None) -> Iterator[Engine]:
             made_bridge = True
             _ip("addr", "add", f"{net.network_address + 1}/{net.prefixlen}", "dev", bridge)
             _ip("link", "set", bridge, "up")
-        (state / "daemon.json").write_text(json.dumps({}))
+        (state / "daemon.json").write_text(json.dumps({}))  # not /etc/docker/daemon.json: nothing shared
         sock = state / "docker.sock"
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [dockerd, "--config-file", str(state / "daemon.json"), "--bridge", bridge, "--iptables=false",
                  "--ip-masq=false", "--ip-forward=false", "--data-root", str(state / "root"),
                  "--exec-root", str(state / "exec"), "--pidfile", str(state / "docker.pid"),
-                 "--host", f"unix://{sock}", "--containerd-namespace", f"bench-{tag}",
-                 "--containerd-plugins-namespace", f"bench-{tag}-plugins"],
+                 "--host", f"unix://{sock}",
+                 # only matters where a system containerd runs and both engines would share it
+                 "--containerd-namespace", f"buildctl-{tag}",
+                 "--containerd-plugins-namespace", f"buildctl-{tag}-plugins"],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         eng = Engine(f"unix://{sock}", name="second")
         deadline = time.monotonic() + 60
         while not _answers(eng):
             if proc.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace").splitlines()[-10:]
+                tail = log.read_text(errors="replace").splitlines()[-15:]
                 raise SecondEngineError("the second dockerd did not come up:\n    " + "\n    ".join(tail))
             time.sleep(0.3)
         yield eng
     finally:
         if eng is not None:
             eng.close()
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        if proc is not None:
+            _stop(proc)
         if made_bridge:
             subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=10, check=False)
-        # a stopped dockerd leaves its default network namespace mounted under the exec-root: unmount what is
-        # mounted inside our own folder (deepest first), then remove it; never rm -rf through a mount
-        for point in sorted(_mounts_under(state), key=len, reverse=True):
-            subprocess.run(["umount", point], capture_output=True, timeout=10, check=False)
-        if not _mounts_under(state):
-            shutil.rmtree(state, ignore_errors=True)
-
-
-def _mounts_under(folder: Path) -> list[str]:
-    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    return [p for p in points if p.startswith(f"{folder}/")]
+        remove_folder(state)

@@ -5,30 +5,26 @@ base image, and a registry on 127.0.0.1 with temporary storage, named by BUILDCT
 sets BUILDCTL_REQUIRE_ENGINE=1, so that a missing piece fails these tests instead of skipping them.
 
 The engine is shared with other people's work: tests remove exactly what they made (image_cleanup),
-never prune, and never stop or reconfigure it. ``second_engine`` is a separate dockerd started here,
-with its own bridge, data-root, exec-root, pidfile and socket, and torn down at the end of the session.
+never prune, and never stop or reconfigure it. ``second_engine`` is a separate dockerd (bench/engine2.py,
+the one helper of bench and tests) with its own bridge, data-root, exec-root, pidfile and socket, torn
+down at the end of the session with nothing left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import ipaddress
-import json
 import os
 import shutil
 import subprocess
-import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from bench import engine2
 from buildctl.engine.engine import RUN_LABEL, Engine
 from buildctl.errors import EngineError
-from tests.helpers import unavailable, unique
+from tests.helpers import unavailable
 
 DEFAULT_BASE = "buildctl-demo-base:bookworm"
 
@@ -137,110 +133,17 @@ def image_cleanup(engine: Engine) -> Iterator[ImageCleanup]:
 # -- a second engine on this machine
 
 
-_CANDIDATE_NETS = [ipaddress.ip_network(f"10.{n}.0.0/16") for n in range(201, 255)] + [
-    ipaddress.ip_network(f"172.{n}.0.0/16") for n in range(24, 32)
-]
-
-
-def _used_networks() -> list[ipaddress.IPv4Network]:
-    used = []
-    for cmd in (["ip", "-4", "-o", "addr", "show"], ["ip", "-4", "route", "show", "table", "all"]):
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True).stdout
-        for word in out.split():
-            if word[0].isdigit() and "." in word:  # an address or a prefix; a bare address is a /32
-                with contextlib.suppress(ValueError):
-                    used.append(ipaddress.ip_network(word, strict=False))
-    return [n for n in used if isinstance(n, ipaddress.IPv4Network)]
-
-
-def _answers(eng: Engine) -> bool:
-    try:
-        eng.ping()
-    except EngineError:
-        return False
-    return True
-
-
-def _ip(*args: str) -> None:
-    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10)
-    if done.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
-
-
 @pytest.fixture(scope="session")
 def second_engine() -> Iterator[Engine]:
-    """A second dockerd beside the shared one (ENGINE.md): its own bridge on an unused /16, data-root,
-    exec-root, pidfile and socket; --iptables=false --ip-masq=false so that it touches none of the first
-    engine's rules. Never --bridge=none: that deletes the host's docker0 and breaks the first engine."""
-    dockerd = shutil.which("dockerd") or ("/usr/sbin/dockerd" if Path("/usr/sbin/dockerd").exists() else None)
-    if os.geteuid() != 0:
-        unavailable("the second engine needs root (a bridge and a dockerd)")
-    if dockerd is None or shutil.which("ip") is None:
-        unavailable("the second engine needs dockerd and ip", "apt-get install docker.io iproute2")
-    assert dockerd is not None
-    tag = unique("")[:6]
-    bridge = f"docker-bc{tag[:6]}"  # at most 15 characters; unique to this session
-    state = Path(tempfile.mkdtemp(prefix="bc-eng2-", dir="/tmp"))  # short: the socket path has a limit
-    proc: subprocess.Popen[bytes] | None = None
-    made_bridge = False
-    log = state / "dockerd.log"
-    try:
-        # Two test sessions may pick a network at the same moment: one at a time.
-        with open("/tmp/buildctl-second-engine.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            used = _used_networks()
-            net = next((n for n in _CANDIDATE_NETS if not any(n.overlaps(u) for u in used)), None)
-            if net is None:
-                unavailable("no unused /16 for the second engine's bridge")
-            assert net is not None
-            _ip("link", "add", bridge, "type", "bridge")
-            made_bridge = True
-            _ip("addr", "add", f"{net.network_address + 1}/{net.prefixlen}", "dev", bridge)
-            _ip("link", "set", bridge, "up")
-        (state / "daemon.json").write_text(json.dumps({}))  # not /etc/docker/daemon.json: nothing shared
-        sock = state / "docker.sock"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [
-                    dockerd,
-                    "--config-file", str(state / "daemon.json"),
-                    "--bridge", bridge,
-                    "--iptables=false",
-                    "--ip-masq=false",
-                    "--ip-forward=false",
-                    "--data-root", str(state / "root"),
-                    "--exec-root", str(state / "exec"),
-                    "--pidfile", str(state / "docker.pid"),
-                    "--host", f"unix://{sock}",
-                    # Only matters where a system containerd runs and both engines would share it.
-                    "--containerd-namespace", f"buildctl-{tag}",
-                    "--containerd-plugins-namespace", f"buildctl-{tag}-plugins",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        eng = Engine(f"unix://{sock}", name="second")
-        deadline = time.monotonic() + 60
-        while not _answers(eng):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                eng.close()
-                tail = log.read_text(errors="replace").splitlines()[-15:]
-                unavailable("the second dockerd did not come up:\n    " + "\n    ".join(tail))
-            time.sleep(0.3)
+    """A second dockerd beside the shared one (bench/engine2.py, the bench's own helper): its own bridge,
+    data-root, exec-root, pidfile and socket, stopped and its folder removed at the end of the session."""
+    with contextlib.ExitStack() as stack:
+        try:
+            eng = stack.enter_context(engine2.second_engine())
+        except engine2.SecondEngineError as exc:
+            problem = str(exc)
+        else:
+            problem = ""
+        if problem:  # outside the except block: the message alone, no chained traceback
+            unavailable(problem)
         yield eng
-        eng.close()
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        if made_bridge:
-            subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=10)
-        mounts = Path("/proc/self/mountinfo").read_text()
-        if f" {state}/" not in mounts:  # never rm -rf through a mount the dockerd left behind
-            shutil.rmtree(state, ignore_errors=True)
