@@ -12,6 +12,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from bench.socketset import SocketSet
+
 
 @dataclass
 class Counter:
@@ -60,34 +62,44 @@ def _connection(client: socket.socket, remote: socket.socket, counter: Counter) 
 
 @contextlib.contextmanager
 def relay(upstream: str) -> Iterator[tuple[str, Counter]]:
-    """``(127.0.0.1:PORT, counter)`` of a relay to ``upstream`` (HOST:PORT) while the block runs."""
+    """``(127.0.0.1:PORT, counter)`` of a relay to ``upstream`` (HOST:PORT) while the block runs; on exit
+    every socket it opened is closed (connections still open are cut), and its threads end."""
     host, port = upstream.rsplit(":", 1)
     counter = Counter()
+    socks = SocketSet()
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    socks.add(server)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", 0))
     server.listen(64)
-    stop = threading.Event()
+    threads: list[threading.Thread] = []
 
     def serve() -> None:
-        while not stop.is_set():
+        while True:
             try:
                 client, _ = server.accept()
             except OSError:
                 return
+            if not socks.add(client):
+                return
             try:
                 remote = socket.create_connection((host, int(port)), timeout=30)
-                remote.settimeout(None)
             except OSError:
                 client.close()
                 continue
-            threading.Thread(target=_connection, args=(client, remote, counter), daemon=True).start()
+            if not socks.add(remote):
+                return
+            remote.settimeout(None)
+            t = threading.Thread(target=_connection, args=(client, remote, counter), daemon=True)
+            t.start()
+            threads.append(t)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
         yield f"127.0.0.1:{server.getsockname()[1]}", counter
     finally:
-        stop.set()
-        server.close()
+        socks.close()
         thread.join(timeout=5)
+        for t in threads:
+            t.join(timeout=5)

@@ -16,7 +16,10 @@ import contextlib
 import re
 import socket
 import threading
+from collections.abc import Callable
 from typing import Literal
+
+from bench.socketset import SocketSet
 
 Mode = Literal["push", "pull"]
 
@@ -32,11 +35,19 @@ class StallProxy:
         self.stalled = 0  # connections frozen so far
         self.connections = 0
         self._lock = threading.Lock()
-        self._socks: list[socket.socket] = []
+        self._socks = SocketSet()  # every socket of the proxy, closed by close()
+        self._threads: list[threading.Thread] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
+        self._socks.add(self._listener)
         self._closed = threading.Event()
         self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, name="stallproxy", daemon=True).start()
+        self._start(self._accept)
+
+    def _start(self, target: Callable[..., None], *args: object) -> None:
+        t = threading.Thread(target=target, args=args, name="stallproxy", daemon=True)
+        with self._lock:
+            self._threads.append(t)
+        t.start()
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -44,18 +55,21 @@ class StallProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if not self._socks.add(client):
+                return
             try:
                 server = socket.create_connection(self.upstream, timeout=5)
             except OSError:
                 client.close()
                 continue
+            if not self._socks.add(server):
+                return
             server.settimeout(None)
             frozen = threading.Event()
             with self._lock:
                 self.connections += 1
-                self._socks += [client, server]
-            threading.Thread(target=self._pump, args=(client, server, frozen, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, frozen, False), daemon=True).start()
+            self._start(self._pump, client, server, frozen, True)
+            self._start(self._pump, server, client, frozen, False)
 
     def _pump(self, src: socket.socket, dst: socket.socket, frozen: threading.Event, from_client: bool) -> None:
         try:
@@ -83,9 +97,10 @@ class StallProxy:
                         s.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        """Close every socket of the proxy (held connections are cut) and wait for its threads."""
         self._closed.set()
-        self._listener.close()
+        self._socks.close()
         with self._lock:
-            for s in self._socks:
-                with contextlib.suppress(OSError):
-                    s.close()
+            threads = list(self._threads)
+        for t in threads:
+            t.join(timeout=5)

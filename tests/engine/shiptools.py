@@ -22,6 +22,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.socketset import SocketSet
+
 _REQUEST_LINE = re.compile(rb"(GET|HEAD|POST|PUT|PATCH|DELETE) (/v2/\S*) HTTP/1\.[01]\r\n")
 
 
@@ -88,7 +90,8 @@ def manifest_digest(addr: str, repository: str, tag: str, auth: tuple[str, str] 
         req.add_header("Authorization", "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
     try:
         with urllib.request.urlopen(req, timeout=5) as r:
-            return r.headers.get("Docker-Content-Digest")
+            digest: str | None = r.headers.get("Docker-Content-Digest")
+            return digest
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None
@@ -112,7 +115,9 @@ class Relay:
     cuts: int = 0
 
     def __post_init__(self) -> None:
+        self._socks = SocketSet()  # every socket of the relay, closed by close()
         self._server = socket.socket()
+        self._socks.add(self._server)
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._server.bind(("127.0.0.1", 0))
         self._server.listen(64)
@@ -129,12 +134,16 @@ class Relay:
                 client, _ = self._server.accept()
             except OSError:
                 return
+            if not self._socks.add(client):
+                return
             host, port = self.upstream.rsplit(":", 1)
             try:
                 server = socket.create_connection((host, int(port)), timeout=10)
             except OSError:
                 client.close()
                 continue
+            if not self._socks.add(server):
+                return
             server.settimeout(None)
             for target in (self._client_to_server, self._server_to_client):
                 t = threading.Thread(target=target, args=(client, server), daemon=True)
@@ -206,10 +215,12 @@ class Relay:
             self.requests.clear()
 
     def close(self) -> None:
+        """Close every socket of the relay (open connections are cut) and wait for its threads."""
         self._closing = True
-        self._server.close()
+        self._socks.close()
+        self._accept.join(timeout=5)
         for t in self._threads:
-            t.join(timeout=2)
+            t.join(timeout=5)
 
 
 def _close(*socks: socket.socket) -> None:

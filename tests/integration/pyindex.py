@@ -17,6 +17,7 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 FIXED_DATE = (2020, 1, 1, 0, 0, 0)
 
@@ -75,6 +76,20 @@ def make_index(root: Path, files: Sequence[Path], *, with_hashes: bool = True) -
     return root
 
 
+class ClosingHTTPServer(http.server.ThreadingHTTPServer):
+    """The tests' HTTP server on 127.0.0.1: server_close() waits for every request thread (each closes its
+    connection), and a connection whose client goes silent times out, so no socket outlives the server."""
+
+    daemon_threads = False
+    block_on_close = True
+    connection_timeout = 10.0
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, addr = super().get_request()
+        sock.settimeout(self.connection_timeout)
+        return sock, addr
+
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -83,7 +98,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 @contextlib.contextmanager
 def serve(root: Path) -> Iterator[str]:
     """Serve ``root`` on 127.0.0.1 (a free port); yield the base URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(root)))
+    server = ClosingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -23,6 +23,7 @@ from buildctl.lock import lock as lockmod
 from buildctl.manifest import pins
 from buildctl.sources.index import HttpFetcher
 from buildctl.sources.sources import Sources
+from tests.integration.pyindex import ClosingHTTPServer
 
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, "GIT_CONFIG_GLOBAL": os.devnull,
        "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
@@ -73,7 +74,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    httpd = ClosingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(str(cert), str(key))
     httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
@@ -84,6 +85,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+        t.join()
 
 
 def test_git_over_https_fails_without_the_ca_and_works_with_the_configured_ca_bundle(server: Server, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -34,6 +34,7 @@ from buildctl.registry.registry import (
     sha256_digest,
 )
 from tests.engine.shiptools import free_port, htpasswd
+from tests.integration.pyindex import ClosingHTTPServer
 
 USER = "attester"
 PASSWORD = "Zq-" + "r9Wm" * 4
@@ -218,7 +219,7 @@ class _TokenRegistry(BaseHTTPRequestHandler):
         else:
             body = b'{"errors": [{"code": "UNAUTHORIZED"}]}'
             self.send_response(401)
-            port = self.server.server_address[1]
+            port = self.server.server_address[1]  # type: ignore[index]  # an AF_INET server: (host, port)
             self.send_header("WWW-Authenticate",
                              f'Bearer realm="http://127.0.0.1:{port}/token",service="test-registry"')
         self.send_header("Content-Length", str(len(body)))
@@ -227,7 +228,7 @@ class _TokenRegistry(BaseHTTPRequestHandler):
 
 
 def test_bearer_token_from_the_realm_with_the_login(tmp_path: Path) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _TokenRegistry)
+    server = ClosingHTTPServer(("127.0.0.1", 0), _TokenRegistry)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -243,3 +244,4 @@ def test_bearer_token_from_the_realm_with_the_login(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+        thread.join()
