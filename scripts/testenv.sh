@@ -32,6 +32,18 @@ DEFAULT_SOCKET=unix:///var/run/docker.sock
 say() { printf 'testenv: %s\n' "$*" >&2; }
 die() { printf 'testenv: error: %s\n' "$*" >&2; exit 1; }
 
+# detached CMD...: exec CMD (meant to run in the background) without the descriptors this script inherited
+# beyond 0-2. A daemon started under `flock LOCK make demo-up` would otherwise hold LOCK open, and so the lock
+# itself, for as long as it runs (a demo registry kept everybody's `flock` waiting).
+detached() {
+  local fd
+  for fd in /proc/$BASHPID/fd/*; do
+    fd=${fd##*/}
+    [[ $fd =~ ^[0-9]+$ && $fd -gt 2 ]] && eval "exec $fd>&-"
+  done
+  exec "$@"
+}
+
 as_root() {
   if [[ $EUID -eq 0 ]]; then "$@"
   elif command -v sudo >/dev/null; then sudo "$@"
@@ -119,9 +131,9 @@ ensure_engine() {
   # setsid: a Ctrl-C in the terminal reaches this script, whose trap stops dockerd in order. (Not
   # through as_root: a function in the background is a subshell, and $! would be its pid.)
   if [[ $EUID -eq 0 ]]; then
-    setsid dockerd >"$log" 2>&1 </dev/null &
+    (detached setsid dockerd) >"$log" 2>&1 </dev/null &
   else
-    sudo setsid dockerd >"$log" 2>&1 </dev/null &
+    (detached sudo setsid dockerd) >"$log" 2>&1 </dev/null &
   fi
   STARTED_DOCKERD=$!
   [[ -n $pidfile ]] && echo "$STARTED_DOCKERD" >"$pidfile"
@@ -185,7 +197,7 @@ http:
   addr: $addr
   secret: buildctl-test-only
 EOF
-  ${SETSID:-} docker-registry serve "$dir/registry.yml" >"$dir/registry.log" 2>&1 </dev/null &
+  (detached ${SETSID:-} docker-registry serve "$dir/registry.yml") >"$dir/registry.log" 2>&1 </dev/null &
   REGISTRY_PID=$!
   for _ in $(seq 100); do
     registry_answers "$addr" && return 0
