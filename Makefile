@@ -19,7 +19,7 @@ help:
 	@echo "make demo              set up engine + registry + demo base, run the nightly job on the demo stack"
 	@echo "make test              set up everything the tests need, run ALL tests (engine ones included)"
 	@echo "make unit              unit tests only (no engine, no processes)"
-	@echo "make lint              ruff + mypy --strict"
+	@echo "make lint              ruff + mypy --strict + vermin (smoke/ on Python 3.10)"
 	@echo "make image CUDA=13     build deepseek-v3-gb200 (CUDA=12 for cuda12; STACK=, VARIANT= override)"
 	@echo "make lock|verify|push|nightly  STACK=, VARIANT= (or CUDA=) pick what; REGISTRY= where to push"
 	@echo "make smoke IMAGE=ref   the smoke suite in an image (GPUS=1 for the GPU tier)"
@@ -35,9 +35,12 @@ test:
 unit: install
 	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
 
+# smoke/ runs inside the images, the oldest on Python 3.10 (NGC 24.01): smoke/ruff.toml lints it for 3.10's
+# syntax, vermin for 3.10's modules and members (tests/unit/test_smoke_python310.py runs both in the tests).
 lint: install
 	$(PYTHON) -m ruff check buildctl tests smoke bench
 	$(PYTHON) -m mypy
+	$(PYTHON) -c 'import sys, vermin; sys.exit(vermin.main())' -q -t=3.10- --no-tips --violations smoke/
 
 demo-up:
 	bash scripts/testenv.sh up-demo

@@ -84,7 +84,7 @@ def _pieces(value: str) -> set[str]:
         out |= {bare, bare.rpartition("@")[0] or bare}
     if value.startswith("pkg:"):
         purl = PackageURL.from_string(value)
-        out |= {purl.name, purl.version or "", *(str(q) for q in (purl.qualifiers or {}).values())}  # type: ignore[union-attr]
+        out |= {purl.name, purl.version or "", *(str(q) for q in (purl.qualifiers or {}).values())}
     out.update(urllib.parse.unquote(t) for t in re.split(r"[@?&=#/]", value))
     return out
 

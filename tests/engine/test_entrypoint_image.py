@@ -64,7 +64,7 @@ def build(engine: Any, demo_base: str, image_cleanup: Any, tmp_path: Path, m: Ma
     info = engine.inspect_image(tag)
     assert info.entrypoint == (SCRIPT_PATH,)
     assert info.labels["buildctl.entrypoint.sha256"] == fragment.script_sha256
-    return tag
+    return str(tag)
 
 
 FAKE_TORCHRUN = "#!/usr/bin/python3\n" + PRINT_ARGS + "\n"

@@ -10,8 +10,10 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from _pytest.capture import CaptureResult  # what capfd.readouterr() returns (not public in pytest)
 
 from buildctl.cli import main
 from buildctl.config import load_config
@@ -201,7 +203,7 @@ def _docker_config(folder: Path, registry: str, user: str, password: str) -> Pat
     return folder
 
 
-def _everything_written(tmp_path: Path, captured: pytest.CaptureResult[str], *extra: str) -> str:
+def _everything_written(tmp_path: Path, captured: CaptureResult[str], *extra: str) -> str:
     files = "\n".join(p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()
                       and p.suffix in (".json", ".log"))
     return "\n".join((captured.out, captured.err, files, *extra))
@@ -238,7 +240,7 @@ def test_credentials_from_the_environment_push_and_are_never_shown(
     source = small_image(engine, image_cleanup, tmp_path)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "empty-docker-config"))
     reports = tmp_path / "reports"
-    results = {}
+    results: dict[str, Any] = {}
     for password in (PASSWORD[::-1], PASSWORD):  # wrong first, then right
         env = {**os.environ, credentials.AUTH_ENV: f"{USER}:{password}"}
         it = item(source, auth_registry.addr, image_cleanup)
@@ -318,7 +320,8 @@ def test_push_command_publishes_every_node_and_moves_latest_after_a_passed_smoke
     for n in nodes:  # every node under its content tag, confirmed against the registry's own answer
         path, tag = graph.image_ref(None, repository, n.name, n.key).rsplit(":", 1)
         assert report["digests"][f"{registry}/{path}:{tag}"] == manifest_digest(registry, path, tag)
-    immutable = manifest_digest(registry, *public.split(":"))
+    public_path, public_tag = public.split(":")
+    immutable = manifest_digest(registry, public_path, public_tag)
     assert immutable is not None
     assert manifest_digest(registry, repository, "latest") == immutable
     assert manifest_digest(registry, repository, f"{t.variant.name}-latest") == immutable

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from debian.debian_support import Version as DebianVersion
 
 from buildctl.errors import LockError, UnreachableError
-from buildctl.lock.lock import DebianVersion, resolve_downloads
+from buildctl.lock.lock import resolve_downloads
 from buildctl.manifest import pins
 from buildctl.sources.index import HttpFetcher, SimpleIndex
 from tests.integration.pyindex import make_index, make_wheel, serve, sha256, silent_server

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -82,7 +82,7 @@ class FakeRegistry:
         return self.manifests.get((repo, reference))
 
     def attach(self, repo: str, subject: Descriptor, *, artifact_type: str, payload: bytes, media_type: str,
-               annotations: dict[str, str] | None = None) -> Descriptor:
+               annotations: Mapping[str, str] | None = None) -> Descriptor:
         self.calls.append((repo, artifact_type, subject, json.dumps(annotations, sort_keys=True)))
         return Descriptor(media_type="application/vnd.oci.image.manifest.v1+json", digest=ART, size=10)
 

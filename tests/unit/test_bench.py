@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from bench import baselines, growth
 from bench.bench_rebuild import parse_buildkit
 
@@ -33,22 +35,27 @@ def test_parse_buildkit_all_cached() -> None:
     assert parse_buildkit(text) == (0, 2, [])
 
 
+def name_growth(sizes: list[int], runs: list[list[float]]) -> dict[str, Any]:
+    """growth.name_growth, its values as Any: each test knows which is text and which a number."""
+    return growth.name_growth(sizes, runs)
+
+
 def test_name_growth() -> None:
     runs = lambda *ys: [[y - 0.01, y, y + 0.01] for y in ys]  # noqa: E731  (three repetitions, 0.02 s spread)
-    lin = growth.name_growth([10, 50, 200], runs(1.0, 1.4, 2.9))
+    lin = name_growth([10, 50, 200], runs(1.0, 1.4, 2.9))
     assert lin["growth"].startswith("linear: fit 10.00 ms per component"), lin
     assert abs(lin["per_component_ms"] - 10.0) < 0.01 and abs(lin["startup_s"] - 0.9) < 0.01
-    assert growth.name_growth([10, 50, 200], runs(1.0, 1.4, 9.0))["growth"].startswith("super-linear")
-    assert growth.name_growth([10, 50, 200], runs(1.0, 3.0, 3.5))["growth"].startswith("sub-linear")
-    assert growth.name_growth([10, 50, 200], runs(1.0, 1.0, 1.0))["growth"].startswith("flat")
+    assert name_growth([10, 50, 200], runs(1.0, 1.4, 9.0))["growth"].startswith("super-linear")
+    assert name_growth([10, 50, 200], runs(1.0, 3.0, 3.5))["growth"].startswith("sub-linear")
+    assert name_growth([10, 50, 200], runs(1.0, 1.0, 1.0))["growth"].startswith("flat")
 
 
 def test_name_growth_calls_a_rise_within_the_noise_flat() -> None:
     """CPU seconds of two quiet runs here (20261202T043029Z's no-op build, 20261202T045219Z's plan): where what the
     components add is not above the spread of one size's repetitions, no growth is claimed."""
-    noisy = growth.name_growth([10, 50, 200], [[0.57, 0.46, 0.52], [0.51, 0.65, 0.64], [0.65, 0.65, 0.69]])
+    noisy = name_growth([10, 50, 200], [[0.57, 0.46, 0.52], [0.51, 0.65, 0.64], [0.65, 0.65, 0.69]])
     assert noisy["growth"].startswith("flat: what the components add from 10 to 200 (0.13 s) is within the noise"
                                       " (0.14 s)"), noisy
-    steady = growth.name_growth([10, 50, 200], [[0.59, 0.51, 0.53], [0.6, 0.65, 0.67], [0.78, 0.81, 0.77]])
+    steady = name_growth([10, 50, 200], [[0.59, 0.51, 0.53], [0.6, 0.65, 0.67], [0.78, 0.81, 0.77]])
     assert steady["growth"].startswith("linear: fit 1.20 ms per component"), steady
-    assert growth.name_growth([10], [[1.0]])["growth"] == "n/a (one size)"
+    assert name_growth([10], [[1.0]])["growth"] == "n/a (one size)"

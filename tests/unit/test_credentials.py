@@ -84,4 +84,5 @@ def test_defect9_build_uses_registry_auth_as_push_does(tmp_path: Path, monkeypat
     with wiring.registry_credentials(None, env):  # a local-only build shares nothing: nothing changes
         assert os.environ["DOCKER_CONFIG"] == str(tmp_path / "user")
     for module in (cmd_build, svc_nightly):  # handle_build and nightly's build make their engines inside
+        assert module.__file__ is not None
         assert "with wiring.registry_credentials(t.registry, os.environ):" in Path(module.__file__).read_text()

@@ -230,6 +230,7 @@ def test_resolve_pins_every_floating_value(tmp_path: Path) -> None:
     r = resolvers()
     v = resolve(m, m.variant("cuda13"), r, config(tmp_path), now=now)
 
+    assert v.base is not None
     assert (v.base.ref, v.base.digest, v.base.platform) == ("nvcr.io/nvidia/pytorch:25.09-py3", DIGEST_A, "linux/amd64")
     te = v.components["te"]
     assert te.commit == SHA_TE
@@ -269,6 +270,7 @@ def test_base_through_a_mirror(tmp_path: Path) -> None:
     cfg = config(tmp_path, registry_mirrors={"nvcr.io": "mirror.local:5000"})
     v = resolve(m, m.variant("cuda13"), resolvers(registry=reg, in_base=inb), cfg, now=now)
     assert reg.asked == ["mirror.local:5000/nvidia/pytorch:25.09-py3"]
+    assert v.base is not None
     # The lock records the manifest's reference; the digest is the same content wherever it is pulled.
     assert (v.base.ref, v.base.digest) == ("nvcr.io/nvidia/pytorch:25.09-py3", DIGEST_B)
     assert inb.requests[0][0] == f"mirror.local:5000/nvidia/pytorch@{DIGEST_B}"
@@ -371,7 +373,8 @@ def test_lock_stack_keeps_other_variants_and_unchanged_times(tmp_path: Path) -> 
 
     moved = resolvers(registry=FakeRegistry({"nvcr.io/nvidia/pytorch:25.09-py3": DIGEST_B}))
     third = lock_stack(m, sha, ["cuda13"], moved, config(tmp_path), first.lock, now=later)
-    assert third.lock.variants["cuda13"].base.digest == DIGEST_B
+    third_base = third.lock.variants["cuda13"].base
+    assert third_base is not None and third_base.digest == DIGEST_B
     assert third.lock.variants["cuda13"].resolved_at == "2026-06-01T00:00:00Z"
     assert third.lock.variants["cuda12"] == first.lock.variants["cuda12"]
     assert third.stale == ()

@@ -37,6 +37,7 @@ def test_identical_locks_do_not_drift_even_when_resolved_at_differs() -> None:
 
 def test_every_kind_of_drift_is_named_with_old_and_new() -> None:
     old = base_lock()
+    assert old.base is not None
     te = old.components["te"]
     new = replace(
         old,
@@ -87,6 +88,7 @@ def test_branch_head_is_drift_but_not_part_of_the_lock_digest() -> None:
 
 def test_base_reference_change_and_component_added() -> None:
     old = base_lock()
+    assert old.base is not None
     new = replace(old, base=replace(old.base, ref="reg/base:2"),
                   components={**old.components, "hybridep": replace(old.components["te"], name="hybridep")})
     assert messages(diff_variant("v", old, new)) == [

@@ -12,7 +12,7 @@ from rich.console import Console
 from buildctl.commands import lock as cmd_lock
 from buildctl.errors import LockError, SourceError, UnreachableError
 from buildctl.lock import lockfile
-from buildctl.lock.lock import resolve
+from buildctl.lock.lock import Resolvers, resolve
 from buildctl.lock.lockfile import Lock, VariantLock
 from buildctl.manifest import pins
 from buildctl.ui import UI
@@ -28,7 +28,7 @@ from tests.unit.test_lock import (
 )
 
 
-def run_json(path: Path, r: object, **kw: object) -> tuple[int | None, dict[str, object], Exception | None]:
+def run_json(path: Path, r: Resolvers, **kw: object) -> tuple[int | None, dict[str, object], Exception | None]:
     out = io.StringIO()
     ui = UI(out=Console(file=out, width=200), err=Console(file=io.StringIO(), width=200))
     rc: int | None = None

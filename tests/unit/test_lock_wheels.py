@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from buildctl.errors import ManifestErrors
 from buildctl.graph import graph, render, specs
 from buildctl.lock.lock import PipInstall, download_wheels, pip_pins
 from buildctl.lock.lockfile import LockedBase, LockedDownload, LockedPip, VariantLock
@@ -86,7 +87,7 @@ def test_install_pip_needs_a_wheel_url_and_no_dest() -> None:
         "    install: pip\n", "    install: pip\n    dest: /tmp/x.whl\n")
     try:
         pins.load_text(bad, "<s>")
-    except pins.ManifestErrors as exc:
+    except ManifestErrors as exc:
         text = str(exc)
     else:
         raise AssertionError("loaded")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.errors import EngineError, UnreachableError
+from buildctl.errors import EngineError, PushError, UnreachableError
 from buildctl.graph.graph import Graph, Node
 from buildctl.graph.specs import BaseNodeSpec, NodeKind
 from buildctl.registry.credentials import Redactor
@@ -190,7 +190,7 @@ def test_a_moving_tag_that_gets_another_digest_is_an_error(tmp_path: Path) -> No
     it = item(moving=("latest",))
     eng = engine_with(it)
     eng.push_script = [(D1, PUSHED), (D2, [])]
-    with pytest.raises(push.PushError, match="not the digest of"):
+    with pytest.raises(PushError, match="not the digest of"):
         run(eng, [it], tmp_path, promote=True)
 
 

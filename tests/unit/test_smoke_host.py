@@ -16,7 +16,7 @@ from buildctl.errors import ManifestError, SmokeFailed, UsageError
 from buildctl.graph import smoke_expect
 from buildctl.lock.lockfile import LockedBase, LockedComponent, LockedPip, VariantLock
 from buildctl.manifest import pins
-from buildctl.manifest.model import GpuTier
+from buildctl.manifest.model import SMOKE_CHECKS, GpuTier
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_DATA = ROOT / "tests" / "data" / "gpu"
@@ -291,7 +291,7 @@ def test_every_manifests_expectation_is_read_by_the_suite(stack: str) -> None:
         for data in (e.suite_json(), json.loads(e.label_value())):
             read = parse(data)
             assert read.required == e.required
-            assert read.selected == tuple(n for n in smoke_expect.SMOKE_CHECKS if n in e.required or n in e.checks)
+            assert read.selected == tuple(n for n in SMOKE_CHECKS if n in e.required or n in e.checks)
             for name in read.selected:
                 sec = Section(name, read.section(name))
                 assert sec.data == e.checks.get(name, {})

@@ -18,7 +18,7 @@ from buildctl.manifest.model import Manifest
 from tests.helpers import lchanges
 
 DATA = Path(__file__).parent / "data"
-TEMPLATES = {k: f"t-{k}" for k in specs.BUILT_KINDS}
+TEMPLATES: dict[str, str] = {k: f"t-{k}" for k in specs.BUILT_KINDS}
 SCRIPT = "#!/bin/bash\nexec python pretrain.py --bf16 --num-layers 61 \"$@\"\n"
 # What entrypoint.render_entrypoint_fragment hands the graph, made by hand so that tests stay exact.
 ENTRY = EntrypointFragment(script_path="/usr/local/bin/buildctl-launch", context_name="buildctl-launch",

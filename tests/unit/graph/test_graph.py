@@ -26,11 +26,11 @@ def changed(a: Graph, b: Graph) -> set[str]:
     return {n for n in ka if ka[n] != kb[n]}
 
 
-def with_component(m: Manifest, name: str, **changes: object) -> Manifest:
+def with_component(m: Manifest, name: str, **changes: Any) -> Manifest:
     return replace(m, components=tuple(replace(c, **changes) if c.name == name else c for c in m.components))
 
 
-def with_locked_component(lock: VariantLock, name: str, **changes: object) -> VariantLock:
+def with_locked_component(lock: VariantLock, name: str, **changes: Any) -> VariantLock:
     comps = dict(lock.components)
     comps[name] = replace(comps[name], **changes)
     return replace(lock, components=comps)
