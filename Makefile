@@ -29,8 +29,9 @@ help:
 install:
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[dev]'
 
+# --durations=25: CI logs name the slowest cases (set-up and teardown counted apart)
 test:
-	bash scripts/testenv.sh run -- $(PYTHON) -m pytest $(PYTEST_ARGS)
+	bash scripts/testenv.sh run -- $(PYTHON) -m pytest --durations=25 $(PYTEST_ARGS)
 
 unit: install
 	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
