@@ -78,8 +78,9 @@ def export(cache: Mirrors, prepared: PreparedTree, dest: Path, *, git_head: bool
 
 def exported(cache: Mirrors, prepared: PreparedTree, *, git_head: bool = True) -> Path:
     """A cached export of ``prepared`` under the cache's exports/ (written once per tree)."""
+    placeholders = [[a.repo, a.path, a.blob, a.why, a.where] for a in prepared.allowed]
     variant = json.dumps([git_head, [[s.path, s.commit] for s in prepared.submodules],
-                          *([[[a.repo, a.path, a.blob, a.why, a.where] for a in prepared.allowed]] if prepared.allowed else [])])
+                          *([placeholders] if placeholders else [])])
     dest = cache.root / "exports" / f"{prepared.tree}-{hashlib.sha256(variant.encode()).hexdigest()[:12]}"
     if dest.is_dir():
         return dest

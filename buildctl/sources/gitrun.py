@@ -245,9 +245,9 @@ class Git:
         self._git_checked = True
 
     def run(self, args: Sequence[str], *, git_dir: Path | None = None, cwd: Path | None = None,
-             network: bool = False, timeout: float | None = None, input_bytes: bytes | None = None,
-             env: Mapping[str, str] | None = None, check: bool = True, what: str = "",
-             url: str = "") -> Result:
+            network: bool = False, timeout: float | None = None, input_bytes: bytes | None = None,
+            env: Mapping[str, str] | None = None, check: bool = True, what: str = "",
+            url: str = "") -> Result:
         if not self._git_checked:
             self._check_git()
         if url and (url.startswith("-") or any(c in url for c in "\n\r\x00")):

@@ -99,8 +99,8 @@ class Mirrors:
 
     def local_refs(self, mirror: Path, *, pulls: bool) -> dict[str, str]:
         r = self.git.run(["for-each-ref", "--format=%(objectname)\t%(refname)",
-                       "refs/heads", "refs/tags", *(["refs/pull"] if pulls else [])],
-                      git_dir=mirror, what="list mirror refs")
+                          "refs/heads", "refs/tags", *(["refs/pull"] if pulls else [])],
+                         git_dir=mirror, what="list mirror refs")
         return parse_ls_remote(r.out, pulls=pulls)
 
     def refresh(self, url: str, mirror: Path, *, pulls: bool, wanted: Sequence[str] = (),
@@ -118,7 +118,7 @@ class Mirrors:
         # A mirror that lacks objects some PR heads hold (large blobs left out) cannot be fetched whole:
         # such a remote is marked in the cache mirror, and its PR heads are fetched one by one when asked.
         narrow = pulls and self.git.run(["config", "--get", "buildctl.pullsOnDemand"], git_dir=mirror,
-                                     check=False, what="read mirror config").out.strip() == "true"
+                                        check=False, what="read mirror config").out.strip() == "true"
         wide = pulls and not narrow
         if {k: v for k, v in remote.items() if wide or not k.startswith("refs/pull/")} != self.local_refs(
                 mirror, pulls=wide):
@@ -188,14 +188,14 @@ class Mirrors:
         # objects is left to a shallow fetch. Without, the remote's whole history is what failed.
         tips = ["--no-walk", *wanted] if wanted else ["--all"]
         listing = self.git.run(["--git-dir", str(remote), "rev-list", "--objects", "--missing=print", *tips, "--"],
-                            check=False, what="list the remote's objects")
+                               check=False, what="list the remote's objects")
         missing = [line[1:].strip() for line in listing.out.splitlines() if line.startswith("?")]
         if not missing:
             return []
         paths: dict[str, str] = {}
         for tip in wanted:
             tree = self.git.run(["--git-dir", str(remote), "ls-tree", "-r", "-z", "--full-tree", tip, "--"],
-                             check=False, what="list tree").out
+                                check=False, what="list tree").out
             for item in filter(None, tree.split("\0")):
                 meta, _, path = item.partition("\t")
                 sha = meta.split(" ")[-1]
@@ -231,7 +231,7 @@ class Mirrors:
         if not (mirror / "HEAD").is_file():
             return list(shas)
         r = self.git.run(["cat-file", "--batch-check=%(objectname) %(objecttype)"], git_dir=mirror,
-                      input_bytes="".join(f"{s}^{{commit}}\n" for s in shas).encode(), what="look up commits")
+                         input_bytes="".join(f"{s}^{{commit}}\n" for s in shas).encode(), what="look up commits")
         lines = r.out.splitlines()
         return [s for s, line in zip(shas, lines, strict=True) if not line.endswith(" commit")]
 
@@ -303,7 +303,7 @@ class Mirrors:
         if not links:
             return []
         gm = self.git.run(["config", "-z", "--blob", f"{commit}:.gitmodules", "--list"], git_dir=mirror,
-                       check=False, what="read .gitmodules")
+                          check=False, what="read .gitmodules")
         urls = parse_gitmodules(gm.out) if gm.rc == 0 else {}
         out: list[Submodule] = []
         for path, sha in sorted(links.items()):

@@ -250,7 +250,7 @@ def prepare(cache: Mirrors, url: str, commit: str, *, changes: Sequence[Change] 
             tree = commit
         else:
             found = cache.git.run(["rev-parse", "--verify", "--quiet", f"refs/buildctl/prepared/{key}^{{commit}}"],
-                              git_dir=mirror, check=False, what="find prepared tree")
+                                  git_dir=mirror, check=False, what="find prepared tree")
             if found.rc == 0:
                 tree = found.out.strip()
             else:
@@ -280,7 +280,7 @@ def _empty_picks(cache: Mirrors, mirror: Path, commit: str, tree: str, changes: 
         return ()
     units = _units(changes)
     out = cache.git.run(["rev-list", "--first-parent", "--reverse", "--format=%T", f"{commit}..{tree}", "--"],
-                    git_dir=mirror, what="walk the prepared commits").out.split("\n")
+                        git_dir=mirror, what="walk the prepared commits").out.split("\n")
     trees = [line.strip() for line in out if line.strip() and not line.startswith("commit ")]
     before = cache.git.run(["rev-parse", f"{commit}^{{tree}}"], git_dir=mirror, what="read tree").out.strip()
     if len(trees) != len(units):  # not a tree this recipe made: nothing to say
@@ -309,7 +309,8 @@ def _scratch(cache: Mirrors, mirror: Path, commit: str) -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _apply(cache: Mirrors, url: str, mirror: Path, commit: str, changes: Sequence[Change], *, key: str, epoch: int) -> str:
+def _apply(cache: Mirrors, url: str, mirror: Path, commit: str, changes: Sequence[Change], *, key: str,
+           epoch: int) -> str:
     with _scratch(cache, mirror, commit) as work:
         failure = _run_changes(cache, work, changes, epoch=epoch)
         if failure is not None:
@@ -317,8 +318,8 @@ def _apply(cache: Mirrors, url: str, mirror: Path, commit: str, changes: Sequenc
         head = cache.git.run(["rev-parse", "HEAD"], cwd=work, what="prepare").out.strip()
         cache.git.run(["update-ref", "refs/heads/prepared", head], cwd=work, what="prepare")
         cache.git.run(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--", str(work),
-                   f"+refs/heads/prepared:refs/buildctl/prepared/{key}"], git_dir=mirror,
-                  what="store the prepared tree")
+                       f"+refs/heads/prepared:refs/buildctl/prepared/{key}"], git_dir=mirror,
+                      what="store the prepared tree")
         return head
 
 
@@ -340,25 +341,25 @@ def _run_changes(cache: Mirrors, work: Path, changes: Sequence[Change], *, epoch
             shas = ch.commits
         elif isinstance(ch, PrChange):
             r = cache.git.run(["merge", "--no-ff", "--no-edit", "--no-gpg-sign", "--no-rerere-autoupdate", "-m",
-                           f"Merge PR #{ch.number} ({ch.head})", ch.head], cwd=work,
-                          env={**committer, **author}, check=False, what=f"merge PR #{ch.number}")
+                               f"Merge PR #{ch.number} ({ch.head})", ch.head], cwd=work,
+                              env={**committer, **author}, check=False, what=f"merge PR #{ch.number}")
             if r.rc != 0:
                 return _failure(cache, work, index, ch.head, r)
             continue
         else:
             r = cache.git.run(["apply", "--index", "--whitespace=nowarn", "--", str(ch.path)], cwd=work, check=False,
-                          what=f"patch {ch.name}")
+                              what=f"patch {ch.name}")
             if r.rc != 0:
                 return _Failure(index=index, sha="", files=tuple(conflict_files_from_apply(r.err)),
                                 detail=last_lines(r.err))
             cache.git.run(["commit", "--quiet", "--no-verify", "--no-gpg-sign", "--allow-empty", "--cleanup=verbatim",
-                       "-m", f"Apply patch {ch.name}\n\nsha256: {ch.sha256}\n"],
-                      cwd=work, env={**committer, **author}, what=f"commit patch {ch.name}")
+                           "-m", f"Apply patch {ch.name}\n\nsha256: {ch.sha256}\n"],
+                          cwd=work, env={**committer, **author}, what=f"commit patch {ch.name}")
             continue
         for sha in shas:
             r = cache.git.run(["cherry-pick", "-x", "--allow-empty", "--keep-redundant-commits", "--no-gpg-sign",
-                           "--cleanup=verbatim", "--no-rerere-autoupdate", sha], cwd=work, env=committer,
-                          check=False, what=ch.label())
+                               "--cleanup=verbatim", "--no-rerere-autoupdate", sha], cwd=work, env=committer,
+                              check=False, what=ch.label())
             if r.rc != 0:
                 return _failure(cache, work, index, sha, r)
     return None
@@ -366,7 +367,7 @@ def _run_changes(cache: Mirrors, work: Path, changes: Sequence[Change], *, epoch
 
 def _failure(cache: Mirrors, work: Path, index: int, sha: str, r: Result) -> _Failure:
     files = cache.git.run(["diff", "--name-only", "--diff-filter=U"], cwd=work, check=False,
-                      what="list conflicts").out.split()
+                          what="list conflicts").out.split()
     return _Failure(index=index, sha=sha, files=tuple(files), detail=last_lines(r.err))
 
 
@@ -379,13 +380,13 @@ def _touches(cache: Mirrors, mirror: Path, base: str, ch: Change) -> set[str]:
         mb = cache.git.run(["merge-base", base, ch.head], git_dir=mirror, check=False, what="merge-base").out.strip()
         shas = [f"{mb}..{ch.head}"] if mb else []
         r = cache.git.run(["diff", "--name-only", *(shas or [ch.head]), "--"], git_dir=mirror, check=False,
-                      what="files")
+                          what="files")
         return set(r.out.split())
     shas = [ch.sha] if isinstance(ch, PickChange) else list(ch.commits)
     out: set[str] = set()
     for sha in shas:
         r = cache.git.run(["diff-tree", "--no-commit-id", "--name-only", "-r", "--root", sha, "--"], git_dir=mirror,
-                      check=False, what="files")
+                          check=False, what="files")
         out |= set(r.out.split())
     return out
 
@@ -407,7 +408,7 @@ def _diagnose(cache: Mirrors, url: str, mirror: Path, commit: str, changes: Sequ
     picked = ""
     if (f.sha and isinstance(ch, PrChange) and ch.mode == "own-commits") or isinstance(ch, PickChange):
         subject = cache.git.run(["show", "-s", "--format=%s", f.sha, "--"], git_dir=mirror, check=False,
-                            what="describe").out.strip()
+                                what="describe").out.strip()
         picked = f"its commit {f.sha[:12]} \"{subject}\" " if isinstance(ch, PrChange) else f"\"{subject}\" "
     works: list[str] = []
     tried: list[str] = []

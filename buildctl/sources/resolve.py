@@ -70,7 +70,7 @@ def resolve_commit(cache: Mirrors, url: str, commit: str, *, branch: str | None 
         if branch is not None:
             head = _branch_sha(cache, mirror, url, branch)
             contained = cache.git.run(["merge-base", "--is-ancestor", full, head], git_dir=mirror, check=False,
-                                  what="check branch")
+                                      what="check branch")
             if contained.rc == 1:
                 raise SourceError(
                     f"commit {full} is not on branch {branch} of {url}",
@@ -86,18 +86,18 @@ def resolve_commit(cache: Mirrors, url: str, commit: str, *, branch: str | None 
 
 def _commits_with_prefix(cache: Mirrors, mirror: Path, prefix: str) -> list[str]:
     r = cache.git.run(["rev-parse", f"--disambiguate={prefix}"], git_dir=mirror, check=False,
-                  what="expand short SHA")
+                      what="expand short SHA")
     objects = [s for s in r.out.split() if is_sha(s, min_len=40)]
     if not objects:
         return []
     typed = cache.git.run(["cat-file", "--batch-check=%(objectname) %(objecttype)"], git_dir=mirror,
-                      input_bytes="".join(f"{s}\n" for s in objects).encode(), what="expand short SHA")
+                          input_bytes="".join(f"{s}\n" for s in objects).encode(), what="expand short SHA")
     return sorted(line.split()[0] for line in typed.out.splitlines() if line.endswith(" commit"))
 
 
 def _commit_infos(cache: Mirrors, mirror: Path, shas: Sequence[str]) -> list[CommitInfo]:
     r = cache.git.run(["show", "-s", "--no-walk=unsorted", "--format=%H%x00%cI%x00%s", *shas], git_dir=mirror,
-                  what="describe commits")
+                      what="describe commits")
     infos = [CommitInfo(sha=h, date=d, subject=s) for h, d, s in
              (line.split("\0", 2) for line in r.out.splitlines() if line)]
     return sorted(infos, key=lambda i: (i.date, i.sha))
@@ -106,7 +106,7 @@ def _commit_infos(cache: Mirrors, mirror: Path, shas: Sequence[str]) -> list[Com
 def _branch_sha(cache: Mirrors, mirror: Path, url: str, branch: str) -> str:
     ref = branch if branch.startswith("refs/") else f"refs/heads/{branch}"
     r = cache.git.run(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], git_dir=mirror, check=False,
-                  what="find branch")
+                      what="find branch")
     if r.rc != 0:
         names = [b.removeprefix("refs/heads/") for b in cache.local_refs(mirror, pulls=False)
                  if b.startswith("refs/heads/")]
@@ -131,11 +131,11 @@ def pr_head(cache: Mirrors, url: str, number: int) -> str:
     with cache.locked(url) as mirror:
         cache.refresh(url, mirror, pulls=True)
         r = cache.git.run(["rev-parse", "--verify", "--quiet", f"refs/pull/{number}/head^{{commit}}"],
-                      git_dir=mirror, check=False, what="find PR head")
+                          git_dir=mirror, check=False, what="find PR head")
         if r.rc != 0 and f"refs/pull/{number}/head" in cache.remote_refs(url):
             cache.fetch_pr_on_demand(url, mirror, number)
             r = cache.git.run(["rev-parse", "--verify", "--quiet", f"refs/pull/{number}/head^{{commit}}"],
-                          git_dir=mirror, check=False, what="find PR head")
+                              git_dir=mirror, check=False, what="find PR head")
         if r.rc != 0:
             count = sum(1 for ref in cache.local_refs(mirror, pulls=True) if ref.startswith("refs/pull/"))
             raise SourceError(
@@ -168,7 +168,7 @@ def _own_commits(cache: Mirrors, mirror: Path, number: int, head: str, exclude: 
     """(own non-merge commits oldest first, merges of the target skipped): reachable from ``head``, not
     from ``exclude``. A merge of anything but the target cannot be replayed as picks: SourceError."""
     listing = cache.git.run(["rev-list", "--reverse", "--topo-order", "--parents", head, f"^{exclude}", "--"],
-                        git_dir=mirror, what=f"list PR #{number} commits").out
+                            git_dir=mirror, what=f"list PR #{number} commits").out
     own: list[str] = []
     skipped: list[str] = []
     for line in filter(None, listing.split("\n")):
@@ -207,8 +207,8 @@ def pr_change(cache: Mirrors, url: str, base: str, number: int, head: str, *, ta
         if mode == "merge":
             mine = set(own)
             brought = cache.git.run(["rev-list", "--reverse", "--topo-order", "--no-merges",
-                                 "--format=%H%x00%s", head, f"^{base}", "--"], git_dir=mirror,
-                                what=f"list what PR #{number} brings").out
+                                     "--format=%H%x00%s", head, f"^{base}", "--"], git_dir=mirror,
+                                    what=f"list what PR #{number} brings").out
             for line in brought.split("\n"):
                 if "\0" in line:
                     sha, subject = line.split("\0", 1)
@@ -224,7 +224,7 @@ def _merged_upstream(cache: Mirrors, mirror: Path, number: int, head: str, tgt: 
     commit of the target that contains the head, with the head on its second side), or else a
     fast-forward/rebase that kept the SHAs."""
     chain = cache.git.run(["rev-list", "--first-parent", "--reverse", tgt, "--"], git_dir=mirror,
-                      what="target history").out.split()
+                          what="target history").out.split()
     if head in chain:
         return MergedUpstream(how="squash-or-rebase")
     lo, hi = 0, len(chain) - 1
@@ -235,9 +235,10 @@ def _merged_upstream(cache: Mirrors, mirror: Path, number: int, head: str, tgt: 
         else:
             lo = mid + 1
     m = chain[lo]
-    parents = cache.git.run(["rev-list", "--parents", "-n", "1", m, "--"], git_dir=mirror, what="parents").out.split()[1:]
-    if len(parents) >= 2 and _is_ancestor(cache, mirror, head, parents[1]) and not _is_ancestor(cache,
-            mirror, head, parents[0]):
+    parents = cache.git.run(["rev-list", "--parents", "-n", "1", m, "--"], git_dir=mirror,
+                            what="parents").out.split()[1:]
+    if (len(parents) >= 2 and _is_ancestor(cache, mirror, head, parents[1])
+            and not _is_ancestor(cache, mirror, head, parents[0])):
         return MergedUpstream(how="merge", commit=m)
     return MergedUpstream(how="squash-or-rebase")
 
