@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any
 from buildctl.config import Config
 from buildctl.errors import BuildctlError, LockDrift, UsageError
 from buildctl.lock import lockfile
-from buildctl.lock.lock import GROUPS, LockOutcome, Resolvers, check, lock_stack, render_drift
+from buildctl.lock.drift import render_drift
+from buildctl.lock.lock import GROUPS, LockOutcome, check, lock_stack
 from buildctl.lock.lockfile import LockedPick, LockedPr, VariantLock
+from buildctl.lock.resolvers import Resolvers
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
 from buildctl.services import wiring

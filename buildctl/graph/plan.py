@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 from buildctl.errors import BuildctlError, EngineError, UnreachableError
 from buildctl.graph.graph import Graph, Node, image_ref
 from buildctl.graph.records import NodeRecord
-from buildctl.lock.lock import ImageRef
+from buildctl.imageref import ImageRef
 
 NodeState = Literal["local", "registry", "missing", "unknown"]
 # have: present (a wheel: in the wheel cache); pull: from the registry (a wheel: out of its image); build;

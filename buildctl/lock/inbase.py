@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from buildctl.config import Config
 from buildctl.engine.engine import Mount, RunResult
 from buildctl.errors import LockError, UnreachableError
-from buildctl.lock.lock import PipInstall, ProbeRequest, ProbeResult
+from buildctl.lock.resolvers import PipInstall, ProbeRequest, ProbeResult
 
 PROBE_PATH = "/buildctl/probe.py"
 REQUEST_PATH = "/buildctl/request.json"

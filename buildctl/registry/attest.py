@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from buildctl.errors import PushError
-from buildctl.lock.lock import ImageRef
+from buildctl.imageref import ImageRef
 from buildctl.registry.registry import Descriptor, referrers_tag
 from buildctl.ship import provenance
 

@@ -32,6 +32,7 @@ from typing import Any, Literal, Protocol
 from buildctl.config import Config
 from buildctl.errors import BuildctlError
 from buildctl.lock import lock, lockfile
+from buildctl.lock.drift import diff_variant
 from buildctl.manifest import pins
 from buildctl.safepath import write_atomic
 from buildctl.services import building, lintargs, publishing, target, wiring
@@ -330,7 +331,7 @@ class RealSteps:
                                   existing)
         new = outcome.lock.variants[variant]
         old = existing.variants.get(variant) if existing is not None else None
-        drift = [] if old is None else lock.diff_variant(variant, old, new)
+        drift = [] if old is None else diff_variant(variant, old, new)
         lines = tuple(d.message() for d in drift)
         if old is None:
             lines = ("no lock before: locked now",)

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from buildctl.config import Config
 from buildctl.errors import PushError, UsageError
 from buildctl.graph import graph
+from buildctl.imageref import ImageRef
 from buildctl.lock import lockfile
-from buildctl.lock.lock import ImageRef
 from buildctl.registry import attest, credentials
 from buildctl.registry.registry import RegistryClient
 from buildctl.services import target, wiring

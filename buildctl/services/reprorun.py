@@ -38,8 +38,10 @@ from buildctl.config import CacheLayout, Config
 from buildctl.errors import BuildctlError, LockError
 from buildctl.graph import plan
 from buildctl.graph.graph import Graph
-from buildctl.lock.lock import Resolvers, check, diff_variant, lock_stack
+from buildctl.lock.drift import diff_variant
+from buildctl.lock.lock import check, lock_stack
 from buildctl.lock.lockfile import Lock
+from buildctl.lock.resolvers import Resolvers
 from buildctl.manifest import pins
 from buildctl.manifest.model import ReproLevel
 from buildctl.repro import audit, repro

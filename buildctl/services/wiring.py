@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildctl.config import Config
-from buildctl.lock.lock import Resolvers
+from buildctl.lock.resolvers import Resolvers
 from buildctl.registry import credentials
 
 if TYPE_CHECKING:

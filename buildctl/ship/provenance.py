@@ -35,8 +35,8 @@ from packageurl import PackageURL
 from buildctl import __version__
 from buildctl.engine.imageview import ImageView
 from buildctl.errors import EngineError, LockError, UsageError
+from buildctl.imageref import ImageRef
 from buildctl.lock import lockcheck, lockfile
-from buildctl.lock.lock import ImageRef
 from buildctl.lock.lockfile import (
     Lock,
     LockedComponent,

@@ -35,7 +35,7 @@ from typing import Any, Literal, Protocol
 from buildctl.engine.imageview import ImageView, ProgressView
 from buildctl.errors import BuildctlError, PushError, PushStalled, UnreachableError
 from buildctl.graph.graph import Graph, image_ref
-from buildctl.lock.lock import ImageRef
+from buildctl.imageref import ImageRef
 from buildctl.registry.attest import Attached
 from buildctl.registry.credentials import Redactor
 from buildctl.safepath import write_atomic

@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 
 from buildctl import __version__
 from buildctl.errors import BuildctlError
-from buildctl.lock.lock import ImageRef
+from buildctl.imageref import ImageRef
 from buildctl.lock.lockfile import LockedComponent, LockedPatch, LockedPick, LockedPr, VariantLock
 from buildctl.ship.bom import LOCK_LABEL, STACK_LABEL, VARIANT_LABEL, Bom
 

@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 from buildctl.engine.imageview import ImageView, RunOutcome
 from buildctl.errors import ManifestErrors, UnreachableError, UsageError
 from buildctl.graph.plan import mirror_ref
-from buildctl.lock.lock import ImageRef
+from buildctl.imageref import ImageRef
 from buildctl.lock.lockfile import VariantLock
 from buildctl.manifest import pins
 from buildctl.manifest.model import BaseContract, Manifest, Variant

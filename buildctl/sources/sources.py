@@ -35,8 +35,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl.lock.lock import Applied
 from buildctl.lock.lockfile import DraggedCommit, LockedChange, LockedComponent, LockedPr, PrMode
+from buildctl.lock.resolvers import Applied
 from buildctl.sources import export as _export
 from buildctl.sources import prepare as _prepare
 from buildctl.sources import resolve
@@ -120,7 +120,7 @@ class Sources:
 
     def lock_component(self, component: Component) -> LockedComponent:
         """Everything `buildctl lock` records for a git component (``lock.resolve_component`` over this)."""
-        from buildctl.lock.lock import resolve_component
+        from buildctl.lock.resolve import resolve_component
 
         return resolve_component(component, self, self.base_dir or Path.cwd())
 

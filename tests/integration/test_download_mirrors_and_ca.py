@@ -19,7 +19,7 @@ import pytest
 
 from buildctl.config import CacheLayout, Config, load_config, mirror_url
 from buildctl.errors import ManifestError, UnreachableError
-from buildctl.lock import lock as lockmod
+from buildctl.lock import resolve as lockmod
 from buildctl.manifest import pins
 from buildctl.sources.index import HttpFetcher
 from buildctl.sources.sources import Sources

@@ -18,7 +18,7 @@ from rich.console import Console
 from buildctl.commands import lock as cmd_lock
 from buildctl.config import CacheLayout, Config
 from buildctl.errors import LockDrift, SourceError, UnreachableError
-from buildctl.lock.lock import ProbeRequest, ProbeResult, Resolvers
+from buildctl.lock.resolvers import ProbeRequest, ProbeResult, Resolvers
 from buildctl.manifest import pins
 from buildctl.sources.sources import Sources
 from buildctl.ui import UI

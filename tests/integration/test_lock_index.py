@@ -13,7 +13,7 @@ import pytest
 from debian.debian_support import Version as DebianVersion
 
 from buildctl.errors import LockError, UnreachableError
-from buildctl.lock.lock import resolve_downloads
+from buildctl.lock.resolve import resolve_downloads
 from buildctl.manifest import pins
 from buildctl.sources.index import HttpFetcher, SimpleIndex
 from tests.integration.pyindex import make_index, make_wheel, serve, sha256, silent_server

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from buildctl.errors import SourceError
-from buildctl.lock.lock import resolve_component
 from buildctl.lock.lockfile import LockedComponent
+from buildctl.lock.resolve import resolve_component
 from buildctl.manifest.model import Component, MissingObject
 from buildctl.sources.sources import Sources
 

@@ -21,8 +21,8 @@ import pytest
 from buildctl.commands import lock as cmd_lock
 from buildctl.errors import SourceError
 from buildctl.lock import lockfile
-from buildctl.lock.lock import resolve_component
 from buildctl.lock.lockfile import LockedComponent, LockedPr, VariantLock
+from buildctl.lock.resolve import resolve_component
 from buildctl.manifest.model import Change, Component, PullRequest
 from buildctl.sources.prepare import PrHead
 from buildctl.sources.sources import Sources

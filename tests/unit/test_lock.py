@@ -17,17 +17,9 @@ from rich.console import Console
 from buildctl.commands import lock as cmd_lock
 from buildctl.config import CacheLayout, Config
 from buildctl.errors import LockDrift, LockError, SourceError, UnreachableError
-from buildctl.lock.lock import (
-    Applied,
-    PipInstall,
-    ProbeRequest,
-    ProbeResult,
-    Resolvers,
-    check,
-    lock_stack,
-    resolve,
-)
+from buildctl.lock.lock import check, lock_stack, resolve
 from buildctl.lock.lockfile import DraggedCommit, LockedChange, LockedPatch, LockedPr, PrMode
+from buildctl.lock.resolvers import Applied, PipInstall, ProbeRequest, ProbeResult, Resolvers
 from buildctl.manifest import pins
 from buildctl.ui import UI
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from buildctl.lock.lock import Drift, diff_variant, render_drift
+from buildctl.lock.drift import Drift, diff_variant, render_drift
 from buildctl.lock.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock
 from tests.helpers import lchanges
 

@@ -12,8 +12,9 @@ from rich.console import Console
 from buildctl.commands import lock as cmd_lock
 from buildctl.errors import LockError, SourceError, UnreachableError
 from buildctl.lock import lockfile
-from buildctl.lock.lock import Resolvers, resolve
+from buildctl.lock.lock import resolve
 from buildctl.lock.lockfile import Lock, VariantLock
+from buildctl.lock.resolvers import Resolvers
 from buildctl.manifest import pins
 from buildctl.ui import UI
 from tests.unit.test_lock import (

@@ -11,8 +11,10 @@ from debian.debian_support import Version as DebianVersion
 from buildctl.config import CacheLayout, Config
 from buildctl.engine.engine import RunResult
 from buildctl.errors import LockError, UnreachableError
+from buildctl.imageref import ImageRef
 from buildctl.lock.inbase import CA_PATH, MARK, parse_output, probe_env, request_json
-from buildctl.lock.lock import ImageRef, ProbeRequest, newest_first, repo_location, select_apt
+from buildctl.lock.resolve import newest_first, repo_location, select_apt
+from buildctl.lock.resolvers import ProbeRequest
 from buildctl.sources.index import IndexFile, parse_project_page, redact, select_files
 
 # ------------------------------------------------------------------------------------------ apt

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from buildctl.errors import ManifestErrors
 from buildctl.graph import graph, render, specs
-from buildctl.lock.lock import PipInstall, download_wheels, pip_pins
 from buildctl.lock.lockfile import LockedBase, LockedDownload, LockedPip, VariantLock
+from buildctl.lock.resolve import download_wheels, pip_pins
+from buildctl.lock.resolvers import PipInstall
 from buildctl.manifest import pins
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from buildctl.graph import render
-from buildctl.lock.lock import Drift
+from buildctl.lock.drift import Drift
 from buildctl.lock.lockfile import LockedBase, LockedPip, VariantLock
 from buildctl.manifest import pins
 from buildctl.manifest.model import PipRequirement, ReproLevel
