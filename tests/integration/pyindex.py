@@ -19,6 +19,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bench.socketset import SocketSet
+
 FIXED_DATE = (2020, 1, 1, 0, 0, 0)
 
 
@@ -77,17 +79,26 @@ def make_index(root: Path, files: Sequence[Path], *, with_hashes: bool = True) -
 
 
 class ClosingHTTPServer(http.server.ThreadingHTTPServer):
-    """The tests' HTTP server on 127.0.0.1: server_close() waits for every request thread (each closes its
-    connection), and a connection whose client goes silent times out, so no socket outlives the server."""
+    """The tests' HTTP server on 127.0.0.1: server_close() cuts the connections still open (a client that
+    went silent included) and waits for every request thread, so no socket outlives the server."""
 
     daemon_threads = False
     block_on_close = True
-    connection_timeout = 10.0
+    connection_timeout = 10.0  # a silent client is given up on even while the server runs
+
+    def server_activate(self) -> None:
+        self.connections = SocketSet()
+        super().server_activate()
 
     def get_request(self) -> tuple[Any, Any]:
         sock, addr = super().get_request()
         sock.settimeout(self.connection_timeout)
+        self.connections.add(sock)
         return sock, addr
+
+    def server_close(self) -> None:
+        self.connections.close()
+        super().server_close()
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
