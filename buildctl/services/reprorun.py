@@ -45,6 +45,7 @@ from buildctl.lock.resolvers import Resolvers
 from buildctl.manifest import pins
 from buildctl.manifest.model import ReproLevel
 from buildctl.repro import audit, repro
+from buildctl.repro.archive import ImageConfig, SavedImages
 from buildctl.services import building, target
 
 if TYPE_CHECKING:
@@ -114,8 +115,8 @@ def relock(t: target.Target, resolvers: Resolvers, config: Config) -> Lock:
     return outcome.lock
 
 
-def _image_config(info: ImageInfo) -> repro.ImageConfig:
-    return repro.ImageConfig(env=tuple(f"{k}={v}" for k, v in info.env.items()), labels=dict(info.labels),
+def _image_config(info: ImageInfo) -> ImageConfig:
+    return ImageConfig(env=tuple(f"{k}={v}" for k, v in info.env.items()), labels=dict(info.labels),
                              entrypoint=info.entrypoint, cmd=info.cmd, workdir=info.workdir, user=info.user)
 
 
@@ -150,7 +151,7 @@ def compare(engine: Engine, graphs: dict[str, Graph], refs: dict[str, dict[str, 
             if own["a"] != own["b"]:
                 tar = saves / f"{s}-{node.slug}.tar"
                 engine.save(refs[s][node.name], tar)
-                archive = repro.SavedImages(tar)
+                archive = SavedImages(tar)
             config = archive.image().config if archive is not None else _image_config(infos[s])
             sides[s] = repro.Side(ref=refs[s][node.name], key=graphs[s].node(node.name).key, diff_ids=own[s],
                                   config=config, archive=archive)

@@ -14,7 +14,8 @@ import pytest
 
 from buildctl.manifest.model import ReproLevel
 from buildctl.repro import repro
-from buildctl.repro.repro import Cause, Floating, ImageConfig, SavedImages, Side, Verdict
+from buildctl.repro.archive import ImageConfig, SavedImages, dpkg_versions
+from buildctl.repro.repro import Cause, Floating, Side, Verdict
 
 EPOCH = 315532800
 
@@ -203,7 +204,7 @@ def test_dpkg_status_versions(tmp_path: Path) -> None:
         return (f"Package: jq\nStatus: install ok installed\nArchitecture: amd64\nVersion: {version}\n"
                 "Description: x\n more\n\nPackage: gone\nStatus: deinstall ok config-files\nVersion: 1\n").encode()
 
-    assert repro.dpkg_versions(status("1.6-2")) == {"jq": "1.6-2"}
+    assert dpkg_versions(status("1.6-2")) == {"jq": "1.6-2"}
     r = compare(tmp_path, [[F("var/lib/dpkg/status", status("1.6-2"))]], [[F("var/lib/dpkg/status", status("1.6-3"))]])
     assert [p.line() for p in r.packages] == ["deb jq: 1.6-2 -> 1.6-3"]
     assert Cause.FLOATING_INPUT in r.causes
