@@ -50,10 +50,11 @@ from buildctl.build.inputs import BuildInput
 from buildctl.build.prepare import HostPrep
 from buildctl.build.schedule import Scheduler
 from buildctl.build.state import Action, NodeResult, Options, Outcome, Progress, Report, RunState, SmokeGate
-from buildctl.build.steps import SMOKE_LABEL, Steps, compile_jobs, extract_wheel, label_instruction
+from buildctl.build.steps import Steps, compile_jobs, extract_wheel, label_instruction
 from buildctl.config import Config
 from buildctl.errors import BuildFailed, EngineError, Interrupted, UsageError
 from buildctl.graph.plan import ArchCheck, Plan
+from buildctl.labels import SMOKE_LABEL
 
 if TYPE_CHECKING:
     from buildctl.engine.engine import Engine

@@ -26,12 +26,12 @@ from buildctl.graph import render
 from buildctl.graph.graph import Node, shared_labels
 from buildctl.graph.records import NodeRecord
 from buildctl.graph.specs import AssembleNodeSpec, EntrypointNodeSpec, WheelNodeSpec
+from buildctl.labels import SMOKE_LABEL
 from buildctl.sources.export import BUILD_GIT_ENV
 
 if TYPE_CHECKING:
     from buildctl.engine.engine import Engine
 
-SMOKE_LABEL = "io.buildctl.smoke"
 
 
 class Steps:

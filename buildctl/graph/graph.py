@@ -56,6 +56,7 @@ from buildctl.graph.specs import (
     WheelInstall,
     WheelNodeSpec,
 )
+from buildctl.labels import COMPONENT_LABEL, KEY_LABEL, LOCK_LABEL, NODE_LABEL, STACK_LABEL, VARIANT_LABEL
 from buildctl.lock.lockfile import LockedComponent, LockedPick, LockedPip, LockedPr, VariantLock
 from buildctl.manifest.model import (
     AptPackage,
@@ -478,13 +479,13 @@ def build(
 def shared_labels(graph: Graph, node: Node) -> dict[str, str]:
     """The io.buildctl.* labels every node carries (the OCI ones need the engine: the pipeline adds them)."""
     labels = {
-        "io.buildctl.stack": graph.stack,
-        "io.buildctl.variant": graph.variant,
-        "io.buildctl.lock-hash": graph.lock_digest or "unlocked",
-        "io.buildctl.node": node.name,
-        "io.buildctl.key": node.key,
+        STACK_LABEL: graph.stack,
+        VARIANT_LABEL: graph.variant,
+        LOCK_LABEL: graph.lock_digest or "unlocked",
+        NODE_LABEL: node.name,
+        KEY_LABEL: node.key,
     }
     assemble = graph.node("assemble").spec
     assert isinstance(assemble, AssembleNodeSpec)
-    labels.update({k: v for k, v in assemble.labels.items() if k.startswith("io.buildctl.component.")})
+    labels.update({k: v for k, v in assemble.labels.items() if k.startswith(COMPONENT_LABEL)})
     return labels

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, assert_never
 
+from buildctl.labels import CREATED_LABEL, LOCK_LABEL
 from buildctl.manifest.model import ReproLevel
 from buildctl.repro.archive import Entry, ImageConfig, SavedImages, Tree, packages
 
@@ -75,7 +76,7 @@ IGNORED_CONFIG = ("created", "container", "container_config", "hostname", "image
                   "history")
 # Labels that say when an image was built and from which lock, not what it is (with --relock the two builds
 # come from two locks: the nodes that the difference reaches differ in content, and say so).
-METADATA_LABELS = ("org.opencontainers.image.created", "io.buildctl.lock-hash")
+METADATA_LABELS = (CREATED_LABEL, LOCK_LABEL)
 
 
 def is_build_metadata(path: str) -> bool:

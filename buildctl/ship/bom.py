@@ -19,14 +19,16 @@ from packaging.utils import canonicalize_name
 
 from buildctl.engine.imageview import ImageView, RunOutcome
 from buildctl.errors import EngineError, Location
+from buildctl.labels import (
+    BASE_DIGEST_LABEL,
+    BASE_NAME_LABEL,
+    COMPONENT_LABEL,
+    LOCK_LABEL,
+    STACK_LABEL,
+    VARIANT_LABEL,
+)
 from buildctl.manifest.model import Manifest
 
-COMPONENT_LABEL = "io.buildctl.component."
-STACK_LABEL = "io.buildctl.stack"
-VARIANT_LABEL = "io.buildctl.variant"
-LOCK_LABEL = "io.buildctl.lock-hash"
-BASE_NAME_LABEL = "org.opencontainers.image.base.name"
-BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 BOM_SCHEMA = 1
 BOM_TIMEOUT_S = 120.0
 Section = Literal["pip", "deb", "component", "label", "env", "python"]

@@ -36,6 +36,7 @@ from buildctl import __version__
 from buildctl.engine.imageview import ImageView
 from buildctl.errors import EngineError, LockError, UsageError
 from buildctl.imageref import ImageRef
+from buildctl.labels import BASE_DIGEST_LABEL, CREATED_LABEL, LOCK_LABEL, STACK_LABEL, VARIANT_LABEL
 from buildctl.lock import lockcheck, lockfile
 from buildctl.lock.lockfile import (
     Lock,
@@ -47,7 +48,6 @@ from buildctl.lock.lockfile import (
     VariantLock,
 )
 from buildctl.manifest import pins
-from buildctl.ship.bom import BASE_DIGEST_LABEL, LOCK_LABEL, STACK_LABEL, VARIANT_LABEL
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -55,7 +55,6 @@ PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:buildctl:build-type:image:v1"
 BUILDER_ID = "urn:buildctl:builder:local"
 MEDIA_TYPE = "application/vnd.in-toto+json"  # of the statement, as an OCI artifact's layer and type
-CREATED_LABEL = "org.opencontainers.image.created"
 
 
 @dataclass(frozen=True, kw_only=True)

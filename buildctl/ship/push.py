@@ -36,12 +36,12 @@ from buildctl.engine.imageview import ImageView, ProgressView
 from buildctl.errors import BuildctlError, PushError, PushStalled, UnreachableError
 from buildctl.graph.graph import Graph, image_ref
 from buildctl.imageref import ImageRef
+from buildctl.labels import SMOKE_LABEL
 from buildctl.registry.attest import Attached
 from buildctl.registry.credentials import Redactor
 from buildctl.safepath import write_atomic
 
 REPORT_SCHEMA = 1
-SMOKE_LABEL = "io.buildctl.smoke"
 SmokeState = Literal["passed", "failed", "skipped", "unknown"]
 ErrorKind = Literal["auth", "transient", "permanent"]
 Outcome = Literal["pushed", "present", "kept"]

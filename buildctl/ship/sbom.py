@@ -33,8 +33,9 @@ from packaging.utils import canonicalize_name
 from buildctl import __version__
 from buildctl.errors import BuildctlError
 from buildctl.imageref import ImageRef
+from buildctl.labels import LOCK_LABEL, STACK_LABEL, VARIANT_LABEL
 from buildctl.lock.lockfile import LockedComponent, LockedPatch, LockedPick, LockedPr, VariantLock
-from buildctl.ship.bom import LOCK_LABEL, STACK_LABEL, VARIANT_LABEL, Bom
+from buildctl.ship.bom import Bom
 
 PROP = "buildctl:"  # namespace of our CycloneDX properties
 

@@ -19,6 +19,7 @@ from buildctl.cli import main
 from buildctl.config import load_config
 from buildctl.engine.engine import Engine
 from buildctl.graph import graph
+from buildctl.labels import SMOKE_LABEL
 from buildctl.registry import credentials
 from buildctl.registry.credentials import Redactor
 from buildctl.services import target
@@ -163,8 +164,8 @@ def test_a_connection_cut_every_time_fails_clearly_and_nothing_is_recorded(
 
 def test_moving_tags_follow_only_a_passed_smoke_and_get_the_immutable_digest(
         engine: Engine, registry: str, image_cleanup: ImageCleanup, tmp_path: Path) -> None:
-    good = small_image(engine, image_cleanup, tmp_path, labels={push.SMOKE_LABEL: "passed"})
-    skipped = small_image(engine, image_cleanup, tmp_path, labels={push.SMOKE_LABEL: "skipped"})
+    good = small_image(engine, image_cleanup, tmp_path, labels={SMOKE_LABEL: "passed"})
+    skipped = small_image(engine, image_cleanup, tmp_path, labels={SMOKE_LABEL: "skipped"})
     gi = item(good, registry, image_cleanup, moving=("latest", "nightly"))
     si = item(skipped, registry, image_cleanup, moving=("latest",))
     report = run(engine, [gi, si], tmp_path, promote=True)
@@ -273,7 +274,7 @@ def built_nodes(engine: Engine, cleanup: ImageCleanup, tmp_path: Path, root: Pat
     for n in t.graph.nodes:
         if n.kind == "base":
             continue
-        labels = {push.SMOKE_LABEL: smoke} if n.name == t.graph.final.name else {}
+        labels = {SMOKE_LABEL: smoke} if n.name == t.graph.final.name else {}
         image = small_image(engine, cleanup, tmp_path, size=50_000, labels=labels)
         engine.tag(image, cleanup(graph.image_ref(None, t.repository, n.name, n.key)))
     return t

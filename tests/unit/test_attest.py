@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from buildctl.errors import PushError
+from buildctl.labels import SMOKE_LABEL
 from buildctl.registry import attest, credentials
 from buildctl.registry.credentials import Login, Redactor
 from buildctl.registry.registry import Descriptor, referrers_tag
@@ -29,7 +30,7 @@ def final_item() -> push.PushItem:
 
 def run(tmp_path: Path, attach: Callable[[push.Pushed], list[attest.Attached]]) -> push.PushReport:
     it = final_item()
-    eng = FakeEngine(images={"local/entrypoint:k1": Image(labels={push.SMOKE_LABEL: "passed"})})
+    eng = FakeEngine(images={"local/entrypoint:k1": Image(labels={SMOKE_LABEL: "passed"})})
     eng.push_script = [(D1, [Event(status="Pushed", layer="l1")]), (D1, [])]
     return push.run(eng, [it], stack="demo", variant="default", registry=REG, promote=True, reports=tmp_path,
                     redact=Redactor(secrets=("s3cret",)), sleep=lambda _s: None, clock=lambda: "2026-01-02T03:04:05Z",

@@ -10,6 +10,7 @@ import pytest
 from buildctl.errors import EngineError, PushError, UnreachableError
 from buildctl.graph.graph import Graph, Node
 from buildctl.graph.specs import BaseNodeSpec, NodeKind
+from buildctl.labels import SMOKE_LABEL
 from buildctl.registry.credentials import Redactor
 from buildctl.ship import push
 from tests.unit.fakes_ship import Event, FakeEngine, Image, stream_error
@@ -27,7 +28,7 @@ def item(node: str = "assemble", key: str = "k1", moving: tuple[str, ...] = ()) 
 
 
 def engine_with(*items: push.PushItem, smoke: str = "passed") -> FakeEngine:
-    return FakeEngine(images={i.source: Image(labels={push.SMOKE_LABEL: smoke}) for i in items if i.source})
+    return FakeEngine(images={i.source: Image(labels={SMOKE_LABEL: smoke}) for i in items if i.source})
 
 
 def run(engine: FakeEngine, items: list[push.PushItem], tmp_path: Path, *, promote: bool = False,
@@ -153,8 +154,8 @@ def test_secrets_are_redacted_in_what_is_said_and_recorded(tmp_path: Path) -> No
 def test_promotion_moves_tags_only_for_images_whose_smoke_passed(tmp_path: Path) -> None:
     good, skipped = item("entrypoint", "k1", ("latest", "nightly")), item("other", "k2", ("latest",))
     assert good.source is not None and skipped.source is not None
-    eng = FakeEngine(images={good.source: Image(labels={push.SMOKE_LABEL: "passed"}),
-                             skipped.source: Image(labels={push.SMOKE_LABEL: "skipped"})})
+    eng = FakeEngine(images={good.source: Image(labels={SMOKE_LABEL: "passed"}),
+                             skipped.source: Image(labels={SMOKE_LABEL: "skipped"})})
     eng.push_script = [(D1, PUSHED), (D2, PUSHED), (D1, []), (D1, [])]
     report, _, _ = run(eng, [good, skipped], tmp_path, promote=True)
     assert [(p.target, p.digest) for p in report.promoted] == [
