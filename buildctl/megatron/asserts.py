@@ -22,7 +22,7 @@ class _Consistency(_Checks):
         return self.findings
 
 
-    # -- what validate_args and the config classes assert (Megatron-LM; megatron_rules cites each)
+    # -- what validate_args and the config classes assert (Megatron-LM; rules.py cites each)
 
     def virtual_stages(self) -> int | None:
         """The virtual stages per pipeline rank as validate_args derives them (None: no interleaving)."""
