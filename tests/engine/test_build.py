@@ -482,6 +482,14 @@ def test_dry_run_writes_dockerfiles(demo: Demo, tmp_path: Path, capsys: pytest.C
     script = out / "entrypoint.context" / "rootfs" / "usr" / "local" / "bin" / "buildctl-launch"
     assert script.read_text().startswith("#!/usr/bin/env bash\n") and script.stat().st_mode & 0o777 == 0o755
     assert "in entrypoint.context/rootfs/usr/local/bin/buildctl-launch" in (out / "entrypoint.context.txt").read_text()
+    # issue 21: --dry-run is the plan plus the rendered files; its plan is `buildctl plan`'s
+    dry = json.loads((out / "plan.json").read_text())
+    capsys.readouterr()
+    assert cli.main(["--project", str(demo.root), "plan", "demo", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [(n["name"], n["action"], n["publish"]) for n in dry["nodes"]] == [
+        (n["name"], n["action"], n["publish"]) for n in shown["nodes"]]
+    assert dry["to_build"] == shown["to_build"]
     shutil.rmtree(out)
 
 
