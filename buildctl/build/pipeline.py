@@ -143,7 +143,7 @@ class _Build:
             elif actions[name] == "have":
                 self.s.progress.node(name, "cached")
                 self.s.results.append(NodeResult(name=name, outcome="cached", engine=self.s.e0.name, ref=self.s.ref(name),
-                                               seconds=0.0))
+                                                 seconds=0.0))
         todo = {n for n, a in actions.items() if a != "have"} | publish
         if todo:
             if any(a == "build" for a in actions.values()):
@@ -194,7 +194,7 @@ class _Build:
             with wheelhouse.serve(root, port=port) as url:
                 if not url.endswith(f":{port}/"):
                     self.s.progress.node("wheelhouse", "port", f"port {port} was taken: serving on {url} (the engine's "
-                                       "step cache of the steps that read it is not reused this time)")
+                                         "step cache of the steps that read it is not reused this time)")
                 self.s.wheelhouse_root = root
                 yield url
         finally:

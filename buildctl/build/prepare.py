@@ -139,10 +139,10 @@ class HostPrep:
                 try:
                     script = wheelhouse.sdist_script(self.s.t.image_python, sdist.name, render.EPOCH)
                     result = self.s.e0.run(self.s.t.base_ref, ["/bin/sh", "/buildctl/sdist.sh"], entrypoint=[],
-                                         mounts=[Mount(source=sdist.parent, target="/in", read_only=True),
-                                                 Mount(source=out, target="/out", read_only=False)],
-                                         files={"/buildctl/sdist.sh": script.encode()}, user="0",
-                                         network_mode="none", timeout=1800.0)
+                                           mounts=[Mount(source=sdist.parent, target="/in", read_only=True),
+                                                   Mount(source=out, target="/out", read_only=False)],
+                                           files={"/buildctl/sdist.sh": script.encode()}, user="0",
+                                           network_mode="none", timeout=1800.0)
                     with log.open("a") as f:
                         f.write(f"$ build {sdist.name} in {self.s.t.base_ref}\n{result.stdout}{result.stderr}\n")
                     wheels = sorted(out.glob("*.whl"))

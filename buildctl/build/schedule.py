@@ -40,7 +40,7 @@ class Scheduler:
                 holder = f.read().strip() or "another process"
                 # short: a progress line keeps 100 characters of detail
                 self.s.progress.node("lock", "waiting", f"{holder} builds {self.s.g.stack}/{self.s.g.variant} with this "
-                                   "cache: waiting, then reusing its work")
+                                     "cache: waiting, then reusing its work")
                 fcntl.flock(f, fcntl.LOCK_EX)
                 self.s.progress.node("lock", "acquired", "the other build finished; going on")
             f.seek(0)
@@ -67,7 +67,7 @@ class Scheduler:
         folders += runs.sweep_scratch(self.s.config.cache.wheels, nested=True)
         if containers or tags or folders:
             self.s.progress.node("leftovers", "removed", f"left by runs that died: {len(containers)} container(s), "
-                               f"{len(tags)} temporary tag(s), {len(folders)} temporary folder(s)")
+                                 f"{len(tags)} temporary tag(s), {len(folders)} temporary folder(s)")
 
     def stop(self, signame: str) -> str:
         """After SIGINT/SIGTERM: cut running work, wait for the workers, remove what this run started; say what."""

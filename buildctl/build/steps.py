@@ -70,7 +70,7 @@ class Steps:
         seconds = time.monotonic() - start
         with self.s.lock:
             self.s.results.append(NodeResult(name=name, outcome=outcome, engine=e.name, ref=self.s.ref(name),
-                                           seconds=seconds))
+                                             seconds=seconds))
         self.s.progress.node(name, outcome, f"{self.s.ref(name)} on {e.name}")
 
     def ensure(self, e: Engine, name: str) -> None:
