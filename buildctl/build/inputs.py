@@ -2,7 +2,8 @@
 
 The build reads neither the manifest nor the lock file: the service that loads a target
 (buildctl.services.building) turns them into this, and the plan (buildctl.graph.plan) says what to do
-with each node. Source trees come through ``SourceTrees``, which knows the locked components.
+with each node. Source trees come through ``SourceTrees``, which knows the locked components; what the
+host fetches with through ``Fetchers``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Protocol
 
 from buildctl.graph import render
 from buildctl.graph.graph import Graph
+from buildctl.sources.index import HttpFetcher, SimpleIndex
 
 
 class SourceTrees(Protocol):
@@ -22,6 +24,14 @@ class SourceTrees(Protocol):
     def tree(self, component: str) -> str: ...  # the locked tree SHA (what the progress line names)
 
     def export(self, component: str) -> Path: ...  # prepared (changes applied) and exported; raises what preparing raises
+
+
+class Fetchers(Protocol):
+    """How the host fetches, made from the configuration when asked (buildctl.services.wiring.HostFetchers)."""
+
+    def downloads(self) -> HttpFetcher: ...  # manifest downloads and pip files (download mirrors applied)
+
+    def index(self) -> tuple[SimpleIndex, HttpFetcher]: ...  # the package index and what reads its files (sdists)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 from buildctl.build import wheelhouse
 from buildctl.build.dryrun import Renderable, dry_run
-from buildctl.build.inputs import BuildInput
+from buildctl.build.inputs import BuildInput, Fetchers
 from buildctl.build.prepare import HostPrep
 from buildctl.build.schedule import Scheduler
 from buildctl.build.state import Action, NodeResult, Options, Outcome, Progress, Report, RunState, SmokeGate
@@ -92,7 +92,7 @@ def executed(plan: Plan) -> tuple[dict[str, Action], set[str]]:
     return actions, set(plan.to_publish)
 
 
-def run(job: BuildInput, *, decide: Callable[[], Plan], engines: Sequence[Engine], config: Config,
+def run(job: BuildInput, *, decide: Callable[[], Plan], engines: Sequence[Engine], config: Config, fetchers: Fetchers,
         progress: Progress, project: Path, options: Options | None = None,
         smoke_gate: SmokeGate | None = None) -> Report:
     """Build ``job`` as the plan says. ``decide`` makes the plan (buildctl.graph.plan.make) once this run holds
@@ -102,21 +102,22 @@ def run(job: BuildInput, *, decide: Callable[[], Plan], engines: Sequence[Engine
     if len(engines) > 1 and job.registry is None:
         raise UsageError("several engines share a build through a registry, and there is none",
                          fix="pass --registry HOST:PORT (or set `registry` in the configuration)")
-    return _Build(job, decide=decide, engines=engines, config=config, progress=progress, project=project,
-                  options=options or Options(), smoke_gate=smoke_gate).run()
+    return _Build(job, decide=decide, engines=engines, config=config, fetchers=fetchers, progress=progress,
+                  project=project, options=options or Options(), smoke_gate=smoke_gate).run()
 
 
 class _Build:
     """One run: the plan, the host's part, then the scheduler over the node steps."""
 
     def __init__(self, job: BuildInput, *, decide: Callable[[], Plan], engines: Sequence[Engine], config: Config,
-                 progress: Progress, project: Path, options: Options, smoke_gate: SmokeGate | None) -> None:
+                 fetchers: Fetchers, progress: Progress, project: Path, options: Options,
+                 smoke_gate: SmokeGate | None) -> None:
         self.s = RunState(job, engines=engines, config=config, progress=progress, project=project, options=options,
                           smoke_gate=smoke_gate)
         self.decide = decide
         self.schedule = Scheduler(self.s)
         self.steps = Steps(self.s, engine_for=self.schedule.engine)
-        self.host = HostPrep(self.s, ensure=self.steps.ensure)
+        self.host = HostPrep(self.s, fetchers=fetchers, ensure=self.steps.ensure)
 
     def run(self) -> Report:
         with self.schedule.exclusive():

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildctl.build import wheelhouse
+from buildctl.build.inputs import Fetchers
 from buildctl.build.state import Action, RunState
 from buildctl.errors import BuildFailed
 from buildctl.graph import render
@@ -24,15 +25,16 @@ from buildctl.graph.specs import (
     PythonNodeSpec,
     SystemNodeSpec,
 )
-from buildctl.sources.index import DEFAULT_INDEX, HttpFetcher, SimpleIndex
+from buildctl.sources.index import HttpFetcher
 
 if TYPE_CHECKING:
     from buildctl.engine.engine import Engine
 
 
 class HostPrep:
-    def __init__(self, s: RunState, *, ensure: Callable[[Engine, str], None]) -> None:
+    def __init__(self, s: RunState, *, fetchers: Fetchers, ensure: Callable[[Engine, str], None]) -> None:
         self.s = s
+        self.fetchers = fetchers
         self.ensure = ensure  # make a node's image present in an engine (steps.Steps.ensure)
 
     def prepare_sources(self, actions: Mapping[str, Action]) -> None:
@@ -56,7 +58,7 @@ class HostPrep:
                 files.update({f.name: f for f in n.spec.files})
         if not files:
             return
-        fetcher = HttpFetcher.from_config(self.s.config)
+        fetcher = self.fetchers.downloads()
         folder = self.s.config.cache.downloads / "files"
         folder.mkdir(parents=True, exist_ok=True)
         for f in files.values():
@@ -96,7 +98,7 @@ class HostPrep:
         # wheels the manifest downloads (install: pip): fetched and verified like any download, served by file name
         downloaded = [p for p in pins.values() if p.download]
         if downloaded:
-            fetcher = HttpFetcher.from_config(self.s.config)
+            fetcher = self.fetchers.downloads()
             folder = self.s.config.cache.downloads / "files"
             folder.mkdir(parents=True, exist_ok=True)
             for p in downloaded:
@@ -121,8 +123,7 @@ class HostPrep:
         an image build). The wheel is kept under the sdist's hash and the base's digest."""
         from buildctl.engine.engine import Mount
 
-        fetcher = HttpFetcher(ca_bundle=self.s.config.ca_bundle, timeout=self.s.config.network_timeout)
-        index = SimpleIndex([self.s.config.pip_index_url or DEFAULT_INDEX, *self.s.config.pip_extra_index_urls], fetcher)
+        index, fetcher = self.fetchers.index()
         folder = self.s.config.cache.downloads / "pip" / "sdists"
         base = self.s.t.base_digest or "unlocked"
         log = self.s.log_file("sdists")

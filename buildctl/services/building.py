@@ -134,7 +134,8 @@ def build_target(t: Target, *, engines: Sequence[Engine], config: Config, progre
     e0 = engines[0]
     return pipeline.run(build_input(t, src),
                         decide=lambda: plan_for(t, e0, config, full=False, strict=True, emulation=opts.emulation),
-                        engines=engines, config=config, progress=progress, project=project, options=opts,
+                        engines=engines, config=config, fetchers=wiring.HostFetchers(config), progress=progress,
+                        project=project, options=opts,
                         smoke_gate=smoke_gate)
 
 

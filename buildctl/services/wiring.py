@@ -48,6 +48,25 @@ def index(config: Config, fetch: HttpFetcher | None = None) -> SimpleIndex:
     return SimpleIndex([config.pip_index_url or DEFAULT_INDEX, *config.pip_extra_index_urls], fetch or fetcher(config))
 
 
+class HostFetchers:
+    """build.inputs.Fetchers from the configuration, each made when the build first needs it (a CA bundle is read
+    then, not before)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def downloads(self) -> HttpFetcher:
+        return fetcher(self.config)
+
+    def index(self) -> tuple[SimpleIndex, HttpFetcher]:
+        # as the build has always read them: without the download mirrors (the lock reads the index with them;
+        # whether the two should agree is an open question, kept as it was)
+        from buildctl.sources.index import HttpFetcher
+
+        plain = HttpFetcher(ca_bundle=self.config.ca_bundle, timeout=self.config.network_timeout)
+        return index(self.config, plain), plain
+
+
 def resolvers(config: Config) -> Resolvers:
     """The resolvers that reach the engine, git remotes and package indexes."""
     from buildctl.lock.inbase import EngineInBase
