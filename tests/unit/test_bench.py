@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench import baselines, growth
-from bench.bench_rebuild import parse_buildkit
+from bench.runner import parse_buildkit
 
 PLAIN = f"""#1 [internal] load build definition from Dockerfile
 #1 transferring dockerfile: 1.2kB done

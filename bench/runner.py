@@ -1,0 +1,226 @@
+"""The three tools run and timed: buildctl's build, the multi-stage and the recipe Dockerfile (BuildKit)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import baselines
+from bench.common import BenchError, Fig, Quiet, delete_repositories, docker, say
+from bench.project import States
+from buildctl.build import pipeline, wheelhouse
+from buildctl.config import Config, load_config
+from buildctl.engine.engine import Engine
+from buildctl.errors import BuildctlError
+from buildctl.graph.specs import CompileEnvNodeSpec, PipPin, PythonNodeSpec
+from buildctl.services import building, target
+from buildctl.sources.sources import Sources
+
+_BUILT = re.compile(r"built (\d+) node\(s\)(?: \(([^)]*)\))?")
+
+
+_STEP = re.compile(r"^#(\d+) \[([^\]]+)\] (\S+)")
+
+
+_CACHED = re.compile(r"^#(\d+) CACHED\s*$")
+
+
+_MARK = re.compile(rf"^#\d+ \d+\.\d+ {baselines.COMPILE_MARK} (\S+)")
+
+
+def parse_buildkit(output: str) -> tuple[int, int, list[str]]:
+    """(steps that ran, steps, compiles that ran) from `docker build --progress=plain` output."""
+    steps: dict[str, str] = {}
+    cached: set[str] = set()
+    compiles: list[str] = []
+    for line in output.splitlines():
+        m = _STEP.match(line)
+        if m and not m.group(2).startswith("internal") and m.group(3) in ("RUN", "COPY", "ADD"):
+            steps[m.group(1)] = m.group(3)
+        c = _CACHED.match(line)
+        if c:
+            cached.add(c.group(1))
+        k = _MARK.match(line)
+        if k:
+            compiles.append(k.group(1))
+    ran = [s for s in steps if s not in cached]
+    return len(ran), len(steps), compiles
+
+
+@dataclass
+class Bench:
+    work: Path
+    project: Path
+    engine: Engine
+    registry: str  # holds the base; where (d) shares nodes
+    repository: str
+    run_id: str
+    env: dict[str, str]
+    states: States
+    quick: bool
+    wheelhouse_dir: Path
+    wheelhouse_url: str = ""
+    made_refs: list[tuple[str, str]] = field(default_factory=list)  # (engine address or "", ref) to remove
+    bridges: list[str] = field(default_factory=list)  # of the second engines started
+
+    def config(self, cache: Path) -> Config:
+        return load_config({**self.env, "BUILDCTL_CACHE": str(cache)})
+
+    def use(self, state: str) -> None:
+        pins = self.project / "pins"
+        (pins / "demo.yaml").write_text(self.states.texts[state])
+        (pins / "demo.lock.json").write_text(self.states.locks[state])
+
+    def target(self, cache: Path, registry: str | None) -> target.Target:
+        return target.load(self.project, self.config(cache), "demo", None, registry=registry,
+                           local_only=registry is None, skip_smoke=True)
+
+    # -- buildctl
+
+    def buildctl(self, state: str, *, engine: Engine | None = None, cache: Path | None = None,
+                 registry: str | None = None, nocache: bool = False) -> Fig:
+        """`buildctl build demo` of ``state``: the command a user runs, timed from its start (the Python start-up
+        and imports included). ``nocache`` (the cold build): in this process, with the engine's step cache off,
+        which the command has no option for."""
+        self.use(state)
+        cache = cache or self.work / "cache"
+        eng = engine or self.engine
+        t = self.target(cache, registry)
+        for n in t.graph.nodes:
+            if n.kind != "base":
+                self.made_refs.append((eng.address, t.refs[n.name]))
+        if nocache:
+            config = self.config(cache)
+            start = time.monotonic()
+            report = building.build_target(t, engines=[eng], config=config, progress=Quiet(), project=self.project,
+                                           sources=Sources.from_config(config, base_dir=self.project / "pins"),
+                                           options=pipeline.Options(jobs=2, skip_smoke=True, nocache=True))
+            seconds = time.monotonic() - start
+            built = report.built
+        else:
+            argv = [sys.executable, "-m", "buildctl", "--project", str(self.project), "-q", "build", "demo",
+                    "--skip-smoke", "--engine", eng.address,
+                    *(["--registry", registry] if registry else ["--local"])]
+            start = time.monotonic()
+            done = subprocess.run(argv, env={**self.env, "BUILDCTL_CACHE": str(cache)}, capture_output=True,
+                                  text=True, check=False)
+            seconds = time.monotonic() - start
+            if done.returncode != 0:
+                tail = "\n    ".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+                raise BenchError(f"`buildctl build demo` of state {state} exited {done.returncode}:\n    {tail}")
+            m = _BUILT.search(done.stdout)
+            if m is None:
+                raise BenchError(f"`buildctl build demo` printed no 'built N node(s)' line:\n{done.stdout[-800:]}")
+            built = [x for x in (m.group(2) or "").split(", ") if x]
+            if len(built) != int(m.group(1)):
+                raise BenchError(f"cannot read the built nodes from {m.group(0)!r}")
+        say(f"  buildctl {state} on {eng.name}: {seconds:.2f}s, built {', '.join(built) or 'nothing'}")
+        return Fig(seconds=seconds, rebuilt=len(built), total=len(t.graph.nodes) - 1,
+                   compiles=sum(1 for b in built if b.startswith("wheel:")), detail=built)
+
+    def prefetch(self) -> None:
+        """The host inputs of every state, before anything is timed: pip wheels (one pip run per distinct name),
+        prepared source trees. What is timed is then the build; buildctl would otherwise pay, inside its time,
+        the downloads and git work the Dockerfiles' contexts get for free."""
+        cache = self.work / "cache"
+        pins: dict[tuple[str, str | None], PipPin] = {}
+        for state in self.states.texts:
+            self.use(state)
+            t = self.target(cache, None)
+            for n in t.graph.nodes:
+                if isinstance(n.spec, PythonNodeSpec | CompileEnvNodeSpec):
+                    pins.update({(p.name, p.version): p for p in n.spec.to_install})
+        t = self.target(cache, None)
+        wheelhouse.download(sorted(pins.values(), key=lambda p: (p.name, p.version or "")),
+                            folder=cache / "downloads" / "pip", python=t.variant.python, platform=t.graph.platform,
+                            config=self.config(cache), log_file=self.work / "logs" / "prefetch-pip.log")
+        for state in self.states.texts:
+            self.inputs(state)
+
+    # -- the Dockerfiles
+
+    def inputs(self, state: str) -> baselines.Inputs:
+        """The source trees and downloads of ``state``, as buildctl's host step prepared them."""
+        self.use(state)
+        cache = self.work / "cache"
+        config = self.config(cache)
+        t = self.target(cache, None)
+        assert t.vlock is not None
+        sources = Sources.from_config(config, base_dir=self.project / "pins")
+        prepared = building.LockedSources(t.manifest, t.vlock, sources)  # as buildctl's build prepares them
+        trees = {c.name: prepared.export(c.name) for c in t.manifest.components}
+        # the pip wheels buildctl downloaded for the state (runtime and build requirements) go in the wheelhouse
+        wheelhouse.link_tree(self.wheelhouse_dir,
+                             {p.name: p for p in (cache / "downloads" / "pip").glob("*.whl")})
+        return baselines.Inputs(trees=trees, downloads=cache / "downloads" / "files")
+
+    def dockerfile(self, kind: str, state: str, *, host: str | None = None, cache_from: str | None = None) -> Fig:
+        inputs = self.inputs(state)
+        t = self.target(self.work / "cache", None)
+        ctx = Path(tempfile.mkdtemp(prefix=f"ctx-{kind}-", dir=self.work))
+        try:
+            write = baselines.multistage if kind == "multistage" else baselines.recipe
+            final = write(t, ctx, inputs, self.run_id)
+            for dirpath, dirnames, filenames in os.walk(ctx):
+                for name in [*dirnames, *filenames]:
+                    p = Path(dirpath) / name
+                    if not p.is_symlink():
+                        os.utime(p, (315532800, 315532800))
+            tag = f"buildctl-bench-{kind}:{self.run_id}-{state}"
+            self.made_refs.append((host or "", tag))
+            args = ["build", "--progress=plain", "--network=host", "--target", final, "-t", tag,
+                    "--build-arg", f"BUILDCTL_WHEELHOUSE={self.wheelhouse_url}",
+                    "--build-arg", f"{baselines.RUN_ARG}={self.run_id}", "--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+            if cache_from:
+                args += ["--cache-from", cache_from]
+            start = time.monotonic()
+            done = docker([*args, str(ctx)], host=host, buildkit=True)
+            seconds = time.monotonic() - start
+        finally:
+            shutil.rmtree(ctx, ignore_errors=True)
+        output = done.stdout + done.stderr
+        (self.work / "logs" / f"{kind}-{state}-{time.monotonic_ns()}.log").write_text(output)
+        if done.returncode != 0:
+            tail = "\n    ".join(output.strip().splitlines()[-20:])
+            raise BenchError(f"docker build of the {kind} Dockerfile ({state}) failed:\n    {tail}")
+        ran, total, compiles = parse_buildkit(output)
+        say(f"  {kind} {state}{' on ' + host if host else ''}: {seconds:.2f}s, {ran} of {total} steps ran, "
+            f"{len(compiles)} compile(s)")
+        return Fig(seconds=seconds, rebuilt=ran, total=total, compiles=len(compiles), detail=compiles)
+
+    def tag_push(self, local: str, remote: str, *, host: str | None = None) -> None:
+        for args in (["tag", local, remote], ["push", remote]):
+            done = docker(args, host=host)
+            if done.returncode != 0:
+                raise BenchError(f"docker {' '.join(args)} failed: {(done.stdout + done.stderr).strip()[-800:]}")
+        self.made_refs.append((host or "", remote))
+
+    # -- cleanup
+
+    def cleanup(self) -> None:
+        for address, ref in reversed(self.made_refs):
+            if address and address != self.engine.address:
+                continue  # on the second engine: gone with it
+            with contextlib.suppress(BuildctlError):
+                self.engine.remove_image(ref, force=True)
+        # images of the Dockerfiles' builds carry the run's label; parents only go after their children
+        for _ in range(20):
+            ids = docker(["images", "-aq", "--filter", f"label={baselines.LABEL}={self.run_id}"]).stdout.split()
+            if not ids:
+                break
+            docker(["rmi", "-f", *dict.fromkeys(ids)])
+        # tags `buildctl push` made (the final image's), and anything else named after the run
+        names = docker(["images", "--format", "{{.Repository}}:{{.Tag}}"]).stdout.split()
+        for ref in names:
+            if f"bench-{self.run_id}" in ref:
+                with contextlib.suppress(BuildctlError):
+                    self.engine.remove_image(ref, force=True)
+        delete_repositories(self.registry, f"bench-{self.run_id}")
