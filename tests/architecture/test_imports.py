@@ -6,7 +6,8 @@
 - a command module parses, calls a service, prints: it imports no other command module;
 - the build (buildctl/build/*) takes the plan and what the graph gives: it never imports the manifest model
   or pins, the lock file module or the locker;
-- docker only in buildctl/engine/, rich only in buildctl/ui.py (bench/ and smoke/ included).
+- docker only in buildctl/engine/, rich only in buildctl/ui.py, yaml only in buildctl/manifest/ and
+  buildctl/config.py (bench/ and smoke/ included).
 
 Every import counts, at any depth: inside functions and under ``if TYPE_CHECKING:`` too (a type is a
 dependency as well).
@@ -82,7 +83,8 @@ def under(mod: str, prefix: str) -> bool:
 @functools.cache
 def violations() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {"upward": [], "command imports command": [], "build reads manifest or lock": [],
-                                   "docker outside engine/": [], "rich outside ui.py": []}
+                                   "docker outside engine/": [], "rich outside ui.py": [],
+                                   "yaml outside manifest/": []}
     for path in sources("buildctl"):
         me = module_name(path)
         mine = layer(me)
@@ -108,11 +110,13 @@ def violations() -> dict[str, list[str]]:
                 found["docker outside engine/"].append(where)
             if under(mod, "rich") and rel(path) != "buildctl/ui.py":
                 found["rich outside ui.py"].append(where)
+            if under(mod, "yaml") and not (rel(path).startswith("buildctl/manifest/") or rel(path) == "buildctl/config.py"):
+                found["yaml outside manifest/"].append(where)
     return found
 
 
 @pytest.mark.parametrize("rule", ["upward", "command imports command", "build reads manifest or lock",
-                                  "docker outside engine/", "rich outside ui.py"])
+                                  "docker outside engine/", "rich outside ui.py", "yaml outside manifest/"])
 def test_import_rule(rule: str) -> None:
     bad = sorted(set(violations()[rule]))
     assert not bad, f"{rule}:\n  " + "\n  ".join(bad)
