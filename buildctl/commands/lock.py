@@ -11,12 +11,12 @@ from buildctl.config import Config
 from buildctl.errors import BuildctlError, LockDrift, UsageError
 from buildctl.lock import lockfile
 from buildctl.lock.drift import render_drift
-from buildctl.lock.lock import GROUPS, LockOutcome, check, lock_stack
+from buildctl.lock.lock import GROUPS, LockOutcome
 from buildctl.lock.lockfile import LockedPick, LockedPr, VariantLock
 from buildctl.lock.resolvers import Resolvers
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
-from buildctl.services import wiring
+from buildctl.services import locking, wiring
 from buildctl.ui import UI
 
 if TYPE_CHECKING:
@@ -93,17 +93,15 @@ def run(*, path: Path, manifest: Manifest, variants: Sequence[str], do_check: bo
 def _run(*, path: Path, manifest: Manifest, variants: Sequence[str], do_check: bool, as_json: bool,
          resolvers: Resolvers, config: Config, ui: UI, project: Path, partial: bool,
          only: Sequence[str] | None) -> int:
-    lock_file = lockfile.lock_path(path)
-    shown = _show(lock_file, project)
-    # --check reports a lock edited by hand as such (LockHandEdited); re-locking says so and replaces it
-    existing = lockfile.read(lock_file, allow_hand_edit=not do_check)
-    sha = pins.manifest_sha256(path)
+    shown = _show(lockfile.lock_path(path), project)
+    existing = locking.existing(path, for_check=do_check)
     if existing is not None and existing.hand_edited:
         ui.info(f"{shown} was edited by hand since buildctl wrote it ({'; '.join(existing.hand_edited)}); "
                 "re-locking replaces the edits")
     if do_check:
         ui.info(f"checking {shown} for {manifest.stack}: {', '.join(variants)}")
-        drift = check(manifest, _show(path, project), sha, variants, resolvers, config, existing)
+        drift = locking.check_stack(path, manifest, variants, resolvers, config, existing,
+                                    shown_manifest=_show(path, project))
         if as_json:
             ui.json({"ok": not drift, "lock_file": shown, "variants": list(variants),
                      "drift": [d.to_json() for d in drift]})
@@ -115,8 +113,7 @@ def _run(*, path: Path, manifest: Manifest, variants: Sequence[str], do_check: b
             ui.print(f"{shown} is current for {manifest.stack}: {', '.join(variants)}")
         return 0
     ui.info(f"locking {manifest.stack}: {', '.join(variants)}")
-    outcome = lock_stack(manifest, sha, variants, resolvers, config, existing, partial=partial, only=only)
-    lockfile.write(lock_file, outcome.lock)
+    outcome = locking.lock_and_write(path, manifest, variants, resolvers, config, existing, partial=partial, only=only)
     _report(outcome, shown, as_json, ui)
     return 0
 

@@ -31,11 +31,9 @@ from typing import Any, Literal, Protocol
 
 from buildctl.config import Config
 from buildctl.errors import BuildctlError
-from buildctl.lock import lock, lockfile
-from buildctl.lock.drift import diff_variant
 from buildctl.manifest import pins
 from buildctl.safepath import write_atomic
-from buildctl.services import building, lintargs, publishing, target, wiring
+from buildctl.services import building, lintargs, locking, publishing, target, wiring
 from buildctl.ui import UI
 
 Stage = Literal["lock", "build", "push", "promote"]
@@ -312,7 +310,7 @@ def render_markdown(report: NightlyReport) -> str:
 
 @dataclass
 class RealSteps:
-    """The stages through buildctl's own modules: lock.py, pipeline.py, the push publisher."""
+    """The stages through buildctl's own services: locking, building.build_target, publishing.publish."""
 
     project: Path
     config: Config
@@ -321,28 +319,9 @@ class RealSteps:
     jobs: int
 
     def lock(self, stack: str, variant: str) -> LockStep:
-        path = pins.find(self.project / "pins", stack)
-        manifest = pins.load(path)
-        lock_file = lockfile.lock_path(path)
-        existing = lockfile.read(lock_file, allow_hand_edit=True)
-        sha = pins.manifest_sha256(path)
-        # Resolve once; what moved is the difference to the lock on disk (lock --check would resolve twice).
-        outcome = lock.lock_stack(manifest, sha, [variant], wiring.resolvers(self.config), self.config,
-                                  existing)
-        new = outcome.lock.variants[variant]
-        old = existing.variants.get(variant) if existing is not None else None
-        drift = [] if old is None else diff_variant(variant, old, new)
-        lines = tuple(d.message() for d in drift)
-        if old is None:
-            lines = ("no lock before: locked now",)
-        elif existing is not None and existing.manifest_sha256 != sha:
-            lines = (f"{path.name} edited since it was locked", *lines)
-        if existing is not None and existing.hand_edited:
-            lines = (f"{lock_file.name} was edited by hand ({'; '.join(existing.hand_edited)}): re-locked", *lines)
-        written = existing is None or outcome.lock.to_json() != existing.to_json()
-        if written:
-            lockfile.write(lock_file, outcome.lock)
-        return LockStep(lock_hash=new.digest(), drift=lines, written=written)
+        done = locking.relock_variant(pins.find(self.project / "pins", stack), variant, wiring.resolvers(self.config),
+                                      self.config)
+        return LockStep(lock_hash=done.lock_hash, drift=done.drift, written=done.written)
 
     def build(self, stack: str, variant: str) -> BuildStep:
         from buildctl.build import pipeline
