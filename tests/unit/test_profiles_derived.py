@@ -160,6 +160,7 @@ def test_the_bert_proxy_is_the_default_profile_on_one_gpu() -> None:
     parent = {a.flag: a.values for a in effective_args(e, e.profiles["bert-340m-8gpu"])}
     changed = {f for f in set(got) | set(parent) if got.get(f) != parent.get(f)}
     assert changed == {"--global-batch-size", "--train-iters", "--lr-decay-iters", "--log-interval", "--save",
-                       "--legacy-tokenizer"}
+                       "--legacy-tokenizer", "--no-gradient-accumulation-fusion", "--no-persist-layer-norm",
+                       "--initial-loss-scale"}
     assert set(p.reasons) == changed
     assert int(got["--train-iters"][0]) >= 20 and got["--micro-batch-size"] == got["--global-batch-size"]

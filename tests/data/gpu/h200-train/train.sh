@@ -21,7 +21,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 T=${TRAIN_CARRY:-$ROOT/.devcarry/train}
 W=/tmp/b17                   # compile.sh's work folder
 R=/tmp/h5train               # this script's
-rm -rf "$R/bin" "$R/standin"; mkdir -p "$R/bin" "$OUT"
+rm -rf "$R/bin" "$R/standin" "$R"/report-*.json; mkdir -p "$R/bin" "$OUT"
 exec > >(tee "$OUT/train.log") 2>&1
 date -u +%FT%TZ
 t_call=$(date +%s)
@@ -112,21 +112,7 @@ PYTHONPATH=/workspace/megatron-lm python3 "$HERE/make_bert_data.py" "$D/bert/my-
   --vocab "$D/bert/bert-vocab.txt" > "$R/bert-data.json" || { echo "make_bert_data.py failed"; exit 1; }
 cat "$R/bert-data.json"
 
-echo "== trainings"
-PROFILES=${PROFILES:-$(awk '{printf "%s:%s ", $1, $2}' "$T/profiles.txt" 2>/dev/null)}
-[ -n "${PROFILES// /}" ] || { echo "no profiles (PROFILES or $T/profiles.txt)"; exit 1; }
-overall=0
-for sp in $PROFILES; do
-  stack=${sp%%:*}; profile=${sp#*:}
-  launch="$T/buildctl-launch-$stack"; envf="$T/image-env-$stack.sh"
-  log="$OUT/train-$profile.log"
-  case "$stack" in
-    megatron-bert) losses=${BERT_LOSSES:-lm loss,sop loss};;
-    *) losses=${GPT_LOSSES:-lm loss};;
-  esac
-  echo "-- $stack / $profile ($(date -u +%T))"
-  rm -rf "$R/ckpt-$stack" "$R/tb-$stack" "$R/cache-$stack"
-  s=$(date +%s.%N)
+launch_one() {  # uses stack, profile, launch, envf, MODE, EXTRA
   (
     set -a; . "$envf"; set +a     # the image's ENV
     # multicast off, as the device asks (KINDS.md), even where the stack's env does not say it
@@ -152,7 +138,7 @@ for sp in $PROFILES; do
       echo "PREFLIGHT: no --legacy-tokenizer: pretrain_bert.py:149-152 builds the dataset tokenizer with AutoTokenizer.from_pretrained('bert-large-uncased', vocab_file=...) (megatron/core/tokenizers/text/libraries/megatron_hf_tokenizer.py), which needs the Hugging Face hub: offline it fails"
     fi
     cd /
-    if [ "${TRAIN_VIA:-smoke}" = smoke ]; then
+    if [ "$MODE" = smoke ]; then
       # the run IS the smoke suite's train check: the image's script at its baked path, the GPU tier, the
       # expectation buildctl wrote for the stack (train alone); the check's report and Megatron's log come back
       install -m 0755 "$launch" /usr/local/bin/buildctl-launch
@@ -165,15 +151,35 @@ for sp in $PROFILES; do
       cat "/tmp/h5train/logs/train-$profile.log" 2>/dev/null
       exit $src
     fi
-    exec timeout -k 15 "${TRAIN_TIMEOUT_S:-240}" bash "$launch"
-  ) > "$log" 2>&1
+    # shellcheck disable=SC2086  # EXTRA: words appended to the launch (the script passes "$@" on)
+    exec timeout -k 15 "${TRAIN_TIMEOUT_S:-240}" bash "$launch" $EXTRA
+  )
+}
+
+echo "== trainings"
+PROFILES=${PROFILES:-$(awk '{printf "%s:%s ", $1, $2}' "$T/profiles.txt" 2>/dev/null)}
+[ -n "${PROFILES// /}" ] || { echo "no profiles (PROFILES or $T/profiles.txt)"; exit 1; }
+overall=0
+for sp in $PROFILES; do
+  stack=${sp%%:*}; profile=${sp#*:}
+  launch="$T/buildctl-launch-$stack"; envf="$T/image-env-$stack.sh"
+  log="$OUT/train-$profile.log"
+  case "$stack" in
+    megatron-bert) losses=${BERT_LOSSES:-lm loss,sop loss};;
+    *) losses=${GPT_LOSSES:-lm loss};;
+  esac
+  echo "-- $stack / $profile ($(date -u +%T))"
+  rm -rf "$R/ckpt-$stack" "$R/tb-$stack" "$R/cache-$stack"
+  s=$(date +%s.%N)
+  MODE=${TRAIN_VIA:-smoke} EXTRA=""
+  launch_one > "$log" 2>&1
   rc=$?
   secs=$(python3 -c "import time; print(round(time.time() - $s, 1))")
   echo "$profile: rc $rc in $secs s"
   fact "rc.$profile" "$rc"; fact "seconds.$profile" "$secs"
   python3 "$HERE/report.py" "$log" --profile "$profile" --losses "$losses" --rc "$rc" --seconds "$secs" \
-    > "$OUT/report-$profile.json"; ok=$?
-  python3 - "$OUT/report-$profile.json" <<'PY'
+    > "$R/report-$profile.json"; ok=$?
+  python3 - "$R/report-$profile.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"  ok={r['ok']} iterations {r['last_iteration']}/{r['train_iters']} finite={r['finite']} fell={r['loss_fell']}"
@@ -182,7 +188,31 @@ for k, v in r["losses"].items():
     print(f"  {k}: first {v['first']} last {v['last']} head {v['head_mean']} tail {v['tail_mean']}")
 PY
   [ "$ok" = 0 ] || { overall=1; echo "  last lines of $log:"; tail -n 25 "$log"; }
+  # A diagnosis in the same call (the machine keeps the compiled wheels only while it stays warm): when the
+  # profile failed and RETRY_<profile with _ for -> holds words, the script runs again (direct) with them
+  # appended; its log and report say which words. It is not the profile: the profile as declared failed.
+  retry_var="RETRY_${profile//-/_}"
+  if [ "$ok" != 0 ] && [ -n "${!retry_var-}" ]; then
+    MODE=direct EXTRA=${!retry_var}
+    echo "-- $profile again, direct, with appended: $EXTRA ($(date -u +%T))"; s=$(date +%s.%N)
+    launch_one > "$OUT/train-$profile-retry.log" 2>&1; rrc=$?
+    rsecs=$(python3 -c "import time; print(round(time.time() - $s, 1))")
+    fact "retry.$profile" "rc $rrc in $rsecs s with appended: $EXTRA"
+    python3 "$HERE/report.py" "$OUT/train-$profile-retry.log" --profile "$profile" --losses "$losses" --rc "$rrc" \
+      --seconds "$rsecs" > "$R/report-$profile-retry.json"
+    tail -n 5 "$OUT/train-$profile-retry.log"
+  fi
 done
+python3 - "$R" "$OUT/reports.json" <<'PY'
+import glob, json, os, sys
+out = {}
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "report-*.json"))):
+    try:
+        out[os.path.basename(f)[len("report-"):-len(".json")]] = json.load(open(f))
+    except Exception as exc:  # noqa: BLE001
+        out[os.path.basename(f)] = f"unreadable: {exc}"
+json.dump(out, open(sys.argv[2], "w"), indent=1, sort_keys=True)
+PY
 
 if [ "${SMOKE_TRAIN:-0}" = 1 ]; then
   # smoke's train check (smoke/checks/train.py) runs /usr/local/bin/buildctl-launch of the image; here the
