@@ -121,7 +121,7 @@ class HostPrep:
         """Requirements only a source distribution fits: fetched on the host by the lock's sha256 and built into
         a wheel in a container of the base with no network (nothing runs on the host, nothing is fetched inside
         an image build). The wheel is kept under the sdist's hash and the base's digest."""
-        from buildctl.engine.engine import Mount
+        from buildctl.engine.values import Mount
 
         index, fetcher = self.fetchers.index()
         folder = self.s.config.cache.downloads / "pip" / "sdists"

@@ -145,7 +145,7 @@ class Steps:
         self._push(e, node)
 
     def _part_ref(self, node: Node) -> str:
-        from buildctl.engine.engine import PART_REPOSITORY
+        from buildctl.engine.values import PART_REPOSITORY
 
         return f"{PART_REPOSITORY}/{runs.owner()}:{node.slug}"
 
@@ -203,7 +203,7 @@ class Steps:
         materialize(ctx, cf, trees=self.s.prepared, downloads=self.s.downloads, wheels=self.s.wheels)
 
     def _build_wheel(self, e: Engine, node: Node) -> None:
-        from buildctl.engine.engine import Mount
+        from buildctl.engine.values import Mount
 
         spec = node.spec
         assert isinstance(spec, WheelNodeSpec) and node.component

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from buildctl.config import Config
-from buildctl.engine.engine import Mount, RunResult
+from buildctl.engine.values import Mount, RunResult
 from buildctl.errors import LockError, UnreachableError
 from buildctl.lock.resolvers import PipInstall, ProbeRequest, ProbeResult
 

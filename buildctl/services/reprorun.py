@@ -49,7 +49,8 @@ from buildctl.repro.archive import ImageConfig, SavedImages
 from buildctl.services import building, target
 
 if TYPE_CHECKING:
-    from buildctl.engine.engine import Engine, ImageInfo
+    from buildctl.engine.engine import Engine
+    from buildctl.engine.values import ImageInfo
 
 SIDES = ("a", "b")
 

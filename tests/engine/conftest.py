@@ -22,7 +22,8 @@ from collections.abc import Iterator
 import pytest
 
 from bench import engine2
-from buildctl.engine.engine import RUN_LABEL, Engine
+from buildctl.engine.engine import Engine
+from buildctl.engine.values import RUN_LABEL
 from buildctl.errors import EngineError
 from tests.helpers import unavailable
 

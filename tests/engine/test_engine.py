@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.engine.engine import RUN_LABEL, Engine, Mount, Progress
+from buildctl.engine.engine import Engine
+from buildctl.engine.values import RUN_LABEL, Mount, Progress
 from buildctl.errors import BuildFailed, EngineError, PushError, UnreachableError
 from tests.engine.conftest import ImageCleanup, containers, docker_cli
 from tests.helpers import unique

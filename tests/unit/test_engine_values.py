@@ -10,16 +10,10 @@ import tarfile
 
 import pytest
 
-from buildctl.engine.engine import (
-    HistoryEntry,
-    Progress,
-    _image_info,
-    _progress,
-    _registry_fix,
-    _tar,
-    registry_host,
-    split_ref,
-)
+from buildctl.engine.engine import _tar
+from buildctl.engine.images import _image_info
+from buildctl.engine.transfer import _progress, _registry_fix
+from buildctl.engine.values import HistoryEntry, Progress, registry_host, split_ref
 
 
 @pytest.mark.parametrize(

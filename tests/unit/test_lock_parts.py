@@ -9,7 +9,7 @@ import pytest
 from debian.debian_support import Version as DebianVersion
 
 from buildctl.config import CacheLayout, Config
-from buildctl.engine.engine import RunResult
+from buildctl.engine.values import RunResult
 from buildctl.errors import LockError, UnreachableError
 from buildctl.imageref import ImageRef
 from buildctl.lock.inbase import CA_PATH, MARK, parse_output, probe_env, request_json

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from buildctl import runs
-from buildctl.engine.engine import _Stalled, _Watch
+from buildctl.engine.transfer import _Stalled, _Watch
 
 
 def test_this_process_is_alive_and_a_pid_reused_by_another_process_is_not() -> None:

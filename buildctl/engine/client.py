@@ -1,0 +1,291 @@
+"""The connection to one Docker engine: bounded clients, cancellable streams, docker-py's errors mapped to ours."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+import requests.exceptions
+import urllib3.exceptions
+from docker.utils import kwargs_from_env
+
+from buildctl.errors import (
+    BuildctlError,
+    Cancelled,
+    EngineError,
+)
+
+_START_ENGINE_FIX = (
+    "start an engine (Debian: `apt-get install docker.io && dockerd >/var/log/dockerd.log 2>&1 &`; "
+    "`make test` does this for you), or point DOCKER_HOST at a running one "
+    "(e.g. DOCKER_HOST=unix:///run/user/1000/docker.sock)"
+)
+
+
+def _explanation(exc: docker.errors.APIError) -> str:
+    text = exc.explanation
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return str(text or exc).strip()
+
+
+class Client:
+    """The connection to one Docker engine. ``base_url`` None means docker's own environment (DOCKER_HOST, TLS
+    vars). Engine (engine.py) builds on it: Client -> Images -> Transfers -> Engine."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        name: str = "default",
+        timeout: float = 60.0,
+        network_timeout: float = 10.0,
+        stream_timeout: float = 1800.0,
+        stall_timeout: float = 60.0,
+        attempts: int = 3,
+    ) -> None:
+        self.name = name
+        self._base_url = base_url
+        self.timeout = timeout
+        self.network_timeout = network_timeout
+        self.stream_timeout = stream_timeout
+        self.stall_timeout = stall_timeout
+        self.attempts = max(1, attempts)
+        self._clients: dict[float, docker.APIClient] = {}
+        self._version: str | None = None
+        self._platform: str | None = None
+        self._lock = threading.Lock()
+        self._cancelled = threading.Event()
+        self._local = threading.local()
+        self._sinks: dict[int, list[Any]] = {}  # id -> HTTP responses of a running stream
+        self._containers: set[str] = set()  # containers run() started and has not removed yet
+        # the classic builder's step containers ("---> Running in <id>") of builds still streaming: the
+        # engine removes them itself once it sees the client gone (forcerm), a moment later; cancel() waits
+        self._step_containers: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"Engine(name={self.name!r}, at={self.address!r})"
+
+    @property
+    def address(self) -> str:
+        if self._base_url:
+            return self._base_url
+        return str(kwargs_from_env().get("base_url") or "unix:///var/run/docker.sock")
+
+    # -- clients
+
+    def _api(self, timeout: float | None = None) -> docker.APIClient:
+        """A client whose every request is bounded by ``timeout`` (one per timeout, created lazily).
+
+        docker-py asks the engine for its API version when a client is made, so the first one is made
+        on first use; that way an Engine can be constructed with no engine running, and ping() says so.
+        """
+        t = self.timeout if timeout is None else timeout
+        with self._lock:
+            client = self._clients.get(t)
+            if client is not None:
+                return client
+            kwargs: dict[str, Any] = (
+                {"base_url": self._base_url} if self._base_url else dict(kwargs_from_env())
+            )
+            if self._version is None:
+                self._check_socket()
+                # A short bound for the version probe: an engine that does not answer it is not usable.
+                probe = docker.APIClient(version="auto", timeout=min(t, self.network_timeout), **kwargs)
+                self._version = str(probe.api_version)
+                probe.close()
+            client = docker.APIClient(version=self._version, timeout=t, **kwargs)
+            # Streams register their HTTP response (before its body is read) so that cancel() can cut them.
+            client.hooks["response"].append(self._capture)
+            self._clients[t] = client
+            return client
+
+    def _capture(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        sink = getattr(self._local, "sink", None)
+        if sink is not None:
+            sink.append(response)
+
+    @contextmanager
+    def _stream(self) -> Iterator[list[Any]]:
+        """Track the HTTP responses made inside (by this thread) as one running stream; close them at the end."""
+        if self._cancelled.is_set():
+            raise Cancelled("the build was interrupted", why="the engine's work was cancelled")
+        sink: list[Any] = []
+        previous = getattr(self._local, "sink", None)
+        self._local.sink = sink
+        with self._lock:
+            self._sinks[id(sink)] = sink
+        try:
+            yield sink
+        finally:
+            self._local.sink = previous
+            with self._lock:
+                self._sinks.pop(id(sink), None)
+            for r in sink:
+                _cut(r)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> list[str]:
+        """Stop this Engine's work from another thread; return the ids of the containers removed.
+
+        Streams (build, push, pull) are cut; containers that run() started are killed and removed. Every
+        call running on this Engine, and every later one, raises Cancelled."""
+        self._cancelled.set()
+        with self._lock:
+            responses = [r for sink in self._sinks.values() for r in sink]
+            cids = sorted(self._containers)
+            steps = sorted(self._step_containers)
+        for r in responses:
+            _cut(r)
+        removed = []
+        for cid in cids:
+            if self._remove_container(cid):
+                removed.append(cid)
+        removed.extend(cid for cid in steps if self._step_container_gone(cid))
+        return removed
+
+    def _step_container_gone(self, cid: str, wait_s: float = 15.0) -> bool:
+        """Wait for the engine to remove a cancelled build's step container, then remove it ourselves."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self._api().inspect_container(cid)
+            except docker.errors.NotFound:
+                break
+            except (docker.errors.APIError, requests.exceptions.RequestException):
+                return False
+            if time.monotonic() >= deadline:
+                if not self._remove_container(cid):
+                    return False
+                break
+            time.sleep(0.2)
+        with self._lock:
+            self._step_containers.discard(cid)
+        return True
+
+    def _remove_container(self, cid: str) -> bool:
+        try:
+            self._api().remove_container(cid, force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except (docker.errors.APIError, requests.exceptions.RequestException):
+            return False
+        with self._lock:
+            self._containers.discard(cid)
+        return True
+
+    def resume(self) -> None:
+        """Accept work again after cancel() (the Engine object stays usable in a longer-lived process)."""
+        self._cancelled.clear()
+
+
+    def _check_socket(self) -> None:
+        """Connect to a unix socket ourselves first: docker-py's unix transport does not close its
+        socket when the connect fails (a ResourceWarning per attempt while an engine is starting)."""
+        if not self.address.startswith("unix://"):
+            return
+        path = self.address[len("unix://"):]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(self.network_timeout)
+            try:
+                s.connect(path)
+            except OSError as exc:
+                raise EngineError(
+                    f"no Docker engine answers at {self.address} ({self.name})",
+                    why=f"connecting to {path}: {exc.strerror or exc}",
+                    fix=_START_ENGINE_FIX,
+                ) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+
+    @contextmanager
+    def _errors(self, what: str, *, fix: str = "") -> Iterator[None]:
+        """Turn whatever docker-py or requests raise into our errors, naming this engine."""
+        try:
+            try:
+                yield
+            except BuildctlError:
+                raise
+            except Exception as exc:
+                if self._cancelled.is_set():  # cancel() cut the connection or removed the container
+                    raise Cancelled(f"{what}: cancelled", why="the build was interrupted") from exc
+                raise
+        except BuildctlError:
+            raise
+        except (requests.exceptions.Timeout, urllib3.exceptions.ReadTimeoutError) as exc:
+            raise EngineError(
+                f"{what}: engine {self.name!r} at {self.address} did not answer in time",
+                why=str(exc),
+                fix="check that the engine is healthy (`docker info`); " + _START_ENGINE_FIX,
+            ) from exc
+        except requests.exceptions.ConnectionError as exc:
+            raise EngineError(
+                f"{what}: no Docker engine answers at {self.address} ({self.name})",
+                why=str(exc),
+                fix=_START_ENGINE_FIX,
+            ) from exc
+        except docker.errors.APIError as exc:
+            raise EngineError(f"{what}: the engine refused", why=_explanation(exc), fix=fix) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # a stream broken off half-way (docker-py reads it raw)
+            raise EngineError(
+                f"{what}: the connection to engine {self.name!r} at {self.address} broke off",
+                why=str(exc),
+                fix="check that the engine is healthy (`docker info`) and run the command again",
+            ) from exc
+        except docker.errors.DockerException as exc:
+            # Raised by docker-py itself, e.g. "Error while fetching server API version".
+            text = str(exc)
+            engine_down = "fetching server API version" in text or "Connection" in text
+            raise EngineError(
+                f"{what}: no Docker engine answers at {self.address} ({self.name})" if engine_down
+                else f"{what}: docker-py failed",
+                why=text,
+                fix=_START_ENGINE_FIX if engine_down else fix,
+            ) from exc
+
+    # -- engine
+
+    def ping(self) -> None:
+        with self._errors("engine check"):
+            if not self._api(self.network_timeout).ping():
+                raise EngineError(
+                    f"engine {self.name!r} at {self.address} answered the ping with an error",
+                    fix=_START_ENGINE_FIX,
+                )
+
+    def platform(self) -> str:
+        """The engine's native platform, e.g. ``linux/amd64``."""
+        if self._platform is None:
+            with self._errors("engine version"):
+                v = self._api().version()
+            self._platform = f"{v.get('Os', 'linux')}/{v.get('Arch', 'unknown')}"
+        return self._platform
+
+
+def _cut(response: Any) -> None:
+    """Shut the socket under an HTTP response down (from another thread: the reader's blocked recv ends)."""
+    raw = getattr(response, "raw", None)
+    for path in (("_fp", "fp", "raw", "_sock"), ("_connection", "sock")):
+        obj: Any = raw
+        for attr in path:
+            obj = getattr(obj, attr, None)
+        if isinstance(obj, socket.socket):
+            with suppress(OSError):
+                obj.shutdown(socket.SHUT_RDWR)
+            return
+    with suppress(Exception):
+        response.close()

@@ -1,0 +1,156 @@
+"""The engine's local images: inspect, tag, remove, save and load (docker's inspect data becomes ImageInfo)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+
+from buildctl.engine.client import Client, _explanation
+from buildctl.engine.values import HistoryEntry, ImageInfo, split_ref
+from buildctl.errors import (
+    EngineError,
+)
+
+
+class Images(Client):
+    """The engine's local images: inspect, tag, remove, save, load."""
+
+    def image_exists(self, ref: str) -> bool:
+        return self.image_id(ref) is not None
+
+    def image_id(self, ref: str) -> str | None:
+        with self._errors(f"inspect {ref}"):
+            try:
+                return str(self._api().inspect_image(ref)["Id"])
+            except docker.errors.NotFound:
+                return None
+
+    def inspect_image(self, ref: str) -> ImageInfo:
+        with self._errors(f"inspect {ref}"):
+            try:
+                attrs = self._api().inspect_image(ref)
+                history = self._api().history(ref)
+            except docker.errors.NotFound as exc:
+                raise EngineError(
+                    f"image {ref} is not in engine {self.name!r}",
+                    why=_explanation(exc),
+                    fix="build it, or pull it first",
+                ) from exc
+        return _image_info(attrs, history)
+
+    def tag(self, image: str, ref: str) -> None:
+        repo, tag = split_ref(ref)
+        with self._errors(f"tag {image} as {ref}"):
+            try:
+                self._api().tag(image, repo, tag, force=True)
+            except docker.errors.NotFound as exc:
+                raise EngineError(
+                    f"cannot tag {image} as {ref}: no such image", why=_explanation(exc)
+                ) from exc
+
+    def remove_image(self, ref: str, force: bool = False) -> None:
+        """Remove a tag (or the image, once no tag is left); a missing one is already removed."""
+        with self._errors(
+            f"remove {ref}", fix="a container still uses it: remove that container, or pass force=True"
+        ):
+            try:
+                self._api().remove_image(ref, force=force)
+            except docker.errors.NotFound:
+                return
+
+
+    # -- archives
+
+    def save(self, ref: str, dest: Path) -> None:
+        """`docker save` of ``ref`` into ``dest`` (written whole or not at all)."""
+        part = dest.with_name(dest.name + ".part")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with self._errors(f"save of {ref}"), part.open("wb") as f:
+                try:
+                    for chunk in self._api(self.stream_timeout).get_image(ref):
+                        f.write(chunk)
+                except docker.errors.NotFound as exc:
+                    raise EngineError(f"cannot save {ref}: no such image", why=_explanation(exc)) from exc
+            part.replace(dest)
+        finally:
+            part.unlink(missing_ok=True)
+
+    def load(self, tar: Path) -> list[str]:
+        """`docker load`; return what the engine loaded (tags, or image ids for untagged images)."""
+        loaded: list[str] = []
+        error = ""
+        with self._errors(f"load of {tar}"), tar.open("rb") as f:
+            for chunk in self._api(self.stream_timeout).load_image(f):
+                if "error" in chunk:
+                    error = error or str(chunk["error"])
+                text = str(chunk.get("stream", ""))
+                for line in text.splitlines():
+                    m = re.match(r"Loaded image(?: ID)?: (\S+)", line.strip())
+                    if m:
+                        loaded.append(m.group(1))
+        if error:
+            raise EngineError(f"load of {tar} failed", why=error, fix="check that the file is a `docker save` archive")
+        return loaded
+
+
+def _tuple(value: object) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple):
+        return tuple(str(v) for v in value)
+    return None
+
+
+def _layer_dirs(driver: Mapping[str, Any]) -> tuple[str, ...]:
+    """overlay2's diff folders of an image, top layer first; () for another driver or incomplete data."""
+    data = driver.get("Data") or {}
+    if driver.get("Name") != "overlay2" or not isinstance(data, Mapping) or not data.get("UpperDir"):
+        return ()
+    lower = str(data.get("LowerDir") or "")
+    return (str(data["UpperDir"]), *(d for d in lower.split(":") if d))
+
+
+def _image_info(attrs: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> ImageInfo:
+    config = attrs.get("Config") or {}
+    env: dict[str, str] = {}
+    for item in config.get("Env") or ():
+        k, _, v = str(item).partition("=")
+        env[k] = v
+    platform = f"{attrs.get('Os', 'linux')}/{attrs.get('Architecture', 'unknown')}"
+    if attrs.get("Variant"):
+        platform += f"/{attrs['Variant']}"
+    return ImageInfo(
+        id=str(attrs["Id"]),
+        repo_tags=tuple(str(t) for t in attrs.get("RepoTags") or ()),
+        repo_digests=tuple(str(d) for d in attrs.get("RepoDigests") or ()),
+        labels={str(k): str(v) for k, v in (config.get("Labels") or {}).items()},
+        env=env,
+        entrypoint=_tuple(config.get("Entrypoint")),
+        cmd=_tuple(config.get("Cmd")),
+        platform=platform,
+        created=str(attrs.get("Created", "")),
+        layers=tuple(str(x) for x in (attrs.get("RootFS") or {}).get("Layers") or ()),
+        workdir=str(config.get("WorkingDir") or ""),
+        user=str(config.get("User") or ""),
+        storage_driver=str((attrs.get("GraphDriver") or {}).get("Name") or ""),
+        layer_dirs=_layer_dirs(attrs.get("GraphDriver") or {}),
+        history=tuple(
+            HistoryEntry(
+                created=int(h.get("Created") or 0),
+                created_by=str(h.get("CreatedBy") or ""),
+                size=int(h.get("Size") or 0),
+                comment=str(h.get("Comment") or ""),
+                tags=tuple(str(t) for t in h.get("Tags") or ()),
+            )
+            for h in history
+        ),
+    )
