@@ -205,6 +205,7 @@ class _Consistency(_Checks):
                 if "moe" in values and "moe_router" in values:
                     self.add("error", "list-values", "--cuda-graph-scope", "moe and moe_router together",
                              "keep one of moe and moe_router", scope.at, cite=rules.GRAPH_SCOPE_MOE)
+                self._preprocess_graph_sync(scope, values)
         modules = self.last("--recompute-modules")
         if modules is not None and modules.values and self.value("--recompute-granularity") == "selective":
             accepted = rules.accepted_values(self.root, "recompute_modules")
@@ -212,6 +213,23 @@ class _Consistency(_Checks):
             if "moe_act" in modules.values and not self.flag_on("--moe-grouped-gemm"):
                 self.add("error", "list-values", "--recompute-modules", "moe_act needs --moe-grouped-gemm",
                          "add --moe-grouped-gemm or drop moe_act", modules.at, cite=rules.MOE_ACT_GROUPED)
+
+    def _preprocess_graph_sync(self, scope: _Use, values: list[str]) -> None:
+        """A moe_preprocess graph with the alltoall dispatcher syncs too late for padding or dropping."""
+        if "moe_preprocess" not in values or self.value("--moe-token-dispatcher-type") != "alltoall":
+            return
+        needs_early = [f for f in ("--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8")
+                       if self.flag_on(f)]
+        if self.value("--moe-expert-capacity-factor") is not None:
+            needs_early.append("--moe-expert-capacity-factor")
+        if needs_early:
+            self.add("error", "list-values", "--cuda-graph-scope",
+                     f"moe_preprocess with the alltoall dispatcher and {', '.join(needs_early)}: the dispatcher "
+                     "copies its token counts to the host after the point where padding or dropping needs them, "
+                     "and the first training step stops ('cuda_sync_point must be after cuda_dtoh_point'); "
+                     "TransformerConfig does not catch it for --moe-router-padding-for-quantization",
+                     "drop moe_preprocess from --cuda-graph-scope, or use another dispatcher (flex)", scope.at,
+                     cite=rules.GRAPH_PREPROCESS_SYNC)
 
     def _names(self, u: _Use, values: list[str], accepted: rules.Accepted, cite: rules.Cite) -> None:
         for v in values:

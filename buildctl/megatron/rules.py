@@ -74,6 +74,13 @@ MOE_ACT_GROUPED = Cite(file=TCONF, line=1089, text="moe_act in recompute_modules
 GRAPH_SCOPE = Cite(file=TCONF, line=1592, text="--cuda-graph-scope should be attn, mlp, moe")
 GRAPH_SCOPE_LOCAL = Cite(file=TCONF, line=1573, text="For local cuda graph implementation, the only valid value")
 GRAPH_SCOPE_MOE = Cite(file=TCONF, line=1598, text="cuda_graph_scope must not contain both moe and moe_router.")
+# The alltoall dispatcher with a moe_preprocess CUDA graph copies its counts to the host before the EP all-to-all
+# (token_dispatcher.py:446-452), but router padding or token dropping needs them before permutation 1
+# (525-529): the first forward step stops at this assert. TransformerConfig's own check of the same case
+# (transformer_config.py:1622-1630) reads only the old alias moe_router_padding_for_fp8, so
+# --moe-router-padding-for-quantization passes validation and fails in training (seen on the H200, 2026-12-02).
+TD = "megatron/core/transformer/moe/token_dispatcher.py"
+GRAPH_PREPROCESS_SYNC = Cite(file=TD, line=598, text="cuda_sync_point must be after cuda_dtoh_point.")
 
 # Transformer Engine @ v2.9 + d2945c6: transformer_engine/pytorch/quantization.py (the same lines at both).
 TE_Q = "transformer_engine/pytorch/quantization.py"

@@ -48,6 +48,9 @@ def manifest(args: str, *, gpus: int = 8, variant: str = "", env: str = "", laun
     return pins.load_text(text, "pins/t.yaml", base_dir=Path("/nonexistent"))
 
 
+GRAPHS = "- --cuda-graph-impl: transformer_engine\n- --cuda-graph-scope: [attn, moe_router, moe_preprocess]\n"
+
+
 def errors(report: LintReport, check: str | None = None) -> list[argslint.Finding]:
     return [f for f in report.errors if check is None or f.check == check]
 
@@ -205,6 +208,15 @@ def test_fp8_recipe_without_fp8_format_is_a_warning_not_a_hardware_error() -> No
     ("- --cuda-graph-impl: transformer_engine\n- --cuda-graph-scope: [moe, moe_router]\n", "list-values", False),
     ("- --moe-grouped-gemm\n", "grouped-gemm", False),
     ("- --moe-grouped-gemm\n- --bf16\n", "grouped-gemm", True),
+    # moe_preprocess graphs with the alltoall dispatcher sync too late for padding or dropping (H200 run,
+    # 2026-12-02: the first step stopped at token_dispatcher.py:595-598; TransformerConfig had let it through)
+    (GRAPHS + "- --moe-token-dispatcher-type: alltoall\n- --moe-router-padding-for-quantization\n", "list-values", False),
+    (GRAPHS + "- --moe-token-dispatcher-type: alltoall\n- --moe-router-padding-for-fp8\n", "list-values", False),
+    (GRAPHS + "- --moe-token-dispatcher-type: alltoall\n- --moe-expert-capacity-factor: '1.0'\n", "list-values", False),
+    (GRAPHS + "- --moe-token-dispatcher-type: alltoall\n", "list-values", True),
+    (GRAPHS + "- --moe-token-dispatcher-type: flex\n- --moe-router-padding-for-quantization\n", "list-values", True),
+    (GRAPHS.replace(", moe_preprocess", "") + "- --moe-token-dispatcher-type: alltoall\n"
+     "- --moe-router-padding-for-quantization\n", "list-values", True),
 ])
 def test_validate_args_rules(args: str, check: str, ok: bool) -> None:
     r = run(manifest(args))

@@ -255,7 +255,8 @@ def test_deepseek_manifest_carries_the_guide_exactly() -> None:
     te = m.component("transformer-engine")
     assert te.commit == "70f536662ae10a62a54f4ed1ba92e3314c5cfd69"  # tag v2.9, on release_v2.9 (issue 10)
     assert te.branch == "release_v2.9"
-    assert [c.label() for c in te.steps] == ["commit d2945c6a571e", "PR #2146", "PR #2150"]
+    # the guide's three, and TE #2286 (triton >= 3.5), which main had before d2945c6 and release_v2.9 lacks
+    assert [c.label() for c in te.steps] == ["commit d2945c6a571e", "commit dd7ab715a55d", "PR #2146", "PR #2150"]
     assert te.steps[0].commit == "d2945c6a571e3978677614d1fe08779966a5a4ef"
     assert all(p.apply == "own-commits" and p.target == "main" for p in te.prs)
     assert [(p.number, p.head) for p in te.prs] == [

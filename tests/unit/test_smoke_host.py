@@ -87,7 +87,7 @@ def test_expect_for_deepseek_hopper_without_lock() -> None:
     assert not any("${" in a for a in args)  # site paths expanded to their defaults
     te, deepep, megatron = c["versions"]["components"]
     assert "sha" not in te  # PRs on top: the tree SHA is only known once locked, and the entry says so
-    assert te["unlocked"] == ("the manifest pins 70f536662ae1 with cherry-pick d2945c6a571e, PR #2146, PR #2150 on "
+    assert te["unlocked"] == ("the manifest pins 70f536662ae1 with cherry-pick d2945c6a571e, cherry-pick dd7ab715a55d, PR #2146, PR #2150 on "
                               "top; the commit of the prepared tree is known only once `buildctl lock` has prepared it")
     assert deepep["sha"] == "3f601f7ac1c062c46502646ff04c535013bfca00" and "unlocked" not in deepep
     assert megatron == {"name": "megatron-lm", "path": "/opt/megatron-lm", "record": ".buildctl-commit",
