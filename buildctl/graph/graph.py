@@ -35,8 +35,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from buildctl.graph.entrypoint import EntrypointFragment
 from buildctl.graph.keys import key_inputs, node_key
+from buildctl.graph.launch_script import EntrypointFragment
 from buildctl.graph.specs import (
     AptPin,
     AptSource,
@@ -156,7 +156,7 @@ class Graph:
 class Extras:
     """Inputs made by other modules from the same manifest and lock (passed in: graph stays pure)."""
 
-    entrypoint: EntrypointFragment | None = None  # entrypoint.render_entrypoint_fragment(manifest, variant)
+    entrypoint: EntrypointFragment | None = None  # launch_script.render_entrypoint_fragment(manifest, variant)
     # labels assemble records in the image: the smoke expectations (smoke_expect.expect_for) and interpreter
     assemble_labels: Mapping[str, str] = field(default_factory=dict)
     skip_smoke: bool = False

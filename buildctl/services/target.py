@@ -13,8 +13,9 @@ from pathlib import Path
 from buildctl.config import Config
 from buildctl.errors import UsageError
 from buildctl.graph import graph, render, smoke_expect, specs
-from buildctl.graph.entrypoint import render_entrypoint_fragment, select_profile, variant_entrypoint
+from buildctl.graph.entrypoint import select_profile, variant_entrypoint
 from buildctl.graph.graph import Graph
+from buildctl.graph.launch_script import render_entrypoint_fragment
 from buildctl.graph.plan import mirror_ref, refs_for
 from buildctl.lock import lockfile
 from buildctl.lock.lockfile import Lock, VariantLock

@@ -14,7 +14,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from buildctl.graph.entrypoint import SCRIPT_PATH, launch_argv, render_entrypoint_fragment
+from buildctl.graph.entrypoint import SCRIPT_PATH, launch_argv
+from buildctl.graph.launch_script import render_entrypoint_fragment
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
 

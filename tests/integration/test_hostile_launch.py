@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from buildctl import syntax
-from buildctl.graph.entrypoint import launch_argv, render_launch_script
+from buildctl.graph.entrypoint import launch_argv
+from buildctl.graph.launch_script import render_launch_script
 from buildctl.manifest import pins
 from buildctl.manifest.model import Arg, Launcher, Profile, SitePath
 

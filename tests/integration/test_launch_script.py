@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.graph.entrypoint import launch_argv, render_launch_script
+from buildctl.graph.entrypoint import launch_argv
+from buildctl.graph.launch_script import render_launch_script
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
 

@@ -18,10 +18,9 @@ from buildctl.graph.entrypoint import (
     effective_args,
     launch_argv,
     launcher_words,
-    render_entrypoint_fragment,
-    render_launch_script,
     select_profile,
 )
+from buildctl.graph.launch_script import render_entrypoint_fragment, render_launch_script
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
 

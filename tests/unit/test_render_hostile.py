@@ -20,7 +20,7 @@ import pytest
 
 from buildctl import syntax
 from buildctl.build.pipeline import label_instruction
-from buildctl.graph import entrypoint, graph, render
+from buildctl.graph import graph, launch_script, render
 from buildctl.graph.graph import Extras
 from buildctl.lock.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock
 from buildctl.manifest import pins
@@ -97,7 +97,7 @@ def rendered(which: int) -> dict[str, str]:
     """name -> text: every node's Dockerfile (with the LABEL the pipeline adds), wheel scripts, the launch script."""
     m = stack(which)
     v = m.variant("gpu13")
-    frag = entrypoint.render_entrypoint_fragment(m, v)
+    frag = launch_script.render_entrypoint_fragment(m, v)
     g = graph.build(m, lock(m), v, templates=T.digests(), extras=Extras(entrypoint=frag))
     out: dict[str, str] = {}
     for n in g.nodes:
@@ -110,7 +110,7 @@ def rendered(which: int) -> dict[str, str]:
             out[f"{n.name}.sh"] = r.script
         for cf in r.context:
             out[f"{n.name}.context:{cf.path}"] = cf.text if cf.text is not None else ""
-    out["launch"] = entrypoint.render_launch_script(m, v)
+    out["launch"] = launch_script.render_launch_script(m, v)
     return out
 
 
@@ -229,8 +229,8 @@ def test_a_profile_name_that_slipped_past_its_rule_adds_no_line() -> None:
     quoted words of the launch script and in a quoted LABEL value; with a line break it is refused."""
     m = stack(0)
     odd = _with_profile(m, "p $(touch /pwned) `id` 'q' \"d\" #h \\b")
-    script = entrypoint.render_launch_script(odd, odd.variant("gpu13"))
-    plain = entrypoint.render_launch_script(m, m.variant("gpu13"))
+    script = launch_script.render_launch_script(odd, odd.variant("gpu13"))
+    plain = launch_script.render_launch_script(m, m.variant("gpu13"))
     assert [t.kind for t in shell_tokens(script)] == [t.kind for t in shell_tokens(plain)]
     # the same expansions in the same places; the name is only ever literal text (the default of
     # ${BUILDCTL_PROFILE:-...} and a case pattern)
@@ -240,10 +240,10 @@ def test_a_profile_name_that_slipped_past_its_rule_adds_no_line() -> None:
     assert expansions(script) == expansions(plain)
     name = "p $(touch /pwned) `id` 'q' \"d\" #h \\b"
     assert [v for t in shell_tokens(script) for k, v in t.segs if k == "lit" and v == name] == [name] * 2
-    frag = entrypoint.render_entrypoint_fragment(odd, odd.variant("gpu13"))
+    frag = launch_script.render_entrypoint_fragment(odd, odd.variant("gpu13"))
     (label,) = [w.literal for instr, words in read("x.Dockerfile", "FROM x\n" + label_instruction(frag.labels))
                 if instr == "LABEL" for w in words if (w.literal or "").startswith("buildctl.entrypoint.profile=")]
     assert label == "buildctl.entrypoint.profile=" + "p $(touch /pwned) `id` 'q' \"d\" #h \\b"
     broken = _with_profile(m, "p\ntouch /pwned")
     with pytest.raises(ValueError, match="line break"):
-        entrypoint.render_launch_script(broken, broken.variant("gpu13"))  # refused, never written as two lines
+        launch_script.render_launch_script(broken, broken.variant("gpu13"))  # refused, never written as two lines

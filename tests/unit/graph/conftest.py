@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from buildctl.graph import graph, specs
-from buildctl.graph.entrypoint import EntrypointFragment
 from buildctl.graph.graph import Extras, Graph
+from buildctl.graph.launch_script import EntrypointFragment
 from buildctl.lock.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
@@ -20,7 +20,7 @@ from tests.helpers import lchanges
 DATA = Path(__file__).parent / "data"
 TEMPLATES: dict[str, str] = {k: f"t-{k}" for k in specs.BUILT_KINDS}
 SCRIPT = "#!/bin/bash\nexec python pretrain.py --bf16 --num-layers 61 \"$@\"\n"
-# What entrypoint.render_entrypoint_fragment hands the graph, made by hand so that tests stay exact.
+# What launch_script.render_entrypoint_fragment hands the graph, made by hand so that tests stay exact.
 ENTRY = EntrypointFragment(script_path="/usr/local/bin/buildctl-launch", context_name="buildctl-launch",
                            script=SCRIPT, script_mode=0o755, workdir="/opt/trainer",
                            entrypoint=("/usr/local/bin/buildctl-launch",), cmd=(),

@@ -378,7 +378,7 @@ def test_deepseek_wheel_scripts_carry_what_their_compiles_need() -> None:
     """The rendered compile scripts of the deepseek-v3-gb200 hopper variant, as the H200 run compiled them
     (tests/data/gpu/): DeepEP with NVSHMEM under CUDA 13 needs CPATH at CCCL's headers; TE's compile-env
     installs nvidia-mathdx (TE's CMake asks pip for it) before the wheel node runs TE's build."""
-    from buildctl.graph.entrypoint import render_entrypoint_fragment
+    from buildctl.graph.launch_script import render_entrypoint_fragment
     from buildctl.manifest import pins
 
     m = pins.load(IMAGES.parent / "pins" / "deepseek-v3-gb200.yaml")

@@ -27,7 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from buildctl.graph.entrypoint import launches, render_launch_script
+from buildctl.graph.entrypoint import launches
+from buildctl.graph.launch_script import render_launch_script
 from buildctl.graph.smoke_expect import train_section
 from buildctl.manifest.pins import load, select_variant
 
