@@ -30,7 +30,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 # Substrings of errors raised when code needs a GPU or a real CUDA driver rather than being broken.
@@ -730,40 +730,66 @@ def probe_hybridep_roundtrip(args: Mapping[str, Any]) -> dict[str, Any]:
         return out
 
 
+def _launch(args: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """The parser module and argv (the script's name, then the baked arguments) a megatron probe runs."""
+    module = str(args.get("module", "megatron.training.arguments"))
+    return module, [str(args.get("argv0", "pretrain_gpt.py")), *(str(a) for a in args["args"])]
+
+
+def _import_parser(module: str) -> tuple[Any, dict[str, Any] | None]:
+    """The parser's module, or None and the import's failure."""
+    try:
+        return importlib.import_module(module), None
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return None, failure(exc, stage=f"import {module}")
+
+
+@contextlib.contextmanager
+def _argv(argv: list[str], err: io.StringIO) -> Iterator[None]:
+    """``sys.argv`` as the launch gives it and stderr captured, for the length of one parse."""
+    saved = sys.argv
+    sys.argv = argv
+    try:
+        with contextlib.redirect_stderr(err):
+            yield
+    finally:
+        sys.argv = saved
+
+
+def _argparse_exit(err: io.StringIO, exc: SystemExit, stage: str) -> dict[str, Any]:
+    """argparse's way of refusing an argument: usage and "prog: error: ..." printed, then exit 2."""
+    lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+    message = next((ln for ln in reversed(lines) if ": error:" in ln), lines[-1] if lines else "")
+    return {"ok": False, "stage": stage, "argparse_error": message, "exit_code": exc.code, "stderr": lines[-10:]}
+
+
 def probe_megatron_args(args: Mapping[str, Any]) -> dict[str, Any]:
     """Parse the baked arguments with the pinned Megatron-LM's own parser (parse_args, no validation).
 
     Answers also ``legacy_models`` (whether the launch builds Megatron's legacy models; None when the
     namespace has neither use_legacy_models nor use_mcore_models) and ``legacy_models_from`` (that dest).
     """
-    module = str(args.get("module", "megatron.training.arguments"))
-    argv = [str(args.get("argv0", "pretrain_gpt.py")), *(str(a) for a in args["args"])]
+    module, argv = _launch(args)
+    mod, failed = _import_parser(module)
+    if failed is not None:
+        return failed
     try:
-        mod = importlib.import_module(module)
         parse: Callable[..., Any] = mod.parse_args
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+    except AttributeError as exc:
         return failure(exc, stage=f"import {module}")
-    saved = sys.argv
     err = io.StringIO()
-    sys.argv = argv
     try:
-        with contextlib.redirect_stderr(err):
+        with _argv(argv, err):
             kwargs = {"ignore_unknown_args": False} if "ignore_unknown_args" in inspect.signature(parse).parameters else {}
             ns = parse(**kwargs)
     except SystemExit as exc:
-        # argparse reports a bad argument by printing usage + "prog: error: ..." and exiting with 2
-        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        message = next((ln for ln in reversed(lines) if ": error:" in ln), lines[-1] if lines else "")
-        return {"ok": False, "stage": "parse", "argparse_error": message, "exit_code": exc.code,
-                "stderr": lines[-10:]}
+        return _argparse_exit(err, exc, "parse")
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         return failure(exc, stage="parse")
-    finally:
-        sys.argv = saved
     values = vars(ns) if hasattr(ns, "__dict__") else {}
     legacy, legacy_from = _legacy_models(values)
     return {"ok": True, "parser": f"{module}.parse_args", "arguments": len(argv) - 1, "namespace_size": len(values),
@@ -804,8 +830,7 @@ def probe_megatron_validate(args: Mapping[str, Any]) -> dict[str, Any]:
     validate_args makes (effebd81: get_device_capability under --moe-grouped-gemm, get_device_properties
     for the architecture) are answered with it, and every answer given is listed in ``answered``.
     """
-    module = str(args.get("module", "megatron.training.arguments"))
-    argv = [str(args.get("argv0", "pretrain_gpt.py")), *(str(a) for a in args["args"])]
+    module, argv = _launch(args)
     world = int(args.get("world_size", 1))
     per_node = int(args.get("gpus_per_node", world) or world)
     saved_env = dict(os.environ)
@@ -819,13 +844,13 @@ def probe_megatron_validate(args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _megatron_validate(args: Mapping[str, Any], module: str, argv: list[str], world: int) -> dict[str, Any]:
+    mod, failed = _import_parser(module)
+    if failed is not None:
+        return failed
     try:
-        mod = importlib.import_module(module)
         parse: Callable[..., Any] = mod.parse_args
         validate: Callable[..., Any] = mod.validate_args
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+    except AttributeError as exc:
         return failure(exc, stage=f"import {module}")
     answered: list[str] = []
     restore: list[tuple[Any, str, Any]] = []
@@ -850,12 +875,10 @@ def _megatron_validate(args: Mapping[str, Any], module: str, argv: list[str], wo
         for name, fn in (("get_device_capability", capability), ("get_device_properties", properties)):
             restore.append((torch.cuda, name, getattr(torch.cuda, name, None)))
             setattr(torch.cuda, name, fn)
-    saved = sys.argv
     err = io.StringIO()
-    sys.argv = argv
     stage = "parse"
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        with _argv(argv, err), contextlib.redirect_stdout(io.StringIO()):
             ns = parse()
             stage = "validate"
             validate(ns)
@@ -864,16 +887,14 @@ def _megatron_validate(args: Mapping[str, Any], module: str, argv: list[str], wo
             if build_config is not None:
                 build_config(ns)
     except SystemExit as exc:
-        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        message = next((ln for ln in reversed(lines) if ": error:" in ln), lines[-1] if lines else "")
-        return {"ok": False, "stage": stage, "argparse_error": message, "exit_code": exc.code,
-                "answered": answered, "world_size": world}
+        out = _argparse_exit(err, exc, stage)
+        del out["stderr"]
+        return {**out, "answered": answered, "world_size": world}
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         return failure(exc, stage=stage, answered=answered, world_size=world)
     finally:
-        sys.argv = saved
         for obj, name, old in restore:
             setattr(obj, name, old)
     values = vars(ns) if hasattr(ns, "__dict__") else {}
