@@ -22,16 +22,28 @@ TIERS = ("unit", "integration", "engine")
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "unit: pure test (no process, no network, no engine)")
     config.addinivalue_line("markers", "integration: local processes and 127.0.0.1 servers, no engine")
+    # pytest-xdist's own marker, named here too so that a run without xdist accepts it (--strict-markers)
+    config.addinivalue_line("markers", "xdist_group(name): tests that run in one xdist worker, in order")
+
+
+# Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`) the engine tests share one engine and
+# count its containers and images, so they run in one worker, one after the other, as without xdist; the
+# other tiers (and the bench test, which brings its own second engine and registry names) fill the other.
+ENGINE_GROUP = "engine"
+OWN_ENGINE = frozenset({"test_bench.py"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         try:
-            tier = Path(str(item.path)).resolve().relative_to(TESTS).parts[0]
+            parts = Path(str(item.path)).resolve().relative_to(TESTS).parts
         except ValueError:
             continue
+        tier = parts[0]
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+        if tier == "engine" and parts[-1] not in OWN_ENGINE:
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
 
 
 @pytest.fixture(scope="session")
