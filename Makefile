@@ -30,7 +30,8 @@ install:
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[dev]'
 
 # --durations=25: CI logs name the slowest cases (set-up and teardown counted apart); -n 2 --dist loadgroup:
-# two workers, the engine tests in one of them in order (tests/conftest.py groups them), the rest in the other
+# two workers, the engine tests (the bench test too) in one of them in order (tests/conftest.py groups them),
+# the unit, integration and architecture tests in the other
 test:
 	bash scripts/testenv.sh run -- $(PYTHON) -m pytest -n 2 --dist loadgroup --durations=25 $(PYTEST_ARGS)
 

@@ -27,10 +27,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`) the engine tests share one engine and
-# count its containers and images, so they run in one worker, one after the other, as without xdist; the
-# other tiers (and the bench test, which brings its own second engine and registry names) fill the other.
+# its images, so they run in one worker, one after the other, as without xdist; the other tiers fill the
+# other. The bench test belongs with them: beside them, its clean-up once removed the base image (by digest)
+# that a build in the other worker was about to read (test_the_ca_bundle_is_in_no_layer_and_no_history).
 ENGINE_GROUP = "engine"
-OWN_ENGINE = frozenset({"test_bench.py"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = parts[0]
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
-        if tier == "engine" and parts[-1] not in OWN_ENGINE:
+        if tier == "engine":
             item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
 
 
