@@ -29,11 +29,11 @@ help:
 install:
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[dev]'
 
-# --durations=25: CI logs name the slowest cases (set-up and teardown counted apart); -n 2 --dist loadgroup:
-# two workers, the engine tests (the bench test too) in one of them in order (tests/conftest.py groups them),
-# the unit, integration and architecture tests in the other
+# --durations=25: CI logs name the slowest cases (set-up and teardown counted apart); -n 2 --dist loadfile:
+# two workers, each test file in one of them (its module fixtures made once), engine files beside each other
+# (tests/conftest.py says what makes that safe)
 test:
-	bash scripts/testenv.sh run -- $(PYTHON) -m pytest -n 2 --dist loadgroup --durations=25 $(PYTEST_ARGS)
+	bash scripts/testenv.sh run -- $(PYTHON) -m pytest -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 unit: install
 	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)

@@ -234,6 +234,7 @@ cmd_run() {
   done
   [[ -n $addr ]] || die "could not start docker-registry on 127.0.0.1 (log: $tmp/registry.log)"
   say "registry: $addr (pid $REGISTRY_PID, storage in $tmp/storage)"
+  RUN_REGISTRY=$addr
 
   export BUILDCTL_TEST_REGISTRY=$addr BUILDCTL_TEST_BASE=$BASE_TAG BUILDCTL_REQUIRE_ENGINE=1
   say "running: $*"
@@ -246,9 +247,25 @@ cmd_run() {
   return "$rc"
 }
 
+# The engine's names for images of the run's registry (tags, and digest references without a tag), which
+# nothing can pull again once the registry is gone: the tests remove what they make, but the demo base tag they
+# all share stays until here (tests/engine/conftest.py's registry_base).
+remove_registry_refs() {
+  local addr=$1 refs
+  engine_answers || return 0
+  refs=$(docker images --no-trunc --format '{{.Repository}} {{.Tag}} {{.Digest}}' 2>/dev/null \
+    | awk -v p="$addr/" 'index($1, p) == 1 { if ($2 != "<none>") print $1 ":" $2; else if ($3 != "<none>") print $1 "@" $3 }')
+  [[ -n $refs ]] || return 0
+  # shellcheck disable=SC2086
+  docker rmi $refs >/dev/null 2>&1 || say "could not remove every image name of $addr (docker rmi)"
+}
+
+RUN_REGISTRY=""
+
 cleanup_run() {
   local tmp=$1
   trap - EXIT INT TERM
+  [[ -n $RUN_REGISTRY ]] && remove_registry_refs "$RUN_REGISTRY"
   [[ -n $REGISTRY_PID ]] && stop_pid "$REGISTRY_PID" registry
   [[ -n $STARTED_DOCKERD ]] && stop_pid "$STARTED_DOCKERD" "dockerd (started by testenv)"
   rm -rf "$tmp"

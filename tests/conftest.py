@@ -22,15 +22,13 @@ TIERS = ("unit", "integration", "engine")
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "unit: pure test (no process, no network, no engine)")
     config.addinivalue_line("markers", "integration: local processes and 127.0.0.1 servers, no engine")
-    # pytest-xdist's own marker, named here too so that a run without xdist accepts it (--strict-markers)
-    config.addinivalue_line("markers", "xdist_group(name): tests that run in one xdist worker, in order")
 
 
-# Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`) the engine tests share one engine and
-# its images, so they run in one worker, one after the other, as without xdist; the other tiers fill the
-# other. The bench test belongs with them: beside them, its clean-up once removed the base image (by digest)
-# that a build in the other worker was about to read (test_the_ca_bundle_is_in_no_layer_and_no_history).
-ENGINE_GROUP = "engine"
+# Under pytest-xdist (`make test`: two workers, `--dist loadfile`) each test file runs in one worker, and two files
+# run at once, engine ones included. The engine tests are written for that: each names its images and
+# repositories uniquely and removes only those, has its own cache, and no test removes the shared demo base tag
+# (tests/engine/conftest.py's registry_base; removing it once broke a build in the other worker that read the
+# base by digest).
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -42,8 +40,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = parts[0]
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
-        if tier == "engine":
-            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
 
 
 @pytest.fixture(scope="session")

@@ -79,6 +79,18 @@ def demo_base(engine: Engine) -> str:
 
 
 @pytest.fixture(scope="session")
+def registry_base(engine: Engine, registry: str, demo_base: str) -> str:
+    """The demo base in the test registry under the name the demo manifest gives it (pins/demo.yaml), pushed once
+    per session. No test removes this tag: the engine tests run in two pytest-xdist workers at once, and
+    removing a repository's last tag also drops its digest reference (``repo@sha256:...``), which builds in the
+    other worker read as the base. testenv removes the tags of its registry when it stops it."""
+    ref = f"{registry}/buildctl/demo-base:bookworm"
+    engine.tag(demo_base, ref)
+    engine.push(ref)
+    return ref
+
+
+@pytest.fixture(scope="session")
 def registry() -> str:
     """``127.0.0.1:PORT`` of the registry started for this test run (storage removed afterwards)."""
     addr = os.environ.get("BUILDCTL_TEST_REGISTRY", "")

@@ -40,7 +40,7 @@ def bench(*args: str, tmp: Path, timeout: float) -> subprocess.CompletedProcess[
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def test_bench_quick_mode(registry: str, demo_base: str, tmp_path: Path) -> None:
+def test_bench_quick_mode(registry: str, registry_base: str, demo_base: str, tmp_path: Path) -> None:
     out = tmp_path / "results"
     done = bench("--quick", "--registry", registry, "--base-image", demo_base, "--out", str(out), tmp=tmp_path,
                  timeout=1800)

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tarfile
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,17 +68,13 @@ def base_env(monkeypatch: pytest.MonkeyPatch, cache: Path, ca: Path | None = Non
 
 
 @pytest.fixture(scope="session")
-def demo_lock(engine: Engine, registry: str, demo_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def demo_lock(registry: str, registry_base: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The text of a lock of the demo stack against the test registry (made once with `buildctl lock`)."""
-    base = f"{registry}/buildctl/demo-base:bookworm"
-    engine.tag(demo_base, base)
-    engine.push(base)
     root = write_project(tmp_path_factory.mktemp("lockproject"), registry, "buildctl-test/lock")
     with pytest.MonkeyPatch.context() as mp:
         base_env(mp, tmp_path_factory.mktemp("lockcache"))
         assert cli.main(["--project", str(root), "-q", "lock", "demo"]) == 0
-    yield (root / "pins" / "demo.lock.json").read_text()
-    engine.remove_image(base)
+    return (root / "pins" / "demo.lock.json").read_text()
 
 
 @dataclass

@@ -65,18 +65,6 @@ def project(root: Path, registry: str, url: str) -> Path:
 
 
 @pytest.fixture
-def pushed_base(engine: Engine, registry: str, demo_base: str) -> Any:
-    """The demo base in the test registry under the name the demo manifest gives it (as test_build's lock has it)."""
-    ref = f"{registry}/buildctl/demo-base:bookworm"
-    had = engine.image_exists(ref)
-    engine.tag(demo_base, ref)
-    engine.push(ref)
-    yield ref
-    if not had:
-        engine.remove_image(ref)
-
-
-@pytest.fixture
 def index(tmp_path: Path) -> Any:
     root = tmp_path / "index"
     sdist = make_sdist(tmp_path / "made")
@@ -87,7 +75,7 @@ def index(tmp_path: Path) -> Any:
 
 
 def test_a_downloaded_wheel_and_an_sdist_only_requirement(
-        pushed_base: str, engine: Engine, registry: str, index: Any, tmp_path: Path,
+        registry_base: str, engine: Engine, registry: str, index: Any, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, image_cleanup: Any) -> None:
     root = project(tmp_path / "project", registry, index["url"])
     base_env(monkeypatch, tmp_path / "cache")

@@ -23,12 +23,7 @@ from tests.helpers import unique
 
 
 @pytest.fixture
-def project(engine: Engine, registry: str, demo_base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-            image_cleanup: Any) -> tuple[Path, str]:
-    base = f"{registry}/buildctl/demo-base:bookworm"
-    engine.tag(demo_base, base)
-    engine.push(base)
-    image_cleanup(base)
+def project(registry: str, registry_base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     repository = f"buildctl-test/{unique('n')}"
     root = write_project(tmp_path / "project", registry, repository)
     base_env(monkeypatch, tmp_path / "cache")
