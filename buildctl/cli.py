@@ -32,6 +32,23 @@ COMMAND_MODULES = (
     "buildctl.commands.nightly",
     "buildctl.commands.repro",
 )
+# The subcommands each module adds: `buildctl build ...` imports only buildctl.commands.build (each module
+# imports what its commands need). tests/unit/test_cli_commands.py holds this to what the modules register.
+COMMANDS = {
+    "pins": "buildctl.commands.pins",
+    "lock": "buildctl.commands.lock",
+    "lint-args": "buildctl.commands.lint_args",
+    "plan": "buildctl.commands.build",
+    "build": "buildctl.commands.build",
+    "smoke": "buildctl.commands.smoke",
+    "verify": "buildctl.commands.ship",
+    "bom": "buildctl.commands.ship",
+    "provenance": "buildctl.commands.ship",
+    "diff": "buildctl.commands.ship",
+    "push": "buildctl.commands.ship",
+    "nightly": "buildctl.commands.nightly",
+    "repro": "buildctl.commands.repro",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +79,27 @@ def find_project(start: Path) -> Path:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names, past the global options (None: none, or an option it does not know)."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-q", "--quiet"):
+            i += 1
+        elif a == "--project":
+            i += 2
+        elif a.startswith("--project="):
+            i += 1
+        elif a.startswith("-"):
+            return None  # --help, --version, a typo: the full parser answers
+        else:
+            return a
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; given ``argv`` that names a known subcommand, with only that subcommand's module imported
+    (its --help and errors are the same: each module registers its own subcommands)."""
     parser = argparse.ArgumentParser(
         prog="buildctl",
         description="Build GPU training images from version-pin manifests: lock, plan, build, smoke, push.",
@@ -72,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMAND_MODULES:
+    word = None if argv is None else _command_word(argv)
+    for name in [COMMANDS[word]] if word in COMMANDS else COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
 
@@ -103,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ui = UI()
     restore = _stop_on_signals()
     try:
-        parser = build_parser()
+        argv = sys.argv[1:] if argv is None else argv
+        parser = build_parser(argv)
         args = parser.parse_args(argv)
         ui.quiet = args.quiet
         config = load_config(os.environ)

@@ -12,22 +12,44 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:  # rich is imported when first used: a quiet no-op build prints without it
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+
+def _console(file: Any) -> Console:
+    from rich.console import Console
+
+    # Piped output gets a wide console: a 40-digit SHA folded over three lines cannot be copied.
+    return Console(file=file, highlight=False, soft_wrap=True, width=None if file.isatty() else 220)
 
 
 class UI:
     def __init__(self, *, out: Console | None = None, err: Console | None = None, quiet: bool = False) -> None:
-        # Piped output gets a wide console: a 40-digit SHA folded over three lines cannot be copied.
-        self.out = out or Console(file=sys.stdout, highlight=False, soft_wrap=True,
-                                  width=None if sys.stdout.isatty() else 220)
-        self.err = err or Console(file=sys.stderr, highlight=False, soft_wrap=True,
-                                  width=None if sys.stderr.isatty() else 220)
+        self._out = out
+        self._err = err
         self.quiet = quiet
+
+    @property
+    def out(self) -> Console:
+        if self._out is None:
+            self._out = _console(sys.stdout)
+        return self._out
+
+    @property
+    def err(self) -> Console:
+        if self._err is None:
+            self._err = _console(sys.stderr)
+        return self._err
+
+    def line(self, text: str) -> None:
+        """One line of plain text to stdout, as it is (no markup, no emoji codes, no wrapping)."""
+        f = self._out.file if self._out is not None else sys.stdout
+        f.write(text + "\n")
+        f.flush()
 
     # -- results (stdout)
 
@@ -44,6 +66,8 @@ class UI:
         self.out.print(text, markup=False)
 
     def table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+        from rich.table import Table
+
         t = Table(title=title, title_justify="left", show_lines=False)
         for c in columns:
             t.add_column(c, overflow="fold")
@@ -81,6 +105,8 @@ class NodeProgress:
 
     def __enter__(self) -> NodeProgress:
         if not self.ui.quiet and self.ui.err.is_terminal:
+            from rich.live import Live
+
             self._live = Live(self._render(), console=self.ui.err, refresh_per_second=4, transient=False)
             self._live.__enter__()
         return self
@@ -129,6 +155,9 @@ class NodeProgress:
         return f"{name:<32} {row[0]:<9} {self._elapsed(row):>8}{detail}"
 
     def _render(self) -> Table:
+        from rich.table import Table
+        from rich.text import Text
+
         t = Table(show_header=False, box=None, pad_edge=False)
         for column in ("node", "state", "elapsed", "last"):
             t.add_column(column, overflow="ellipsis", no_wrap=True)

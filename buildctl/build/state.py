@@ -127,8 +127,21 @@ class RunState:
         self.running: set[str] = set()  # tasks running now
         self.threads: list[threading.Thread] = []
         self.untrusted: set[str] = set()  # nodes tagged in the engine without a record
-        self.source, self.revision = project_source(project)
+        self._source: tuple[str, str] | None = None
         self.created = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    @property
+    def source(self) -> str:
+        """org.opencontainers.image.source: asked of git when a node is first built (a no-op runs no git)."""
+        if self._source is None:
+            self._source = project_source(self.project)
+        return self._source[0]
+
+    @property
+    def revision(self) -> str:
+        if self._source is None:
+            self._source = project_source(self.project)
+        return self._source[1]
 
     @property
     def e0(self) -> Engine:

@@ -1,4 +1,7 @@
-"""`buildctl plan STACK` and `buildctl build STACK`."""
+"""`buildctl plan STACK` and `buildctl build STACK`.
+
+The services are imported in the handlers, not here: a no-op build (services.noop) needs none of them.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl.build import pipeline
 from buildctl.errors import UsageError
-from buildctl.services import building, lintargs, target, wiring
+from buildctl.services import noop
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
@@ -61,6 +63,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
+    from buildctl.services import building, lintargs, target, wiring
+
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
                     profile=args.profile)
     engine = wiring.engine(ctx.config, args.engine)
@@ -118,6 +122,24 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
 
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    started = time.monotonic()
+    req = noop.request(ctx.project, vars(args), engine=args.engine[0] if args.engine else None, env=os.environ)
+    done = None if args.dry_run or len(args.engine) > 1 else noop.cached(req, ctx.config, os.environ)
+    if done is not None:  # nothing changed: the final image is there, as the plan would find it
+        for warning in done.warnings:
+            ctx.ui.warn(warning)
+        with NodeProgress(ctx.ui, done.names) as progress:
+            for name in done.names:
+                if name == done.final:
+                    progress.node(name, "cached")
+                else:
+                    progress.node(name, "skipped", "not needed: a later node is present")
+        ctx.ui.line(f"{done.stack}/{done.variant}: {done.ref}")
+        ctx.ui.line(f"  built 0 node(s), smoke {done.smoke}, {time.monotonic() - started:.1f}s")
+        return 0
+    from buildctl.build import pipeline
+    from buildctl.services import building, lintargs, target, wiring
+
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
                     skip_smoke=args.skip_smoke, profile=args.profile)
     if args.dry_run:
@@ -142,8 +164,13 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
         for w in written:
             ctx.ui.print(f"  {w}")
         return 0
-    lintargs.lint_before_build(ctx.config, t, ctx.ui.warn)
-    started = time.monotonic()
+    warned: list[str] = []
+
+    def warn(text: str) -> None:
+        warned.append(text)
+        ctx.ui.warn(text)
+
+    lintargs.lint_before_build(ctx.config, t, warn)
     # the engines' clients are made inside: they pull and push nodes with BUILDCTL_REGISTRY_AUTH, as `push` does
     with wiring.registry_credentials(t.registry, os.environ):
         engines = [wiring.engine(ctx.config, url, name=f"engine{i}" if len(args.engine) > 1 else "default")
@@ -158,8 +185,10 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
         finally:
             for e in engines:
                 e.close()
+    if len(engines) == 1:
+        noop.remember(req, ctx.config, t, report, warnings=warned)
     built = report.built
-    ctx.ui.print(f"{t.graph.stack}/{t.graph.variant}: {report.final}")
-    ctx.ui.print(f"  built {len(built)} node(s)" + (f" ({', '.join(built)})" if built else "")
-                 + f", smoke {report.smoke}, {time.monotonic() - started:.1f}s")
+    ctx.ui.line(f"{t.graph.stack}/{t.graph.variant}: {report.final}")
+    ctx.ui.line(f"  built {len(built)} node(s)" + (f" ({', '.join(built)})" if built else "")
+                + f", smoke {report.smoke}, {time.monotonic() - started:.1f}s")
     return 0

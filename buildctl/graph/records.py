@@ -12,11 +12,13 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from buildctl.config import CacheLayout
-from buildctl.graph.graph import Graph, Node
 from buildctl.safepath import write_atomic
+
+if TYPE_CHECKING:  # types only: a no-op build (services.noop) asks RecordStore.has without the graph
+    from buildctl.graph.graph import Graph, Node
 
 SCHEMA = 1
 

@@ -34,6 +34,7 @@ from buildctl.lock import lockfile
 from buildctl.services import building, target
 from buildctl.services.target import Target
 from buildctl.sources.sources import Sources
+from tests.engine.noopcheck import check_the_noop
 from tests.helpers import unique
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -222,6 +223,7 @@ def test_build_every_node_then_nothing(demo: Demo, engine: Engine, registry: str
     assert outcomes(again) == {"entrypoint": "cached"}  # one image looked at: nothing below it
     # and through the CLI
     assert cli.main(["--project", str(demo.root), "-q", "build", "demo", "--skip-smoke"]) == 0
+    check_the_noop(demo.root, engine, t.refs, capsys)  # and again: the no-op from its memo (services/noop.py)
     # the same build gives what the profiles and the variant override say (one build serves both tests)
     check_profiles_and_the_variant_override(demo, engine, first)
     # item 7 of issue 12: a second checkout elsewhere has the same keys, so it builds nothing

@@ -1,0 +1,123 @@
+"""One question to a local engine without docker-py: for the no-op path of `buildctl build`.
+
+A no-op build needs one answer: is the final image tagged in the engine, with the labels it was built
+with (and, with a registry, is it there too). docker-py (with requests and urllib3) costs more to import
+than the whole answer, so this module asks the engine's HTTP API itself over its unix socket, with the
+standard library only. It answers only what it is sure of: any other address (tcp://, ssh://, TLS
+settings), an error or an answer it does not expect raises ``Unsure``, and the caller goes the full way
+(buildctl.engine.engine.Engine), which says what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Mapping
+from urllib.parse import quote
+
+DEFAULT_ADDRESS = "unix:///var/run/docker.sock"
+
+
+class Unsure(Exception):
+    """This module cannot answer for sure; the full engine client must be asked."""
+
+
+def address(url: str | None, env: Mapping[str, str]) -> str:
+    """The engine's address as the full client resolves it: ``url``, else DOCKER_HOST, else the local socket."""
+    return url or env.get("DOCKER_HOST") or DEFAULT_ADDRESS
+
+
+def socket_path(url: str | None, env: Mapping[str, str]) -> str:
+    """The unix socket of the engine at ``url`` (DOCKER_HOST's rules); Unsure for any other kind of address."""
+    if url is None and any(env.get(k) for k in ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONTEXT")):
+        raise Unsure("TLS or context settings in the environment")
+    addr = address(url, env)
+    if not addr.startswith("unix://"):
+        raise Unsure(f"not a unix socket: {addr}")
+    return addr.removeprefix("unix://")
+
+
+def _dechunk(body: bytes) -> bytes:
+    out = bytearray()
+    while True:
+        size_line, sep, rest = body.partition(b"\r\n")
+        if not sep:
+            raise Unsure("truncated chunked answer")
+        size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+        if size == 0:
+            return bytes(out)
+        out += rest[:size]
+        body = rest[size + 2:]
+
+
+def get(path: str, url: str, *, timeout: float) -> tuple[int, bytes]:
+    """GET ``url`` (an API path) from the engine at the unix socket ``path``: (status, body)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(path)
+            s.sendall(f"GET {url} HTTP/1.1\r\nHost: docker\r\nUser-Agent: buildctl\r\nConnection: close\r\n\r\n"
+                      .encode("ascii"))
+            chunks = []
+            while True:
+                b = s.recv(1 << 16)
+                if not b:
+                    break
+                chunks.append(b)
+    except (OSError, UnicodeError) as exc:
+        raise Unsure(f"engine at {path}: {exc}") from None
+    head, sep, body = b"".join(chunks).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split()
+    if not sep or len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise Unsure(f"engine at {path}: not an HTTP answer")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        try:
+            body = _dechunk(body)
+        except ValueError:
+            raise Unsure(f"engine at {path}: a chunked answer that does not parse") from None
+    elif "content-length" in headers:
+        n = int(headers["content-length"]) if headers["content-length"].isdigit() else -1
+        if n < 0 or len(body) < n:
+            raise Unsure(f"engine at {path}: a truncated answer")
+        body = body[:n]
+    return int(parts[1]), body
+
+
+def _json(status: int, body: bytes, what: str) -> dict[str, object]:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise Unsure(f"{what}: the engine's answer ({status}) is not JSON") from None
+    if not isinstance(data, dict):
+        raise Unsure(f"{what}: unexpected answer")
+    return data
+
+
+def image_labels(path: str, ref: str, *, timeout: float) -> dict[str, str] | None:
+    """The labels of the image tagged ``ref`` in the engine (None: no such image)."""
+    status, body = get(path, f"/images/{quote(ref, safe='/:@')}/json", timeout=timeout)
+    if status == 404:
+        return None
+    if status != 200:
+        raise Unsure(f"inspect {ref}: the engine answered {status}")
+    data = _json(status, body, f"inspect {ref}")
+    config = data.get("Config")
+    labels = config.get("Labels") if isinstance(config, dict) else None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
+def in_registry(path: str, ref: str, *, timeout: float) -> bool:
+    """Whether the registry has ``ref``, asked through the engine (as Engine.registry_digest does) without
+    credentials. True only when it says so; anything else (missing, needs credentials, unreachable): Unsure."""
+    status, body = get(path, f"/distribution/{quote(ref, safe='/:@')}/json", timeout=timeout)
+    if status != 200:
+        raise Unsure(f"looking up {ref}: the engine answered {status}")
+    descriptor = _json(status, body, f"looking up {ref}").get("Descriptor")
+    if not isinstance(descriptor, dict) or not str(descriptor.get("digest", "")).startswith("sha256:"):
+        raise Unsure(f"looking up {ref}: no digest in the answer")
+    return True
+
+
+__all__ = ["DEFAULT_ADDRESS", "Unsure", "address", "get", "image_labels", "in_registry", "socket_path"]
