@@ -349,20 +349,9 @@ def probe_mxfp8_support(args: Mapping[str, Any]) -> dict[str, Any]:
 
         gpu = _torch_gpu(torch)
         importlib.import_module("transformer_engine.pytorch")
-        for module, attr, style in MXFP8_APIS:
-            where = f"{module}.{attr}"
-            mod = _optional_module(module)
-            fn = getattr(mod, attr, None) if mod is not None else None
-            if fn is None:
-                tried.append(f"{where}: absent")
-                continue
-            answer = fn(return_reason=True) if style == "return_reason" else fn()
-            if isinstance(answer, tuple) and len(answer) == 2:
-                supported, reason = bool(answer[0]), str(answer[1])
-            else:
-                supported, reason = bool(answer), ""
-            return {"ok": True, "api": where + ("(return_reason=True)" if style == "return_reason" else "()"),
-                    "supported": supported, "reason": reason, "tried": tried, "gpu": gpu}
+        answer = _ask_support(MXFP8_APIS, tried)
+        if answer is not None:
+            return {"ok": True, **answer, "tried": tried, "gpu": gpu}
         return {"ok": False, "tried": tried, "gpu": gpu,
                 "error": {"type": "LookupError", "message": "no MXFP8 support API in this Transformer Engine",
                           "text": "LookupError: no MXFP8 support API in this Transformer Engine",
