@@ -64,6 +64,7 @@ sys.path.insert(0, str(ROOT))
 from bench import growth, regproxy  # noqa: E402
 from bench.common import (  # noqa: E402
     BASE_PATH,
+    BUILDKIT,
     DEMO_REGISTRY,
     DOCKER,
     LOCAL_BASE,
@@ -148,12 +149,15 @@ def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: d
 
     say("host inputs of every state (pip wheels, source trees)")
     b.prefetch()
-    # cold builds (informational: the Dockerfiles' builds are cold by their run label; buildctl's too
-    # where --quick is off, with the engine's step cache disabled)
+    b.setup_buildkit()
+    ours = ["buildctl"] if b.buildkit_missing else ["buildctl", BUILDKIT]
+    res["buildkit_backend"] = {"ran": not b.buildkit_missing, "why": b.buildkit_missing}
+    # cold builds (informational: the Dockerfiles' builds are cold by their run label; buildctl's classic one
+    # too where --quick is off, with the engine's step cache disabled; the BuildKit backend's is the command's)
     say("cold builds of s0")
-    res["cold"] = {"buildctl": asdict(b.buildctl("s0", nocache=not b.quick)),
-                   "multistage": asdict(b.dockerfile("multistage", "s0")),
-                   "recipe": asdict(b.dockerfile("recipe", "s0"))}
+    res["cold"] = {tool: asdict(b.buildctl("s0", tool=tool, nocache=not b.quick)) for tool in ours}
+    res["cold"].update({"multistage": asdict(b.dockerfile("multistage", "s0")),
+                        "recipe": asdict(b.dockerfile("recipe", "s0"))})
 
     # The base through the relay first, uncounted: its blobs are in the registry already (nothing is sent), and
     # the engine learns that they are there under the relay's address too, so each tool's first push mounts the
@@ -176,15 +180,18 @@ def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: d
         say(f"repetition {r + 1} of {reps}")
         # back at s0 (the cold builds left every tool there for the first repetition), then (a) timed
         if r:
-            b.buildctl("s0")
+            for tool in ours:
+                b.buildctl("s0", tool=tool)
             for kind in ("multistage", "recipe"):
                 b.dockerfile(kind, "s0")
-        runs["a"]["buildctl"].append(b.buildctl("s0"))
+        for tool in ours:
+            runs["a"][tool].append(b.buildctl("s0", tool=tool))
         for kind in ("multistage", "recipe"):
             runs["a"][kind].append(b.dockerfile(kind, "s0"))
         for key in ("b", "c"):
             state = f"{key}{r}"
-            runs[key]["buildctl"].append(b.buildctl(state))
+            for tool in ours:
+                runs[key][tool].append(b.buildctl(state, tool=tool))
             for kind in ("multistage", "recipe"):
                 runs[key][kind].append(b.dockerfile(kind, state))
         # (e) pushing the unchanged s0 again
@@ -199,17 +206,19 @@ def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: d
             push[kind]["again"].append(counter.snapshot()[0] - u0)
         # (d) a second builder with an empty cache, sharing only the registry: a fresh engine (and buildctl cache)
         # per tool and scenario. --quick (counts, no timing claims) runs all of (d) on one second engine: buildctl's
-        # (d1) then (d2), then the recipe's (BuildKit's cache is its own: the classic images there do not count).
-        # Both tools reach the registry itself here, not the counting relay ((e) needs it, (d) does not).
+        # (d1) then (d2), then the recipe's (BuildKit's cache is its own: the classic images there do not count),
+        # and not with the BuildKit backend (CI time; the classic backend's (d) checks what buildctl shares).
+        # The tools reach the registry itself here, not the counting relay ((e) needs it, (d) does not).
         with contextlib.ExitStack() as shared:
             e2_shared = shared.enter_context(second_engine(b.bridges)) if b.quick else None
-            for tool in ("buildctl", "recipe"):
+            for tool in [*(["buildctl"] if b.quick else ours), "recipe"]:
                 for key, state in (("d1", "s0"), ("d2", f"b{r}")):
                     with contextlib.ExitStack() as own:
                         e2 = e2_shared or own.enter_context(second_engine(b.bridges))
                         cache = b.work / f"cache-{tool}-{'d' if b.quick else key}-{r}"
-                        if tool == "buildctl":
-                            runs[key][tool].append(b.buildctl(state, engine=e2, cache=cache, registry=b.registry))
+                        if tool != "recipe":
+                            runs[key][tool].append(b.buildctl(state, tool=tool, engine=e2, cache=cache,
+                                                              registry=b.registry))
                         else:
                             runs[key][tool].append(b.dockerfile("recipe", state, host=e2.address,
                                                                 cache_from=recipe_s0_direct))

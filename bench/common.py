@@ -26,7 +26,14 @@ LOCAL_BASE = "buildctl-demo-base:bookworm"
 DOCKER = "/usr/bin/docker"  # Debian's client: the engine's BuildKit without buildx (ENGINE.md)
 
 
-TOOLS = ("buildctl", "multistage", "recipe")
+TOOLS = ("buildctl", "buildctl-buildkit", "multistage", "recipe")
+
+
+BUILDKIT = "buildctl-buildkit"  # buildctl with `--backend buildkit`: its own project (repository) and cache
+
+
+LABELS = {"buildctl": "buildctl", BUILDKIT: "buildctl, BuildKit backend", "multistage": "multi-stage Dockerfile",
+          "recipe": "recipe Dockerfile"}
 
 
 class BenchError(Exception):

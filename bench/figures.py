@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.common import TOOLS, Fig, docker
+from bench.common import BUILDKIT, LABELS, TOOLS, Fig, docker
 from buildctl.engine.engine import Engine
 
 
@@ -45,27 +45,45 @@ def _cell(f: dict[str, Any], unit: str) -> str:
             f"{'/'.join(map(str, f['compiles']))} compile(s)")
 
 
+# per scenario: its label, and what buildctl is compared with (the other tool's median over buildctl's)
+ROWS = [("a", "(a) nothing changed", ("multistage",)),
+        ("b", "(b) runtime pip pin bumped (six)", ("recipe", "multistage")),
+        ("c", "(c) fastmath's PR list changed (a PR added)", ("recipe", "multistage")),
+        ("d1", "(d1) second builder, empty cache, nothing changed", ("recipe",)),
+        ("d2", "(d2) second builder, empty cache, the pin of (b) bumped", ("recipe",))]
+_SHORT = {"multistage": "multi-stage", "recipe": "recipe"}
+
+
+def ratios(t: dict[str, Any], versus: tuple[str, ...]) -> str:
+    """``recipe / buildctl: 8.3x (classic), 9.0x (BuildKit)`` for each tool compared with, from one run."""
+    out = []
+    for other in (v for v in versus if v in t):
+        cells = [f"{ratio(t[other]['seconds']['median'], t[ours]['seconds']['median'])} ({name})"
+                 for ours, name in (("buildctl", "classic"), (BUILDKIT, "BuildKit")) if ours in t]
+        out.append(f"{_SHORT[other]} / buildctl: {', '.join(cells)}")
+    return "; ".join(out) or "-"
+
+
 def markdown(res: dict[str, Any]) -> str:
-    """The README's tables from one result file (`--report FILE`)."""
+    """The README's tables from one result file (`--report FILE`); the BuildKit backend's column only where the
+    run had it."""
     s = res["summary"]
-    out = ["| scenario | buildctl | multi-stage Dockerfile | recipe Dockerfile | ratio |", "|---|---|---|---|---|"]
-    rows = [("a", "(a) nothing changed", "multistage", "multi-stage / buildctl"),
-            ("b", "(b) runtime pip pin bumped (six)", "recipe", "recipe / buildctl"),
-            ("c", "(c) fastmath's PR list changed (a PR added)", "recipe", "recipe / buildctl"),
-            ("d1", "(d1) second builder, empty cache, nothing changed", "recipe", "recipe / buildctl"),
-            ("d2", "(d2) second builder, empty cache, the pin of (b) bumped", "recipe", "recipe / buildctl")]
-    for key, label, versus, name in rows:
+    tools = [t for t in TOOLS if t != BUILDKIT or any(BUILDKIT in v for v in s.values())]
+    out = ["| scenario | " + " | ".join(LABELS[t] for t in tools) + " | ratio |", "|---" * (len(tools) + 2) + "|"]
+    for key, label, versus in ROWS:
         if key not in s:
             continue
         t = s[key]
-        base = t["buildctl"]["seconds"]["median"]
-        cells = [_cell(t[tool], "nodes" if tool == "buildctl" else "steps") if tool in t else "-" for tool in TOOLS]
-        out.append(f"| {label} | {' | '.join(cells)} | {name}: {ratio(t[versus]['seconds']['median'], base)} |")
+        cells = [_cell(t[tool], "nodes" if tool.startswith("buildctl") else "steps") if tool in t else "-"
+                 for tool in tools]
+        out.append(f"| {label} | {' | '.join(cells)} | {ratios(t, versus)} |")
     e = res.get("push", {})
     if e:
-        out += ["", "| (e) bytes sent to the registry | buildctl | multi-stage | recipe |", "|---|---|---|---|",
-                "| first push of s0 | " + " | ".join(f"{e[t]['first']:,}" for t in TOOLS) + " |",
-                "| the unchanged s0 pushed again | " + " | ".join(spread_txt(e[t]["again"]) for t in TOOLS) + " |"]
+        pushed = [t for t in TOOLS if t in e]
+        out += ["", "| (e) bytes sent to the registry | " + " | ".join(_SHORT.get(t, t) for t in pushed) + " |",
+                "|---" * (len(pushed) + 1) + "|",
+                "| first push of s0 | " + " | ".join(f"{e[t]['first']:,}" for t in pushed) + " |",
+                "| the unchanged s0 pushed again | " + " | ".join(spread_txt(e[t]["again"]) for t in pushed) + " |"]
     g = res.get("growth", {})
     if g.get("sizes"):
         out += ["", "| components | nodes | `plan`: wall, median (CPU, fastest) | peak | no-op `build`: wall, median (CPU, fastest) | peak |",
@@ -75,6 +93,9 @@ def markdown(res: dict[str, Any]) -> str:
                        f"{row['plan']['peak_mib']:.0f} MiB | {_wall_cpu(row['noop'])} | {row['noop']['peak_mib']:.0f} MiB |")
         out += ["", f"Growth, from CPU time (every repetition): plan {g['plan_growth']['growth']}; "
                     f"no-op build {g['noop_growth']['growth']}."]
+    why = res.get("buildkit_backend", {}).get("why")
+    if why:
+        out += ["", f"{BUILDKIT}: {why}."]
     return "\n".join(out)
 
 
@@ -84,29 +105,25 @@ def _wall_cpu(m: dict[str, Any]) -> str:
 
 
 def table(res: dict[str, Any]) -> str:
-    rows: list[tuple[str, ...]] = [("scenario", "buildctl", "multistage", "recipe", "recipe/buildctl",
-                                    "multistage/buildctl")]
-    labels = {"a": "(a) nothing changed", "b": "(b) runtime pip pin bumped (six)",
-              "c": "(c) fastmath PR list changed (PR added)", "d1": "(d1) second builder, nothing changed",
-              "d2": "(d2) second builder, pin of (b) bumped"}
-    for key, label in labels.items():
-        s = res["summary"].get(key)
-        if not s:
+    s = res["summary"]
+    tools = [t for t in TOOLS if t != BUILDKIT or any(BUILDKIT in v for v in s.values())]
+    rows: list[tuple[str, ...]] = [("scenario", *tools, "ratio")]
+    for key, label, versus in ROWS:
+        t = s.get(key)
+        if not t:
             continue
         cells = []
-        for tool in TOOLS:
-            f = s.get(tool)
+        for tool in tools:
+            f = t.get(tool)
             cells.append("-" if f is None else
                          f"{f['seconds']['median']:.2f}s {'/'.join(map(str, f['rebuilt']))} of {f['total']} "
                          f"c{'/'.join(map(str, f['compiles']))}")
-        b = s["buildctl"]["seconds"]["median"]
-        rec = s.get("recipe")
-        mul = s.get("multistage")
-        rows.append((label, *cells, ratio(rec["seconds"]["median"], b) if rec else "-",
-                     ratio(mul["seconds"]["median"], b) if mul else "-"))
+        rows.append((label, *cells, ratios(t, versus)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     out.append("  (cells: median wall time, nodes or steps rebuilt of all, cN: compiles run)")
+    if res.get("buildkit_backend", {}).get("why"):
+        out.append(f"{BUILDKIT}: {res['buildkit_backend']['why']}")
     e = res.get("push")
     if e:
         out.append("(e) bytes sent to the registry: " + ", ".join(

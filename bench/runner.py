@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import baselines
-from bench.common import BenchError, Fig, Quiet, delete_repositories, docker, say
+from bench.common import BUILDKIT, BenchError, Fig, Quiet, delete_repositories, docker, say
 from bench.project import States
 from buildctl.build import pipeline, wheelhouse
 from buildctl.config import Config, load_config
@@ -70,34 +70,68 @@ class Bench:
     wheelhouse_url: str = ""
     made_refs: list[tuple[str, str]] = field(default_factory=list)  # (engine address or "", ref) to remove
     bridges: list[str] = field(default_factory=list)  # of the second engines started
+    buildkit_missing: str = ""  # why the BuildKit backend's column is not run ("": it is)
 
     def config(self, cache: Path) -> Config:
         return load_config({**self.env, "BUILDCTL_CACHE": str(cache)})
 
-    def use(self, state: str) -> None:
-        pins = self.project / "pins"
-        (pins / "demo.yaml").write_text(self.states.texts[state])
+    def project_of(self, tool: str) -> Path:
+        """The BuildKit backend builds in a project of its own, whose manifest names another repository: the
+        same content keys as the classic backend's, so without it each would find the other's nodes."""
+        return self.project if tool != BUILDKIT else self.project.with_name(self.project.name + "-bk")
+
+    def cache_of(self, tool: str) -> Path:
+        return self.work / ("cache" if tool != BUILDKIT else "cache-bk")
+
+    def use(self, state: str, tool: str = "buildctl") -> None:
+        pins = self.project_of(tool) / "pins"
+        text = self.states.texts[state]
+        if tool == BUILDKIT:  # the repository only: the lock is the same (the manifest's other entries are)
+            text = text.replace(f"  repository: {self.repository}\n", f"  repository: {self.repository}-bk\n")
+        (pins / "demo.yaml").write_text(text)
         (pins / "demo.lock.json").write_text(self.states.locks[state])
 
-    def target(self, cache: Path, registry: str | None) -> target.Target:
-        return target.load(self.project, self.config(cache), "demo", None, registry=registry,
+    def target(self, cache: Path, registry: str | None, tool: str = "buildctl") -> target.Target:
+        return target.load(self.project_of(tool), self.config(cache), "demo", None, registry=registry,
                            local_only=registry is None, skip_smoke=True)
+
+    def setup_buildkit(self) -> None:
+        """The BuildKit backend's project and cache, or why its column cannot run (``buildkit_missing``): its
+        cache shares only the host inputs (downloads, git sources) with the classic one's, which the prefetch
+        fills before anything is timed; compiled wheels, ccache and node records are its own."""
+        done = subprocess.run([sys.executable, "-m", "buildctl", "build", "--help"], env=self.env, capture_output=True,
+                              text=True, check=False)
+        if "--backend" not in done.stdout or "buildkit" not in done.stdout:
+            self.buildkit_missing = ("`buildctl build` has no --backend buildkit here (the BuildKit backend has not "
+                                     "landed): its column is skipped")
+            say(f"{BUILDKIT}: {self.buildkit_missing}")
+            return
+        project = self.project_of(BUILDKIT)
+        (project / "pins").mkdir(parents=True)
+        for name in ("images", "demo"):
+            (project / name).symlink_to((self.project / name).readlink())
+        cache, shared = self.cache_of(BUILDKIT), self.cache_of("buildctl")
+        cache.mkdir()
+        for name in ("downloads", "sources"):
+            (shared / name).mkdir(parents=True, exist_ok=True)
+            (cache / name).symlink_to(shared / name)
 
     # -- buildctl
 
-    def buildctl(self, state: str, *, engine: Engine | None = None, cache: Path | None = None,
+    def buildctl(self, state: str, *, tool: str = "buildctl", engine: Engine | None = None, cache: Path | None = None,
                  registry: str | None = None, nocache: bool = False) -> Fig:
-        """`buildctl build demo` of ``state``: the command a user runs, timed from its start (the Python start-up
-        and imports included). ``nocache`` (the cold build): in this process, with the engine's step cache off,
-        which the command has no option for."""
-        self.use(state)
-        cache = cache or self.work / "cache"
+        """`buildctl build demo` of ``state`` (``tool`` buildctl-buildkit: with --backend buildkit): the command a
+        user runs, timed from its start (the Python start-up and imports included). ``nocache`` (the classic
+        backend's cold build): in this process, with the engine's step cache off, which the command has no
+        option for."""
+        self.use(state, tool)
+        cache = cache or self.cache_of(tool)
         eng = engine or self.engine
-        t = self.target(cache, registry)
+        t = self.target(cache, registry, tool)
         for n in t.graph.nodes:
             if n.kind != "base":
                 self.made_refs.append((eng.address, t.refs[n.name]))
-        if nocache:
+        if nocache and tool != BUILDKIT:
             config = self.config(cache)
             start = time.monotonic()
             report = building.build_target(t, engines=[eng], config=config, progress=Quiet(), project=self.project,
@@ -106,8 +140,8 @@ class Bench:
             seconds = time.monotonic() - start
             built = report.built
         else:
-            argv = [sys.executable, "-m", "buildctl", "--project", str(self.project), "-q", "build", "demo",
-                    "--skip-smoke", "--engine", eng.address,
+            argv = [sys.executable, "-m", "buildctl", "--project", str(self.project_of(tool)), "-q", "build", "demo",
+                    "--skip-smoke", "--engine", eng.address, *(["--backend", "buildkit"] if tool == BUILDKIT else []),
                     *(["--registry", registry] if registry else ["--local"])]
             start = time.monotonic()
             done = subprocess.run(argv, env={**self.env, "BUILDCTL_CACHE": str(cache)}, capture_output=True,
@@ -115,14 +149,14 @@ class Bench:
             seconds = time.monotonic() - start
             if done.returncode != 0:
                 tail = "\n    ".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-                raise BenchError(f"`buildctl build demo` of state {state} exited {done.returncode}:\n    {tail}")
+                raise BenchError(f"`buildctl build demo` ({tool}) of state {state} exited {done.returncode}:\n    {tail}")
             m = _BUILT.search(done.stdout)
             if m is None:
                 raise BenchError(f"`buildctl build demo` printed no 'built N node(s)' line:\n{done.stdout[-800:]}")
             built = [x for x in (m.group(2) or "").split(", ") if x]
             if len(built) != int(m.group(1)):
                 raise BenchError(f"cannot read the built nodes from {m.group(0)!r}")
-        say(f"  buildctl {state} on {eng.name}: {seconds:.2f}s, built {', '.join(built) or 'nothing'}")
+        say(f"  {tool} {state} on {eng.name}: {seconds:.2f}s, built {', '.join(built) or 'nothing'}")
         return Fig(seconds=seconds, rebuilt=len(built), total=len(t.graph.nodes) - 1,
                    compiles=sum(1 for b in built if b.startswith("wheel:")), detail=built)
 

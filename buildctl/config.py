@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,6 +183,8 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
     raw: dict[str, object] = {}
     text = ""
     if path.is_file():
+        import tomllib  # here: a run without a configuration file does not load the parser
+
         try:
             text = path.read_bytes().decode("utf-8")
             raw = tomllib.loads(text)

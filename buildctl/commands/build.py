@@ -186,7 +186,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
             for e in engines:
                 e.close()
     if len(engines) == 1:
-        noop.remember(req, ctx.config, t, report, warnings=warned)
+        noop.remember(req, ctx.config, t, report, engine=engines[0].address, warnings=warned)
     built = report.built
     ctx.ui.line(f"{t.graph.stack}/{t.graph.variant}: {report.final}")
     ctx.ui.line(f"  built {len(built)} node(s)" + (f" ({', '.join(built)})" if built else "")

@@ -117,8 +117,10 @@ def input_files(project: Path, t: Target) -> list[Path]:
     return files
 
 
-def remember(req: Request, config: Config, t: Target, report: Report, *, warnings: Sequence[str] = ()) -> None:
-    """After a build that completed: what the next ``cached`` compares against (written atomically)."""
+def remember(req: Request, config: Config, t: Target, report: Report, *, engine: str,
+             warnings: Sequence[str] = ()) -> None:
+    """After a build that completed on one engine (at address ``engine``, the one its plan asked): what the next
+    ``cached`` compares against (written atomically)."""
     from buildctl.graph.graph import shared_labels
 
     g = t.graph
@@ -129,7 +131,7 @@ def remember(req: Request, config: Config, t: Target, report: Report, *, warning
     data: dict[str, Any] = {
         "schema": SCHEMA, "files": files, "stack": g.stack, "variant": g.variant, "final": final.name,
         "ref": report.final, "key": final.key, "labels": shared_labels(g, final), "gate": bool(g.gate),
-        "names": list(g.names()), "registry": t.registry, "warnings": list(warnings),
+        "names": list(g.names()), "registry": t.registry, "warnings": list(warnings), "engine": engine,
     }
     path = memo_path(config, _request_digest(req, config))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +153,7 @@ def cached(req: Request, config: Config, env: Mapping[str, str]) -> Cached | Non
         stack, variant, final, ref, key = (str(data[k]) for k in ("stack", "variant", "final", "ref", "key"))
         if not RecordStore(state_root(config.cache)).has(stack, variant, final, key):
             return None
-        path = peek.socket_path(req.engine, env)
+        path = peek.socket_path(str(data["engine"]), env)  # the engine the full way asked for this request
         labels = peek.image_labels(path, ref, timeout=config.network_timeout)
         want: dict[str, str] = data["labels"]
         if labels is None or any(labels.get(k) != v for k, v in want.items()):

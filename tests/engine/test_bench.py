@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +68,7 @@ def test_bench_quick_mode(registry: str, registry_base: str, demo_base: str, tmp
     for tool in ("buildctl", "multistage", "recipe"):
         e = res["push"][tool]
         assert e["first"] > 0 and len(e["again"]) == 1 and e["again"][0] < e["first"], (tool, e)
+    check_the_buildkit_column(res)
     assert [g["components"] for g in res["growth"]["sizes"]] == [2, 4]
     assert "growth of plan (CPU time):" in done.stdout and "(a) nothing changed" in done.stdout
     # nothing of the run is left: images, containers, the second engine's bridge
@@ -77,6 +79,23 @@ def test_bench_quick_mode(registry: str, registry_base: str, demo_base: str, tmp
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
     assert len(res["second_engine_bridges"]) == 1  # --quick: all of (d) on one second engine
     assert not [b for b in res["second_engine_bridges"] if f" {b}:" in links or f" {b}@" in links]
+
+
+def check_the_buildkit_column(res: dict[str, Any]) -> None:
+    """buildctl with --backend buildkit, its own column: the same counts as the classic backend's ((d) is not
+    run with it in --quick). Left out only where `buildctl build` has no such backend."""
+    s, bk = res["summary"], "buildctl-buildkit"
+    if not res["buildkit_backend"]["ran"]:
+        helptext = subprocess.run([sys.executable, "-m", "buildctl", "build", "--help"], capture_output=True, text=True,
+                                  check=True, env={**os.environ, "PYTHONPATH": str(PROJECT)}).stdout
+        assert "--backend" not in helptext and "has no --backend buildkit" in res["buildkit_backend"]["why"]
+        assert not any(bk in v for v in s.values())
+        return
+    assert s["a"][bk]["rebuilt"] == [0] and s["a"][bk]["compiles"] == [0]
+    assert sorted(res["runs"]["b"][bk][0]["detail"]) == ["assemble", "entrypoint", "python"]
+    assert s["b"][bk]["compiles"] == [0]
+    assert "wheel:fastmath" in res["runs"]["c"][bk][0]["detail"] and s["c"][bk]["compiles"] == [1]
+    assert bk not in s["d1"] and bk not in s["d2"]
 
 
 def test_bench_fails_without_a_traceback(tmp_path: Path) -> None:
