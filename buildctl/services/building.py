@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl.build import pipeline
 from buildctl.build.inputs import BuildInput
 from buildctl.config import Config
 from buildctl.errors import BuildctlError, LockError, UnreachableError, UsageError
@@ -23,11 +22,11 @@ from buildctl.graph.records import RecordStore, WheelFolder, state_root
 from buildctl.lock import lockfile
 from buildctl.lock.lockfile import VariantLock
 from buildctl.manifest.model import Manifest, ReproLevel
-from buildctl.repro import repro
 from buildctl.services import wiring
 from buildctl.services.target import Target
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the build's modules are imported where a build runs: `buildctl plan` needs none of them
+    from buildctl.build import pipeline
     from buildctl.engine.engine import Engine
     from buildctl.sources.sources import Sources
 
@@ -62,6 +61,8 @@ class LockedSources:
 
 def build_input(t: Target, sources: Sources) -> BuildInput:
     """What the pipeline is given: the graph and names, plus the few manifest and lock values the host fetches with."""
+    from buildctl.repro import repro
+
     assert t.vlock is not None, "require_lock first"
     levels = t.manifest.repro.levels
     return BuildInput(
@@ -126,6 +127,8 @@ def build_target(t: Target, *, engines: Sequence[Engine], config: Config, progre
                  project: Path, sources: Sources | None = None, options: pipeline.Options | None = None,
                  smoke_gate: pipeline.SmokeGate | None = None) -> pipeline.Report:
     """Build the missing nodes of ``t`` as its plan says (sources default: from the configuration)."""
+    from buildctl.build import pipeline
+
     if not engines:
         raise UsageError("no engine to build with")
     opts = options or pipeline.Options()
