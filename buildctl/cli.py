@@ -31,6 +31,8 @@ COMMAND_MODULES = (
     "buildctl.commands.ship",
     "buildctl.commands.nightly",
     "buildctl.commands.repro",
+    "buildctl.commands.bump",
+    "buildctl.commands.bisect",
 )
 # The subcommands each module adds: `buildctl build ...` imports only buildctl.commands.build (each module
 # imports what its commands need). tests/unit/test_cli_commands.py holds this to what the modules register.

@@ -59,3 +59,35 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_atomic_both(first: tuple[Path, str], second: tuple[Path, str]) -> None:
+    """Write two files so that readers see both new or both old (manifest and lock: `buildctl bump`).
+
+    Both are written and synced beside their targets first; then ``first`` is renamed into place, then
+    ``second``. Should the second rename fail (or a signal arrive between), ``first`` gets its old text back
+    (or is removed when it did not exist), so nothing is left with one file new and the other old."""
+    staged: list[str] = []
+    try:
+        for path, text in (first, second):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            staged.append(tmp)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        path1, path2 = first[0], second[0]
+        old1 = path1.read_text() if path1.exists() else None
+        os.replace(staged[0], path1)
+        try:
+            os.replace(staged[1], path2)
+        except BaseException:
+            if old1 is None:
+                path1.unlink(missing_ok=True)
+            else:
+                write_atomic(path1, old1)
+            raise
+    finally:
+        for tmp in staged:
+            Path(tmp).unlink(missing_ok=True)

@@ -45,18 +45,21 @@ __all__ = ["Target", "load", "mirror_ref"]
 
 def load(project: Path, config: Config, stack: str, variant: str | None, *, registry: str | None = None,
          local_only: bool = False, skip_smoke: bool = False, lock_override: Lock | None = None,
-         profile: str | None = None) -> Target:
+         profile: str | None = None, manifest_override: tuple[Manifest, str] | None = None) -> Target:
     """``lock_override``: build from this lock instead of pins/STACK.lock.json (`buildctl repro --relock`);
-    ``profile``: the default profile baked into the launch script (`buildctl build --profile`)."""
+    ``profile``: the default profile baked into the launch script (`buildctl build --profile`);
+    ``manifest_override``: (manifest, sha256 of its text) instead of the file's (`buildctl bump`'s candidate,
+    loaded from the edited text with the file's name and folder)."""
     path = pins.find(project / "pins", stack)
-    manifest = pins.load(path)
+    manifest = manifest_override[0] if manifest_override else pins.load(path)
     v = pins.select_variant(manifest, variant)
     lock = lock_override or lockfile.read(lockfile.lock_path(path))
     if lock is not None and lock.stack != manifest.stack:
         raise UsageError(f"{lockfile.lock_path(path)} is the lock of stack {lock.stack!r}, not {manifest.stack!r}",
                          fix=f"re-create it with `buildctl lock {manifest.stack}`")
     vlock = lock.variants.get(v.name) if lock else None
-    stale = lock is not None and lock.manifest_sha256 != pins.manifest_sha256(path)
+    sha = manifest_override[1] if manifest_override else pins.manifest_sha256(path)
+    stale = lock is not None and lock.manifest_sha256 != sha
     templates = render.load_templates(project / "images")
     if profile is not None:
         if manifest.entrypoint is None:

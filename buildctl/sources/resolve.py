@@ -250,3 +250,27 @@ def gitlinks(cache: Mirrors, url: str, commit: str) -> dict[str, str]:
         cache.ensure(url, mirror, [commit], pulls=True, what="superproject")
         return parse_ls_tree_gitlinks(
             cache.git.run(["ls-tree", "-r", "-z", "--full-tree", commit, "--"], git_dir=mirror, what="list tree").out)
+
+
+def first_parent(cache: Mirrors, url: str, old: str, new: str) -> list[CommitInfo]:
+    """The first-parent history from ``old`` (excluded) to ``new`` (included), oldest first (`buildctl bisect`).
+    ``old`` must be an ancestor of ``new``."""
+    for sha in (old, new):
+        if not is_sha(sha, min_len=40):
+            raise SourceError(f"{sha!r} is not a full commit SHA")
+    with cache.locked(url) as mirror:
+        cache.ensure(url, mirror, [old, new], pulls=True, what="to bisect between them")
+        contained = cache.git.run(["merge-base", "--is-ancestor", old, new], git_dir=mirror, check=False,
+                                  what="check ancestry")
+        if contained.rc == 1:
+            raise SourceError(f"{old[:12]} is not an ancestor of {new[:12]} in {cache.git.display(url)}",
+                              why="the two commits are on diverged histories: there is no range to bisect",
+                              fix="give a good and a bad lock whose commits are on one branch")
+        if contained.rc != 0:
+            raise SourceError(f"cannot check whether {old[:12]} is an ancestor of {new[:12]}",
+                              why=last_lines(contained.err))
+        r = cache.git.run(["rev-list", "--first-parent", "--reverse", f"{old}..{new}", "--"], git_dir=mirror,
+                          what="list first-parent history")
+        shas = [s for s in r.out.split() if is_sha(s, min_len=40)]
+        infos = {i.sha: i for i in _commit_infos(cache, mirror, shas)} if shas else {}
+        return [infos[s] for s in shas]

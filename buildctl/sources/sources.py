@@ -95,6 +95,10 @@ class Sources:
         """The commit ``branch`` points at now."""
         return resolve.branch_head(self.mirrors, self.url(repo), branch)
 
+    def first_parent(self, repo: str, old: str, new: str) -> list[resolve.CommitInfo]:
+        """The first-parent history from ``old`` (excluded) to ``new`` (included), oldest first."""
+        return resolve.first_parent(self.mirrors, self.url(repo), old, new)
+
     def pr_head(self, repo: str, number: int) -> str:
         """The head commit of PR ``number`` now (``refs/pull/N/head``, as GitHub publishes it)."""
         return resolve.pr_head(self.mirrors, self.url(repo), number)
