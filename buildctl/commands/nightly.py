@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--registry", help="registry to push to (default: config `registry`, then the manifest's)")
     p.add_argument("--jobs", type=int, default=2, metavar="N", help="nodes built at once (default 2)")
     p.add_argument("--no-push", action="store_true", help="lock and build only")
+    p.add_argument("--bump", action="append", default=[], metavar="STACK",
+                   help="first bump this stack's branch components (as `buildctl bump STACK --no-push`: written only "
+                        "past a green build); a red bump fails the stack's nightly and moves no tag (repeatable)")
     p.add_argument("--report-dir", type=Path, help="where the reports go (default: <cache>/reports/nightly)")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the Markdown page")
     p.set_defaults(func=handle)
@@ -43,7 +46,11 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
         state = "ok" if r.ok else "FAILED at " + next(s.stage for s in r.stages if s.status == "failed")
         ctx.ui.info(f"nightly {r.stack}/{r.variant}: {state}")
 
-    report, path = nightly.run(steps, todo, report_dir=report_dir, push=not args.no_push, on_result=said)
+    unknown = sorted(set(args.bump) - {stack for stack, _v, _d in todo})
+    if unknown:
+        raise UsageError(f"--bump {unknown[0]}: the nightly does not run that stack", fix="name it as a STACK too")
+    report, path = nightly.run(steps, todo, report_dir=report_dir, push=not args.no_push, on_result=said,
+                               bumper=steps, bump_stacks=args.bump)
     if args.json:
         ctx.ui.json(report.to_json())
     else:

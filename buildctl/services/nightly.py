@@ -31,12 +31,13 @@ from typing import Any, Literal, Protocol
 
 from buildctl.config import Config
 from buildctl.errors import BuildctlError
+from buildctl.lock import lockfile
 from buildctl.manifest import pins
 from buildctl.safepath import write_atomic
-from buildctl.services import building, lintargs, locking, publishing, target, wiring
+from buildctl.services import building, bumping, lintargs, lockarchive, locking, publishing, target, wiring
 from buildctl.ui import UI
 
-Stage = Literal["lock", "build", "push", "promote"]
+Stage = Literal["bump", "lock", "build", "push", "promote"]
 Status = Literal["ok", "failed", "skipped"]
 STAGES: tuple[Stage, ...] = ("lock", "build", "push", "promote")
 SCHEMA = 1
@@ -138,6 +139,19 @@ class Steps(Protocol):
     def push(self, stack: str, variant: str, *, tags: Sequence[str], moving: Sequence[str]) -> PushStep: ...
 
 
+@dataclass(frozen=True, kw_only=True)
+class BumpStep:
+    """A gated bump of a stack before its nightly (`nightly --bump STACK`): bumping.bump's outcome."""
+
+    ok: bool
+    summary: str
+    fix: str = ""
+
+
+class Bumper(Protocol):
+    def bump(self, stack: str) -> BumpStep: ...
+
+
 def immutable_tags(stack: str, variant: str, lock_hash: str, day: str, *, default_variant: bool) -> tuple[str, ...]:
     tags = [f"{stack}-{variant}-{lock_hash[:16]}", f"{variant}-nightly-{day}"]
     if default_variant:
@@ -173,10 +187,17 @@ def _stage(stage: Stage, started: float, summary: str, status: Status = "ok", fi
 
 
 def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_variant: bool, push: bool,
-                previous: Mapping[str, Any] | None) -> VariantRun:
-    """The four stages for one variant; the first failure ends it and the rest are reported skipped."""
+                previous: Mapping[str, Any] | None, bumped: BumpStep | None = None) -> VariantRun:
+    """The four stages for one variant; the first failure ends it and the rest are reported skipped. A red
+    bump of the stack (``bumped``) is a failure before them: nothing is built or moved that day."""
     r = VariantRun(stack=stack, variant=variant)
     stages: list[StageResult] = []
+    if bumped is not None:
+        stages.append(StageResult(stage="bump", status="ok" if bumped.ok else "failed", summary=bumped.summary,
+                                  fix=bumped.fix))
+        if not bumped.ok:
+            stages += [StageResult(stage=s, status="skipped", summary="bump failed") for s in STAGES]
+            return replace(r, stages=tuple(stages), since_previous=since_previous(previous, r))
 
     def fail(stage: Stage, started: float, exc: BuildctlError) -> VariantRun:
         why = f" ({exc.why})" if exc.why else ""
@@ -246,16 +267,25 @@ def previous_runs(report_dir: Path) -> dict[tuple[str, str], Mapping[str, Any]]:
 
 def run(steps: Steps, targets: Sequence[tuple[str, str, bool]], *, report_dir: Path, push: bool = True,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        on_result: Callable[[VariantRun], None] = lambda _r: None) -> tuple[NightlyReport, Path]:
-    """Run every (stack, variant, is_default_variant); write the JSON + Markdown reports; return both."""
+        on_result: Callable[[VariantRun], None] = lambda _r: None, bumper: Bumper | None = None,
+        bump_stacks: Sequence[str] = ()) -> tuple[NightlyReport, Path]:
+    """Run every (stack, variant, is_default_variant); write the JSON + Markdown reports; return both.
+    ``bump_stacks``: stacks whose branch components ``bumper`` bumps (gated) once, before their first variant."""
     start = clock()
     stamp = start.strftime("%Y%m%dT%H%M%SZ")
     previous = previous_runs(report_dir)
     report = NightlyReport(started=start.isoformat(timespec="seconds"))
     results: list[VariantRun] = []
+    bumps: dict[str, BumpStep] = {}
     for stack, variant, default in targets:
+        if bumper is not None and stack in bump_stacks and stack not in bumps:
+            try:
+                bumps[stack] = bumper.bump(stack)
+            except BuildctlError as exc:
+                bumps[stack] = BumpStep(ok=False, summary=f"{exc.what}{f' ({exc.why})' if exc.why else ''}",
+                                        fix=exc.fix)
         result = run_variant(steps, stack, variant, day=start.strftime("%Y%m%d"), default_variant=default,
-                             push=push, previous=previous.get((stack, variant)))
+                             push=push, previous=previous.get((stack, variant)), bumped=bumps.get(stack))
         results.append(result)
         on_result(result)
     report = replace(report, runs=tuple(results), finished=clock().isoformat(timespec="seconds"))
@@ -318,9 +348,17 @@ class RealSteps:
     registry: str | None
     jobs: int
 
+    def bump(self, stack: str) -> BumpStep:
+        done = bumping.bump(self.project, self.config, stack, (), registry=self.registry, jobs=self.jobs, push=False,
+                            ui=self.ui)
+        return BumpStep(ok=done.ok, summary=done.summary(), fix=done.fix)
+
     def lock(self, stack: str, variant: str) -> LockStep:
-        done = locking.relock_variant(pins.find(self.project / "pins", stack), variant, wiring.resolvers(self.config),
-                                      self.config)
+        path = pins.find(self.project / "pins", stack)
+        done = locking.relock_variant(path, variant, wiring.resolvers(self.config), self.config)
+        lock = lockfile.read(lockfile.lock_path(path))
+        if lock is not None:
+            lockarchive.keep(self.config, lock)  # the lock this night builds from, filed by its hash
         return LockStep(lock_hash=done.lock_hash, drift=done.drift, written=done.written)
 
     def build(self, stack: str, variant: str) -> BuildStep:
@@ -351,6 +389,9 @@ class RealSteps:
         _t, report = publishing.publish(self.project, self.config, t, registry_arg=self.registry,
                                         say=self.ui.info, warn=self.ui.warn, moving=moving, promote=bool(moving),
                              extra_tags=tags)
+        if report.ok and report.pushed and t.lock is not None:  # the lock beside the image it built
+            final = report.pushed[-1]
+            lockarchive.attach(self.config, final.target, final.digest, t.lock, variant)
         return PushStep(
             pushed={p.target: p.digest for p in report.pushed},
             promoted=tuple(p.target for p in report.promoted),

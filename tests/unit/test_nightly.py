@@ -127,3 +127,38 @@ def test_unchanged_nightly_says_nothing_changed(tmp_path: Path) -> None:
     report, _ = nightly.run(FakeSteps(), [("demo", "default", True)], report_dir=tmp_path,
                             clock=lambda: datetime(2026, 12, 1, 2, 0, tzinfo=UTC))
     assert report.runs[0].since_previous == ("nothing: every node key is the same as last night",)
+
+
+@dataclass
+class FakeBumper:
+    ok: bool
+    calls: list[str] = field(default_factory=list)
+
+    def bump(self, stack: str) -> nightly.BumpStep:
+        self.calls.append(stack)
+        if not self.ok:
+            return nightly.BumpStep(ok=False, summary=f"{stack}: bump refused, smoke of default failed (check imports)",
+                                    fix="fix the branch")
+        return nightly.BumpStep(ok=True, summary=f"{stack}: bumped fastmath aaaa..bbbb")
+
+
+def test_a_green_bump_runs_once_per_stack_before_its_variants(tmp_path: Path) -> None:
+    steps, bumper = FakeSteps(), FakeBumper(ok=True)
+    report, _ = nightly.run(steps, [("demo", "default", True), ("demo", "other", False), ("x", "v", True)],
+                            report_dir=tmp_path, clock=clock, bumper=bumper, bump_stacks=["demo"])
+    assert bumper.calls == ["demo"]
+    assert report.ok
+    assert [s.stage for s in report.runs[0].stages] == ["bump", "lock", "build", "push", "promote"]
+    assert [s.stage for s in report.runs[2].stages] == ["lock", "build", "push", "promote"]  # not asked to bump
+    assert any(c[-1] == "nightly" for c in steps.calls if c[0] == "push")
+
+
+def test_a_red_bump_is_a_red_day_for_its_stack_and_nothing_moves(tmp_path: Path) -> None:
+    steps, bumper = FakeSteps(), FakeBumper(ok=False)
+    report, _ = nightly.run(steps, [("demo", "default", True)], report_dir=tmp_path, clock=clock, bumper=bumper,
+                            bump_stacks=["demo"])
+    assert not report.ok
+    assert [(s.stage, s.status) for s in report.runs[0].stages] == [
+        ("bump", "failed"), ("lock", "skipped"), ("build", "skipped"), ("push", "skipped"), ("promote", "skipped")]
+    assert not [c for c in steps.calls if c[0] in ("push", "build")]  # no tag pushed or moved
+    assert "**bump failed**: demo: bump refused" in (tmp_path / "latest.md").read_text()
