@@ -50,6 +50,8 @@ COMMANDS = {
     "push": "buildctl.commands.ship",
     "nightly": "buildctl.commands.nightly",
     "repro": "buildctl.commands.repro",
+    "bump": "buildctl.commands.bump",
+    "bisect": "buildctl.commands.bisect",
 }
 
 
