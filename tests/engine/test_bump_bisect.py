@@ -217,8 +217,10 @@ def test_a_bump_that_fails_the_smoke_gate_changes_nothing_and_names_check_and_ra
     assert f"{start[:12]}..{state.second[-1][:12]}" in report["summary"] and "nothing was changed" in report["summary"]
     assert state.manifest.read_bytes() == manifest and state.lock.read_bytes() == lock
     assert engine.registry_digest(f"{state.public}:latest") == latest
-    assert not [r for r in report["pushed"]]
-    state.results["bad_hash"] = report["lock_hashes"]["default"]
+    assert report["pushed"] == {}
+    bad_hash = report["lock_hashes"]["default"]
+    assert engine.registry_digest(f"{state.public}:demo-default-{bad_hash[:16]}") is None  # nothing pushed either
+    state.results["bad_hash"] = bad_hash
 
 
 def test_bisect_names_the_planted_commit_within_five_builds_of_the_component(state: State) -> None:
