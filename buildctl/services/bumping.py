@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from buildctl.build import smoke
 from buildctl.build.smoke import SmokeEngine
@@ -40,6 +40,9 @@ from buildctl.manifest.model import Component, Manifest
 from buildctl.safepath import write_atomic, write_atomic_both
 from buildctl.services import building, lockarchive, publishing, target, wiring
 from buildctl.ui import UI, NodeProgress
+
+if TYPE_CHECKING:
+    from buildctl.sources.sources import Sources
 
 MOVING = ("latest",)
 
@@ -154,12 +157,11 @@ class Candidate:
     changed_lines: tuple[int, ...]
 
 
-def candidate(path: Path, text: str, old: Lock, moved: Sequence[Moved], config: Config) -> Candidate:
-    """The manifest text with the moved commits, and the lock with those components re-resolved (pure of I/O but git)."""
+def candidate(path: Path, text: str, old: Lock, moved: Sequence[Moved], sources: Sources) -> Candidate:
+    """The manifest text with the moved commits, and the lock with those components re-resolved (git only)."""
     new_text = edit.apply(text, [edit.Edit(path=("components", m.component, "commit"), value=m.new) for m in moved],
                           str(path))
     manifest = pins.load_text(new_text, str(path), path.parent)
-    sources = wiring.sources(config, base_dir=path.parent)
     locked = {m.component: resolve_component(manifest.component(m.component), sources, path.parent) for m in moved}
     now = datetime.now(UTC).isoformat(timespec="seconds")
     variants = {n: dataclasses.replace(v, components={**v.components, **locked}, resolved_at=now)
@@ -182,9 +184,8 @@ def _current(path: Path, text: str, stack: str) -> Lock:
     return old
 
 
-def heads(path: Path, manifest: Manifest, old: Lock, chosen: Sequence[Component], config: Config) -> list[Moved]:
+def heads(manifest: Manifest, old: Lock, chosen: Sequence[Component], sources: Sources) -> list[Moved]:
     """The branch head of each chosen component, against the commit the lock has (those that moved)."""
-    sources = wiring.sources(config, base_dir=path.parent)
     out = []
     first = old.variants[manifest.default_variant.name] if manifest.default_variant.name in old.variants else \
         next(iter(old.variants.values()))
@@ -206,12 +207,13 @@ def bump(project: Path, config: Config, stack: str, names: Sequence[str], *, reg
     text = path.read_text(encoding="utf-8")
     manifest = pins.load_text(text, str(path), path.parent)
     old = _current(path, text, manifest.stack)
-    moved = heads(path, manifest, old, choose(manifest, names), config)
+    sources = wiring.sources(config, base_dir=path.parent)  # one view of each repository for the whole bump
+    moved = heads(manifest, old, choose(manifest, names), sources)
     report = BumpReport(stack=manifest.stack, moved=tuple(moved))
     if not moved:
         return report
     try:
-        cand = candidate(path, text, old, moved, config)
+        cand = candidate(path, text, old, moved, sources)
     except BuildctlError as exc:
         return _failed(report, "resolve", "", exc, ())
     kept = lockarchive.keep(config, cand.lock)
