@@ -16,6 +16,7 @@ import ipaddress
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -77,6 +78,12 @@ def remove_folder(folder: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -88,10 +95,13 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def second_engine(bridges: list[str] | None = None, folders: list[Path] | None = None) -> Iterator[Engine]:
+def second_engine(bridges: list[str] | None = None, folders: list[Path] | None = None,
+                  tcp: list[str] | None = None) -> Iterator[Engine]:
     """A fresh, empty dockerd beside the shared one; stopped, its bridge and folder removed, on exit.
     ``bridges`` and ``folders``: the bridge's name and the state folder are added to them (for a check
-    that they are gone)."""
+    that they are gone). ``tcp``: the engine also listens on ``tcp://127.0.0.1:PORT`` (a free port), added
+    to it: a builder reached over the network, as a remote one is (plain TCP on loopback only; a real remote
+    builder is reached over TLS or ssh). The Engine yielded is always the unix socket's."""
     dockerd = shutil.which("dockerd") or ("/usr/sbin/dockerd" if Path("/usr/sbin/dockerd").exists() else None)
     if os.geteuid() != 0:
         raise SecondEngineError("a second engine needs root (a bridge and a dockerd)")
@@ -121,12 +131,17 @@ def second_engine(bridges: list[str] | None = None, folders: list[Path] | None =
             _ip("link", "set", bridge, "up")
         (state / "daemon.json").write_text(json.dumps({}))  # not /etc/docker/daemon.json: nothing shared
         sock = state / "docker.sock"
+        hosts = ["--host", f"unix://{sock}"]
+        if tcp is not None:
+            port = _free_port()
+            hosts += ["--host", f"tcp://127.0.0.1:{port}"]
+            tcp.append(f"tcp://127.0.0.1:{port}")
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [dockerd, "--config-file", str(state / "daemon.json"), "--bridge", bridge, "--iptables=false",
                  "--ip-masq=false", "--ip-forward=false", "--data-root", str(state / "root"),
                  "--exec-root", str(state / "exec"), "--pidfile", str(state / "docker.pid"),
-                 "--host", f"unix://{sock}",
+                 *hosts,
                  # only matters where a system containerd runs and both engines would share it
                  "--containerd-namespace", f"buildctl-{tag}",
                  "--containerd-plugins-namespace", f"buildctl-{tag}-plugins"],

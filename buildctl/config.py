@@ -33,7 +33,11 @@ CONFIG_KEYS = {
     "download_mirrors": "BUILDCTL_DOWNLOAD_MIRRORS",
     "network_timeout": "BUILDCTL_NETWORK_TIMEOUT",
     "stall_timeout": "BUILDCTL_STALL_TIMEOUT",
+    "backend": "BUILDCTL_BACKEND",
+    "builders": "BUILDCTL_BUILDERS",
+    "docker_cli": "BUILDCTL_DOCKER_CLI",
 }
+BACKENDS = ("classic", "buildkit")  # how a node's image is built (engine/buildkit.py says which does what)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +94,12 @@ class Config:
     download_mirrors: Mapping[str, str] = field(default_factory=dict)
     network_timeout: float = 10.0
     stall_timeout: float = 60.0  # a push or pull attempt with no bytes moving for this long is retried (3 in all)
+    # the build backend: the classic builder through docker-py, or the engine's BuildKit through a docker CLI
+    # (None: not configured; `build` then uses classic, or buildkit when builders are named)
+    backend: str | None = None
+    # BuildKit builders (syntax.builder_endpoint) a build spreads over; () means the one engine of DOCKER_HOST
+    builders: tuple[str, ...] = ()
+    docker_cli: Path | None = None  # the docker CLI that drives BuildKit (None: the first one found that can)
     cache: CacheLayout
 
 
@@ -156,6 +166,9 @@ _VALUE_RULES: Mapping[str, syntax.Rule] = {
     "pip_index_url": lambda v: syntax.url(v, ("https", "http")),
     "pip_extra_index_urls": lambda v: syntax.url(v, ("https", "http")),
     "registry": _host_path,
+    "backend": lambda v: None if v in BACKENDS else f"is not a build backend ({' or '.join(BACKENDS)})",
+    "builders": syntax.builder_endpoint,
+    "docker_cli": syntax.abs_path,
 }
 # mapping keys: (key rule, value rule)
 _MAP_RULES: Mapping[str, tuple[syntax.Rule, syntax.Rule]] = {
@@ -262,17 +275,25 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
             raise fail(key, f"{v!r} {problem}")
         return v
 
-    extra = values.get("pip_extra_index_urls", ())
-    if isinstance(extra, str):
-        extras = tuple(extra.split())
-    elif isinstance(extra, list | tuple) and all(isinstance(x, str) for x in extra):
-        extras = tuple(extra)
-    else:
-        raise fail("pip_extra_index_urls", f"expected a list of URLs, got {extra!r}")
-    for x in extras:
-        problem = _VALUE_RULES["pip_extra_index_urls"](x)
-        if problem:
-            raise fail("pip_extra_index_urls", f"{x!r} {problem}")
+    def words(key: str) -> tuple[str, ...]:
+        """A list (or, from the environment, words separated by spaces or commas), each checked."""
+        raw = values.get(key, ())
+        if isinstance(raw, str):
+            items = tuple(raw.replace(",", " ").split()) if key == "builders" else tuple(raw.split())
+        elif isinstance(raw, list | tuple) and all(isinstance(x, str) for x in raw):
+            items = tuple(raw)
+        else:
+            raise fail(key, f"expected a list of {'URLs' if key == 'pip_extra_index_urls' else 'endpoints'}, "
+                            f"got {raw!r}")
+        for x in items:
+            problem = _VALUE_RULES[key](x)
+            if problem:
+                raise fail(key, f"{x!r} {problem}")
+        return items
+
+    extras = words("pip_extra_index_urls")
+    builders = words("builders")
+
     def seconds(key: str, default: float) -> float:
         raw = values.get(key, default)
         if isinstance(raw, bool) or not isinstance(raw, int | float | str):
@@ -292,6 +313,7 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
         _xdg("XDG_CACHE_HOME", ".cache", env) / "buildctl"
     )
     ca = string("ca_bundle")
+    cli = string("docker_cli")
     return Config(
         path=path,
         default_stack=string("default_stack") or "deepseek-v3-gb200",
@@ -304,5 +326,8 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
         download_mirrors=mapping("download_mirrors"),
         network_timeout=timeout,
         stall_timeout=stall,
+        backend=string("backend"),
+        builders=builders,
+        docker_cli=Path(cli) if cli else None,
         cache=CacheLayout(root=cache_root),
     )

@@ -230,3 +230,45 @@ def finite(value: float, *, low: float, high: float) -> str | None:
     if not low < value <= high:
         return f"must be more than {low:g} and at most {high:g}, got {value:g}"
     return None
+
+
+# A BuildKit builder's endpoint: the engine (and its BuildKit) behind a docker CLI's -H / DOCKER_HOST.
+ENDPOINT_SCHEMES = ("unix", "tcp", "ssh")
+LOCAL_ENDPOINT = "local"  # DOCKER_HOST, else the local socket: the engine every other command talks to
+_SOCKET_PATH_RE = re.compile(r"^(/[A-Za-z0-9_.+@-]+)+$")
+_SSH_USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+
+
+def builder_endpoint(value: str) -> str | None:
+    """Where a BuildKit builder is: ``local``, ``unix:///abs/path.sock``, ``tcp://host:port`` or
+    ``ssh://[user@]host[:port]``. It reaches the docker CLI (as DOCKER_HOST) and docker-py, so nothing
+    else: no query, fragment, credentials in a URL, path after a tcp/ssh host, '..', whitespace or '-' first."""
+    bad = control(value)
+    if bad:
+        return bad
+    if value == LOCAL_ENDPOINT:
+        return None
+    schemes = ", ".join(s + "://" for s in ENDPOINT_SCHEMES)
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme not in ENDPOINT_SCHEMES:
+        return f"is not a builder endpoint ({LOCAL_ENDPOINT!r}, or {schemes}...)"
+    if any(c.isspace() for c in value) or any(c in rest for c in "?#\\"):
+        return "must not hold whitespace, '?', '#' or '\\'"
+    if scheme == "unix":
+        if not _SOCKET_PATH_RE.match(rest) or ".." in rest.split("/") or "." in rest.split("/"):
+            return "is not unix:// followed by an absolute, normalised socket path (letters, digits, . _ + @ -)"
+        return None
+    user, at, hostport = rest.rpartition("@")
+    if at and (scheme != "ssh" or not _SSH_USER_RE.match(user)):
+        return ("names a user, which only ssh:// takes (a user name: letters, digits, . _ -)" if scheme != "ssh"
+                else "names a user that is not a plain user name (letters, digits, . _ -; no password)")
+    if "/" in hostport:
+        return f"must name only a host and port after {scheme}:// (no path)"
+    if not HOST_RE.match(hostport) or hostport.startswith("-"):
+        return "names no valid host[:port]"
+    _host, colon, port = hostport.rpartition(":") if not hostport.endswith("]") else (hostport, "", "")
+    if scheme == "tcp" and not colon:
+        return "must name a port: tcp://host:port"
+    if colon and not 0 < int(port) <= PORT_MAX:
+        return f"names port {port}, outside 1-{PORT_MAX}"
+    return None

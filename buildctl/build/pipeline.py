@@ -162,7 +162,8 @@ class _Build:
         if self.s.g.gate and self.s.smoke == "not-run":
             labels = self.s.e0.inspect_image(self.s.ref(final)).labels
             self.s.smoke = "skipped" if labels.get(SMOKE_LABEL) == "skipped" else "passed"
-        return Report(final=self.s.ref(final), nodes=tuple(self.s.results), smoke=self.s.smoke, wheels=dict(self.s.wheels))
+        return Report(final=self.s.ref(final), nodes=tuple(self.s.results), smoke=self.s.smoke, wheels=dict(self.s.wheels),
+                      backend="+".join(dict.fromkeys(e.backend for e in self.s.engines)))
 
     def _actions(self) -> tuple[dict[str, Action], set[str]]:
         """The plan's actions and what it publishes; nothing else decides."""
@@ -178,7 +179,12 @@ class _Build:
         return actions, publish
 
     def _check_platform(self) -> None:
+        """Each engine can build the variant's platform, with its backend (a BuildKit engine needs a docker CLI
+        that drives BuildKit): said before anything is built."""
         for e in self.s.engines:
+            how = e.check_backend()
+            if e.backend != "classic":
+                self.s.progress.node("backend", "checked", f"{e.name}: {how}")
             arch = ArchCheck(variant_platform=self.s.g.platform, engine_platform=e.platform(),
                              emulation=self.s.opt.emulation)
             if not arch.native and arch.emulation is False:

@@ -54,6 +54,7 @@ class NodeResult:
     engine: str
     ref: str
     seconds: float
+    backend: str = ""  # how it was built: classic or buildkit ("" for one cached or pulled)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +63,7 @@ class Report:
     nodes: tuple[NodeResult, ...]
     smoke: Literal["passed", "skipped", "not-run"]
     wheels: Mapping[str, Path] = field(default_factory=dict)
+    backend: str = "classic"  # the engines' backend (classic or buildkit)
 
     def outcome(self, name: str) -> Outcome | None:
         return next((n.outcome for n in self.nodes if n.name == name), None)

@@ -70,7 +70,7 @@ class Steps:
         seconds = time.monotonic() - start
         with self.s.lock:
             self.s.results.append(NodeResult(name=name, outcome=outcome, engine=e.name, ref=self.s.ref(name),
-                                             seconds=seconds))
+                                             seconds=seconds, backend=e.backend if outcome == "built" else ""))
         self.s.progress.node(name, outcome, f"{self.s.ref(name)} on {e.name}")
 
     def ensure(self, e: Engine, name: str) -> None:
@@ -154,7 +154,8 @@ class Steps:
         if self.s.cancelled.is_set():
             raise BuildFailed(f"{node.name}: cancelled", why="the build was interrupted")
         self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(
-            self.s.g, node, built_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), engine=e.name))
+            self.s.g, node, built_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), engine=e.name,
+            backend=e.backend))
         e.tag(part, self.s.ref(node.name))
 
     def _settle_whiteouts(self, e: Engine, node: Node, rendered: render.Rendered, ref: str) -> None:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from buildctl.config import BACKENDS
 from buildctl.errors import UsageError
 from buildctl.services import noop
 
@@ -30,6 +31,18 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "(default: the entrypoint's default_profile; every profile is in the script)")
 
 
+def _backend(p: argparse.ArgumentParser, *, several: bool) -> None:
+    p.add_argument("--backend", choices=BACKENDS,
+                   help="how node images are built: classic (the engine's classic builder, through docker-py) or "
+                        "buildkit (the engine's own BuildKit, through a docker CLI). Default: config `backend`, "
+                        "else buildkit when builders are named, else classic")
+    p.add_argument("--builder", action="append", default=[], metavar="ENDPOINT",
+                   help=("BuildKit builder to build on: local, unix:///PATH, tcp://HOST:PORT or ssh://[USER@]HOST"
+                         "[:PORT] (repeat to spread one build over several; they share nodes and compiles "
+                         "through the registry). Implies --backend buildkit. Default: config `builders`")
+                   if several else "BuildKit builder to ask (the first a build would use); implies --backend buildkit")
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="show the build graph, node keys and what is stale (and why)",
                        description="Every node of a stack's variant with its content key, where its image is "
@@ -37,6 +50,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "it was last built. Works without a lock (keys marked provisional).")
     _common(p)
     p.add_argument("--engine", help="Docker engine to ask (default: DOCKER_HOST or the local socket)")
+    _backend(p, several=False)
     p.add_argument("--json", action="store_true", help="machine-readable result")
     p.set_defaults(func=handle_plan)
 
@@ -52,6 +66,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b.add_argument("--engine", action="append", default=[], metavar="URL",
                    help="Docker engine (repeat to share one build over several; they exchange nodes through the "
                         "registry). Default: DOCKER_HOST or the local socket")
+    _backend(b, several=True)
     b.add_argument("--skip-smoke", action="store_true",
                    help="build the entrypoint without the smoke gate (the image is labelled smoke=skipped)")
     b.add_argument("--dry-run", action="store_true",
@@ -67,7 +82,9 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
 
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
                     profile=args.profile)
-    engine = wiring.engine(ctx.config, args.engine)
+    chosen = wiring.choose_builders(ctx.config, backend=args.backend, engines=[args.engine] if args.engine else [],
+                                    builders=args.builder)
+    engine = wiring.build_engines(ctx.config, chosen)[0]
     try:
         p = building.plan_for(t, engine, ctx.config,
                               emulation=wiring.emulation_registered(engine.address, t.variant.platform))
@@ -82,6 +99,8 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
                         "matches count as unlocked")
     if args.json:
         data = p.to_json()
+        data["backend"] = chosen.backend
+        data["builders"] = [e or "local" for e in chosen.endpoints]
         data["notes"] = notes
         data["lint_args"] = None if lint is None else lint.to_json()
         ctx.ui.json(data)
@@ -90,7 +109,7 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     g = t.graph
     title = (f"{g.stack} / {g.variant} ({g.platform}), "
-             + (f"lock {g.lock_digest[:12]}" if g.lock_digest else "not locked"))
+             + (f"lock {g.lock_digest[:12]}" if g.lock_digest else "not locked") + f", backend {chosen.backend}")
     rows = []
     for n in p.nodes:
         key = n.node.key[:12] + ("*" if n.provisional else "")
@@ -112,6 +131,7 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
         ctx.ui.warn(w)
     for note in notes:
         ctx.ui.print(f"note: {note}")
+    ctx.ui.print(f"build: {chosen.describe()}")
     if lint is not None:
         lint.raise_for_errors()
     return 0
@@ -124,7 +144,8 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
         raise UsageError("--jobs must be at least 1")
     started = time.monotonic()
     req = noop.request(ctx.project, vars(args), engine=args.engine[0] if args.engine else None, env=os.environ)
-    done = None if args.dry_run or len(args.engine) > 1 else noop.cached(req, ctx.config, os.environ)
+    done = None if args.dry_run or len(args.engine) > 1 or len(args.builder) > 1 else noop.cached(req, ctx.config,
+                                                                                              os.environ)
     if done is not None:  # nothing changed: the final image is there, as the plan would find it
         for warning in done.warnings:
             ctx.ui.warn(warning)
@@ -142,12 +163,13 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
 
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
                     skip_smoke=args.skip_smoke, profile=args.profile)
+    chosen = wiring.choose_builders(ctx.config, backend=args.backend, engines=args.engine, builders=args.builder)
     if args.dry_run:
         out = args.out or ctx.config.cache.root / "dry-run" / t.graph.stack / t.graph.variant
         for line in building.prepare_sources(t, wiring.sources(ctx.config, base_dir=t.manifest_path.parent)):
             ctx.ui.print(line)
         # the plan first (what `build` would do, as `buildctl plan` says), then what each node is built from
-        engine = wiring.engine(ctx.config, args.engine[0] if args.engine else None)
+        engine = wiring.build_engines(ctx.config, chosen)[0]
         try:
             p = building.plan_for(t, engine, ctx.config)
         finally:
@@ -159,6 +181,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
         plan_file = out / "plan.json"
         plan_file.write_text(json.dumps(p.to_json(), indent=2, sort_keys=True) + "\n")
         written.append(plan_file)
+        ctx.ui.print(f"build: {chosen.describe()}")
         ctx.ui.print(f"rendered {sum(1 for w in written if w.suffix == '.Dockerfile')} Dockerfile(s) of "
                      f"{t.graph.stack}/{t.graph.variant} into {out}")
         for w in written:
@@ -173,8 +196,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     lintargs.lint_before_build(ctx.config, t, warn)
     # the engines' clients are made inside: they pull and push nodes with BUILDCTL_REGISTRY_AUTH, as `push` does
     with wiring.registry_credentials(t.registry, os.environ):
-        engines = [wiring.engine(ctx.config, url, name=f"engine{i}" if len(args.engine) > 1 else "default")
-                   for i, url in enumerate(args.engine or [None])]
+        engines = wiring.build_engines(ctx.config, chosen)
         options = pipeline.Options(jobs=args.jobs, skip_smoke=args.skip_smoke,
                                    emulation=wiring.emulation_registered(engines[0].address, t.variant.platform))
         try:
@@ -190,5 +212,5 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     built = report.built
     ctx.ui.line(f"{t.graph.stack}/{t.graph.variant}: {report.final}")
     ctx.ui.line(f"  built {len(built)} node(s)" + (f" ({', '.join(built)})" if built else "")
-                + f", smoke {report.smoke}, {time.monotonic() - started:.1f}s")
+                + f" with the {report.backend} backend, smoke {report.smoke}, {time.monotonic() - started:.1f}s")
     return 0

@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from buildctl.build import pipeline
+from buildctl.config import BACKENDS
 from buildctl.errors import ReproFailed, UsageError
 from buildctl.repro import audit, repro
 from buildctl.services import reprorun, target, wiring
@@ -40,6 +41,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--keep", action="store_true", help="keep both builds' images, caches and saved archives")
     p.add_argument("--jobs", type=int, default=2, metavar="N", help="nodes built at once in each build (default 2)")
     p.add_argument("--engine", metavar="URL", help="Docker engine (default: DOCKER_HOST or the local socket)")
+    p.add_argument("--backend", choices=BACKENDS,
+                   help="how both builds build: classic or buildkit (default: config `backend`, else classic)")
     p.set_defaults(func=handle)
 
 
@@ -80,7 +83,7 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
         raise UsageError("--audit-only builds nothing: --relock and --keep do not apply")
     if args.audit_only:
         return _audit_only(args, ctx)
-    engine = wiring.engine(ctx.config, args.engine)
+    engine = wiring.engine(ctx.config, args.engine, backend=args.backend)
     try:
         outcome = reprorun.run(
             project=ctx.project, config=ctx.config, stack=args.stack, variant=args.variant, engine=engine,
@@ -102,7 +105,7 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
 
 def _print(ui: UI, report: repro.Report, outcome: reprorun.Outcome) -> None:
     mode = "its lock" if report.mode == "lock" else "the manifest, locked afresh for each build"
-    ui.table(f"{report.stack}/{report.variant}: two builds from {mode}, nothing shared",
+    ui.table(f"{report.stack}/{report.variant}: two builds from {mode}, nothing shared, backend {report.backend}",
              ("node", "declared", "result", "cause / what differs"),
              [(n.node, n.level.value if n.level else "-", n.verdict.value + ("" if n.meets_level else "  (FAILS)"),
                ", ".join(c.value for c in n.causes) if n.verdict is repro.Verdict.DIFFERENT

@@ -7,7 +7,8 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import docker
 import docker.errors
@@ -21,6 +22,8 @@ from buildctl.errors import (
     Cancelled,
     EngineError,
 )
+
+Backend = Literal["classic", "buildkit"]
 
 _START_ENGINE_FIX = (
     "start an engine (Debian: `apt-get install docker.io && dockerd >/var/log/dockerd.log 2>&1 &`; "
@@ -50,8 +53,14 @@ class Client:
         stream_timeout: float = 1800.0,
         stall_timeout: float = 60.0,
         attempts: int = 3,
+        backend: Backend = "classic",
+        docker_cli: Path | None = None,
     ) -> None:
         self.name = name
+        # how build() makes an image: the classic builder through docker-py, or the engine's own BuildKit
+        # through a docker CLI (buildkit.py); everything else (run, push, pull, inspect) is docker-py either way
+        self.backend: Backend = backend
+        self.docker_cli = docker_cli
         self._base_url = base_url
         self.timeout = timeout
         self.network_timeout = network_timeout
@@ -69,9 +78,10 @@ class Client:
         # the classic builder's step containers ("---> Running in <id>") of builds still streaming: the
         # engine removes them itself once it sees the client gone (forcerm), a moment later; cancel() waits
         self._step_containers: set[str] = set()
+        self._procs: set[Any] = set()  # the docker CLI processes of running BuildKit builds (cancel() ends them)
 
     def __repr__(self) -> str:
-        return f"Engine(name={self.name!r}, at={self.address!r})"
+        return f"Engine(name={self.name!r}, at={self.address!r}, backend={self.backend!r})"
 
     @property
     def address(self) -> str:
@@ -95,6 +105,8 @@ class Client:
             kwargs: dict[str, Any] = (
                 {"base_url": self._base_url} if self._base_url else dict(kwargs_from_env())
             )
+            if str(kwargs.get("base_url") or "").startswith("ssh://"):
+                kwargs["use_ssh_client"] = True  # the ssh binary, as the docker CLI does (no paramiko)
             if self._version is None:
                 self._check_socket()
                 # A short bound for the version probe: an engine that does not answer it is not usable.
@@ -147,6 +159,11 @@ class Client:
             steps = sorted(self._step_containers)
         for r in responses:
             _cut(r)
+        with self._lock:
+            procs = list(self._procs)
+        for proc in procs:  # a BuildKit build's CLI: the engine cancels the solve once its session ends
+            with suppress(OSError):
+                proc.terminate()
         removed = []
         for cid in cids:
             if self._remove_container(cid):

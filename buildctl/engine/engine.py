@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import io
 import re
+import subprocess
 import tarfile
 import tempfile
 import time
@@ -46,6 +47,7 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
+from buildctl.engine import buildkit
 from buildctl.engine.client import _explanation
 from buildctl.engine.transfer import Transfers
 from buildctl.engine.values import PART_REPOSITORY, RUN_LABEL, Mount, Progress, RunResult, split_ref
@@ -151,42 +153,15 @@ class Engine(Transfers):
                     on_log(line)
 
         try:
-            with self._errors(f"build of {tag}", fix=f"check the Dockerfile {context_dir / dockerfile}"), \
-                    self._stream():
-                stream = self._api().build(
-                    path=str(context_dir),
-                    dockerfile=dockerfile,
-                    tag=tag,
-                    labels=dict(labels),
-                    buildargs=dict(buildargs) if buildargs else None,
-                    network_mode=network_mode,
-                    rm=True,
-                    forcerm=True,
-                    nocache=nocache,
-                    decode=True,
-                    timeout=self.stream_timeout,
-                )
-                for chunk in stream:
-                    if "error" in chunk:
-                        # Keep reading: the engine ends the stream itself after the error.
-                        text = str(chunk.get("error") or chunk.get("errorDetail", {}).get("message", ""))
-                        error = error or text
-                        emit(text.rstrip("\n") + "\n")
-                        continue
-                    if "stream" in chunk:
-                        text = str(chunk["stream"])
-                        for m in _STEP_CONTAINER.finditer(text):
-                            with self._lock:
-                                (self._step_containers.discard if m.group(1) else self._step_containers.add)(
-                                    m.group(2))
-                            steps.add(m.group(2))
-                        emit(text)
-                    elif "status" in chunk and not (chunk.get("progressDetail") or {}).get("current"):
-                        # A base pulled during the build: its state changes, not every progress tick.
-                        emit(str(Progress(status=str(chunk["status"]), layer=str(chunk.get("id", "")))) + "\n")
-                    aux = chunk.get("aux")
-                    if isinstance(aux, dict) and "ID" in aux:
-                        image_id = str(aux["ID"])
+            if self.backend == "buildkit":
+                image_id, error = self._build_buildkit(context_dir=context_dir, dockerfile=dockerfile, tag=tag,
+                                                       labels=labels, buildargs=buildargs, network_mode=network_mode,
+                                                       nocache=nocache, emit=emit)
+            else:
+                image_id, error = self._build_classic(context_dir=context_dir, dockerfile=dockerfile, tag=tag,
+                                                      labels=labels, buildargs=buildargs,
+                                                      network_mode=network_mode, nocache=nocache, emit=emit,
+                                                      steps=steps)
             if partial:
                 emit("\n")
         except EngineError as exc:
@@ -215,6 +190,80 @@ class Engine(Transfers):
                 fix=f"read {log_file}, correct the step that failed, and build again",
             )
         return image_id
+
+    def _build_classic(self, *, context_dir: Path, dockerfile: str, tag: str, labels: Mapping[str, str],
+                       buildargs: Mapping[str, str] | None, network_mode: str | None, nocache: bool,
+                       emit: Callable[[str], None], steps: set[str]) -> tuple[str, str]:
+        """The classic builder through docker-py's build stream; returns (image id, error)."""
+        image_id = ""
+        error = ""
+        with self._errors(f"build of {tag}", fix=f"check the Dockerfile {context_dir / dockerfile}"), \
+                self._stream():
+            stream = self._api().build(
+                path=str(context_dir),
+                dockerfile=dockerfile,
+                tag=tag,
+                labels=dict(labels),
+                buildargs=dict(buildargs) if buildargs else None,
+                network_mode=network_mode,
+                rm=True,
+                forcerm=True,
+                nocache=nocache,
+                decode=True,
+                timeout=self.stream_timeout,
+            )
+            for chunk in stream:
+                if "error" in chunk:
+                    # Keep reading: the engine ends the stream itself after the error.
+                    text = str(chunk.get("error") or chunk.get("errorDetail", {}).get("message", ""))
+                    error = error or text
+                    emit(text.rstrip("\n") + "\n")
+                    continue
+                if "stream" in chunk:
+                    text = str(chunk["stream"])
+                    for m in _STEP_CONTAINER.finditer(text):
+                        with self._lock:
+                            (self._step_containers.discard if m.group(1) else self._step_containers.add)(
+                                m.group(2))
+                        steps.add(m.group(2))
+                    emit(text)
+                elif "status" in chunk and not (chunk.get("progressDetail") or {}).get("current"):
+                    # A base pulled during the build: its state changes, not every progress tick.
+                    emit(str(Progress(status=str(chunk["status"]), layer=str(chunk.get("id", "")))) + "\n")
+                aux = chunk.get("aux")
+                if isinstance(aux, dict) and "ID" in aux:
+                    image_id = str(aux["ID"])
+        return image_id, error
+
+    def _build_buildkit(self, *, context_dir: Path, dockerfile: str, tag: str, labels: Mapping[str, str],
+                        buildargs: Mapping[str, str] | None,
+                        network_mode: str | None, nocache: bool, emit: Callable[[str], None]) -> tuple[str, str]:
+        """The engine's own BuildKit through a docker CLI (buildkit.py); returns (image id, error)."""
+        if self._cancelled.is_set():
+            raise Cancelled(f"build of {tag}: cancelled", why="the build was interrupted")
+        cli = buildkit.find_cli(self.docker_cli)
+
+        def started(proc: subprocess.Popen[bytes]) -> None:
+            with self._lock:
+                self._procs.add(proc)
+
+        def stopped(proc: subprocess.Popen[bytes]) -> None:
+            with self._lock:
+                self._procs.discard(proc)
+
+        image_id, error = buildkit.build(cli, address=self.address, context_dir=context_dir, dockerfile=dockerfile,
+                                         tag=tag, labels=labels, buildargs=buildargs, network_mode=network_mode, nocache=nocache,
+                                         emit=emit, started=started, stopped=stopped, silence_s=self.stream_timeout)
+        if self._cancelled.is_set():
+            raise Cancelled(f"build of {tag}: cancelled", why="the build was interrupted")
+        return image_id, error
+
+    def check_backend(self) -> str:
+        """Say how this engine builds; raise EngineError when its backend cannot build here (before a build starts)."""
+        if self.backend == "classic":
+            return "classic (the engine's classic builder, through docker-py)"
+        cli = buildkit.find_cli(self.docker_cli)
+        return f"buildkit (the engine's own BuildKit, through {cli.describe()})"
 
     # -- containers
 

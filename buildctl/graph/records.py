@@ -38,23 +38,24 @@ class NodeRecord:
     inputs: Mapping[str, Any]
     built_at: str = ""  # informational
     engine: str = ""  # informational: which engine built it
+    backend: str = ""  # informational: how (classic or buildkit; "" for a pull, or a record from before backends)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "node": self.node, "kind": self.kind, "key": self.key,
                 "parents": dict(self.parents), "template": self.template, "inputs": self.inputs,
-                "built_at": self.built_at, "engine": self.engine}
+                "built_at": self.built_at, "engine": self.engine, "backend": self.backend}
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> NodeRecord:
         return NodeRecord(node=data["node"], kind=data["kind"], key=data["key"], parents=dict(data["parents"]),
                           template=data["template"], inputs=data["inputs"], built_at=data.get("built_at", ""),
-                          engine=data.get("engine", ""))
+                          engine=data.get("engine", ""), backend=data.get("backend", ""))
 
     @staticmethod
-    def of(graph: Graph, node: Node, *, built_at: str = "", engine: str = "") -> NodeRecord:
+    def of(graph: Graph, node: Node, *, built_at: str = "", engine: str = "", backend: str = "") -> NodeRecord:
         return NodeRecord(node=node.name, kind=node.kind, key=node.key,
                           parents={p: graph.node(p).key for p in node.parents}, template=node.template,
-                          inputs=node.inputs, built_at=built_at, engine=engine)
+                          inputs=node.inputs, built_at=built_at, engine=engine, backend=backend)
 
 
 class RecordStore:

@@ -402,6 +402,7 @@ class Report:
     nodes: tuple[NodeReport, ...]
     audit: tuple[dict[str, Any], ...] = ()  # the input audit's findings (audit.Finding.to_json())
     notes: tuple[str, ...] = ()
+    backend: str = "classic"  # how both builds built their images (classic or buildkit)
 
     @property
     def failures(self) -> list[NodeReport]:
@@ -410,7 +411,7 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         return {"schema": REPORT_SCHEMA, "stack": self.stack, "variant": self.variant, "mode": self.mode,
                 "ok": not self.failures, "nodes": [n.to_json() for n in self.nodes], "audit": list(self.audit),
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "backend": self.backend}
 
 
 def render_text(report: Report, *, limit: int = 12) -> list[str]:

@@ -79,6 +79,12 @@ class Outcome:
     refs: dict[str, dict[str, str]]  # side -> node -> image reference (removed unless keep)
 
 
+BUILDKIT_MTIMES = ("built with the buildkit backend: the engine's BuildKit (Docker 20.10's) gives the folders a COPY "
+                   "writes into, where the parent has them, the time of the build, and a RUN below such a folder "
+                   "copies it up with that time; the files are the same, so nodes declared bit reach semantic "
+                   "(README, Reproducibility; the classic backend reaches bit)")
+
+
 def run_id() -> str:
     """Time and a random suffix, all lower case: it is part of image names."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
@@ -273,8 +279,11 @@ def run(*, project: Path, config: Config, stack: str, variant: str | None, engin
         floating = audit.floating_by_node(findings, graphs["a"])
         nodes = compare(engine, graphs, {s: {**refs[s], "base": bases[s]} for s in SIDES},
                         levels=dict(t0.manifest.repro.levels), floating=floating, saves=saves)
+        if engine.backend == "buildkit" and any(
+                n.level is ReproLevel.BIT and n.verdict is repro.Verdict.SEMANTIC for n in nodes):
+            notes.append(BUILDKIT_MTIMES)
         report = repro.Report(stack=t0.graph.stack, variant=t0.graph.variant, mode=options.mode, nodes=tuple(nodes),
-                              audit=tuple(f.to_json() for f in findings), notes=tuple(notes))
+                              audit=tuple(f.to_json() for f in findings), notes=tuple(notes), backend=engine.backend)
         report_file = write_report(report, config.cache.reports / "repro",
                                    f"{t0.graph.stack}-{t0.graph.variant}-{rid}.json")
     return Outcome(report=report, report_file=report_file, run_dir=run_dir, refs=refs)

@@ -6,11 +6,14 @@ Commands and services ask here instead of constructing them (or importing anothe
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl.config import Config
+from buildctl import syntax
+from buildctl.config import BACKENDS, Config
+from buildctl.errors import UsageError
 from buildctl.lock.resolvers import Resolvers
 from buildctl.registry import credentials
 
@@ -21,11 +24,71 @@ if TYPE_CHECKING:
     from buildctl.sources.sources import Sources
 
 
-def engine(config: Config, url: str | None = None, name: str = "default") -> Engine:
-    """A Docker engine client (``url`` None: DOCKER_HOST or the local socket)."""
+def engine(config: Config, url: str | None = None, name: str = "default", backend: str | None = None) -> Engine:
+    """A Docker engine client (``url`` None: DOCKER_HOST or the local socket) that builds with ``backend``
+    (None: the configuration's, else classic)."""
     from buildctl.engine.engine import Engine
 
-    return Engine(url, name=name, network_timeout=config.network_timeout, stall_timeout=config.stall_timeout)
+    chosen = backend or config.backend or "classic"
+    assert chosen in BACKENDS, chosen  # checked where it was read (config.py, the commands' choices)
+    return Engine(url, name=name, network_timeout=config.network_timeout, stall_timeout=config.stall_timeout,
+                  backend="buildkit" if chosen == "buildkit" else "classic", docker_cli=config.docker_cli)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Builders:
+    """Which engines a build runs on and how they build (``choose_builders``)."""
+
+    backend: str  # config.BACKENDS
+    endpoints: tuple[str | None, ...]  # None: DOCKER_HOST, else the local socket
+    source: str  # where the list came from, for `plan` and `build` to say
+
+    def names(self) -> list[str]:
+        return [f"engine{i}" if len(self.endpoints) > 1 else "default" for i in range(len(self.endpoints))]
+
+    def describe(self) -> str:
+        where = ", ".join(e or "the local engine (DOCKER_HOST or the socket)" for e in self.endpoints)
+        return f"backend {self.backend} on {where} ({self.source})"
+
+
+def choose_builders(config: Config, *, backend: str | None = None, engines: Sequence[str] = (),
+                    builders: Sequence[str] = ()) -> Builders:
+    """The engines and backend of a build, from `--backend`, `--engine` and `--builder` and the configuration
+    (``backend``, ``builders``). ``--builder`` names BuildKit builders (endpoints: syntax.builder_endpoint),
+    ``--engine`` engines; never both. The backend is the flag's, else the configuration's, else buildkit where
+    builders are named and classic otherwise. The configuration's builders apply when the backend is buildkit and
+    no --engine is given."""
+    if engines and builders:
+        raise UsageError("--engine and --builder both name where to build: give one of them",
+                         fix="--builder ENDPOINT for BuildKit builders (repeatable), --engine URL for engines")
+    for b in builders:
+        problem = syntax.builder_endpoint(b)
+        if problem:
+            raise UsageError(f"--builder {b!r} {problem}",
+                             fix="e.g. --builder local, --builder unix:///var/run/docker.sock, "
+                                 "--builder tcp://10.0.0.5:2376, --builder ssh://builder@host")
+    if backend is not None and backend not in BACKENDS:
+        raise UsageError(f"--backend {backend!r} is not a build backend", fix=f"use one of {', '.join(BACKENDS)}")
+    if builders and backend == "classic":
+        raise UsageError("--builder names BuildKit builders, and --backend classic builds without BuildKit",
+                         fix="drop --backend classic, or name the engines with --engine URL")
+    chosen = backend or config.backend or ("buildkit" if builders or (config.builders and not engines) else "classic")
+    if builders:
+        listed, source = list(builders), "--builder"
+    elif engines:
+        listed, source = list(engines), "--engine"
+    elif chosen == "buildkit" and config.builders:
+        listed, source = list(config.builders), f"builders in {config.path or 'the configuration'}"
+    else:
+        listed, source = [syntax.LOCAL_ENDPOINT], "the default engine"
+    return Builders(backend=chosen, endpoints=tuple(None if e == syntax.LOCAL_ENDPOINT else e for e in listed),
+                    source=source)
+
+
+def build_engines(config: Config, chosen: Builders) -> list[Engine]:
+    """One Engine per endpoint of ``chosen``, each building with its backend."""
+    return [engine(config, url, name=name, backend=chosen.backend)
+            for url, name in zip(chosen.endpoints, chosen.names(), strict=True)]
 
 
 def sources(config: Config, base_dir: Path | None = None) -> Sources:

@@ -7,7 +7,8 @@ sets BUILDCTL_REQUIRE_ENGINE=1, so that a missing piece fails these tests instea
 The engine is shared with other people's work: tests remove exactly what they made (image_cleanup),
 never prune, and never stop or reconfigure it. ``second_engine`` is a separate dockerd (bench/engine2.py,
 the one helper of bench and tests) with its own bridge, data-root, exec-root, pidfile and socket, torn
-down at the end of the session with nothing left behind.
+down at the end of the session with nothing left behind; ``second_builder`` is the same dockerd's TCP
+endpoint on 127.0.0.1 (a remote builder, as --builder names one).
 """
 
 from __future__ import annotations
@@ -147,16 +148,31 @@ def image_cleanup(engine: Engine) -> Iterator[ImageCleanup]:
 
 
 @pytest.fixture(scope="session")
-def second_engine() -> Iterator[Engine]:
+def _second() -> Iterator[tuple[Engine, str]]:
     """A second dockerd beside the shared one (bench/engine2.py, the bench's own helper): its own bridge,
-    data-root, exec-root, pidfile and socket, stopped and its folder removed at the end of the session."""
+    data-root, exec-root, pidfile and socket, also listening on 127.0.0.1 TCP; stopped and its folder removed at
+    the end of the session. (the Engine on its socket, its ``tcp://127.0.0.1:PORT`` endpoint)"""
     with contextlib.ExitStack() as stack:
+        tcp: list[str] = []
         try:
-            eng = stack.enter_context(engine2.second_engine())
+            eng = stack.enter_context(engine2.second_engine(tcp=tcp))
         except engine2.SecondEngineError as exc:
             problem = str(exc)
         else:
             problem = ""
         if problem:  # outside the except block: the message alone, no chained traceback
             unavailable(problem)
-        yield eng
+        yield eng, tcp[0]
+
+
+@pytest.fixture(scope="session")
+def second_engine(_second: tuple[Engine, str]) -> Engine:
+    """The second engine, through its unix socket."""
+    return _second[0]
+
+
+@pytest.fixture(scope="session")
+def second_builder(_second: tuple[Engine, str]) -> str:
+    """The same second engine as a builder reached over the network: ``tcp://127.0.0.1:PORT`` (a remote
+    BuildKit builder is another engine's endpoint; buildctl's --builder)."""
+    return _second[1]

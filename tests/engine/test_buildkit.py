@@ -1,0 +1,110 @@
+"""The BuildKit backend against the real engine, the test registry and a second engine reached over TCP.
+
+The demo project, its lock and the build helper are test_build.py's (each test a repository and a cache of
+its own). The BuildKit engine is the shared engine driven by a docker CLI (buildctl/engine/buildkit.py); the
+remote builder is the session's second dockerd (conftest ``second_builder``: ``tcp://127.0.0.1:PORT``), which
+shares nothing with the first but the registry.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from buildctl import cli
+from buildctl.build import smoke
+from buildctl.engine.engine import Engine
+from buildctl.graph.graph import shared_labels
+from buildctl.graph.records import RecordStore, state_root
+from buildctl.services import building, wiring
+from buildctl.sources.sources import Sources
+from tests.engine.test_build import ALL, Demo, Recorder, base_env, demo, demo_lock, outcomes
+
+__all__ = ["demo", "demo_lock"]  # fixtures of test_build.py
+
+
+def plan_json(demo: Demo, capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    capsys.readouterr()
+    assert cli.main(["--project", str(demo.root), "plan", "demo", "--json", *args]) == 0
+    return dict(json.loads(capsys.readouterr().out))
+
+
+def test_buildkit_builds_the_demo_with_the_plans_keys_labels_and_records(
+        demo: Demo, engine: Engine, registry: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # the plan says the backend; its nodes, keys and actions are the same with either
+    classic = plan_json(demo, capsys, "--backend", "classic")
+    shown = plan_json(demo, capsys, "--backend", "buildkit")
+    assert (classic["backend"], shown["backend"]) == ("classic", "buildkit") and shown["builders"] == ["local"]
+    assert [(n["name"], n["key"], n["action"]) for n in shown["nodes"]] == [
+        (n["name"], n["key"], n["action"]) for n in classic["nodes"]]
+
+    bk = Engine(name=engine.name, backend="buildkit")  # the shared engine's own BuildKit (the same run label)
+    reports = demo.config().cache.reports / "smoke"
+    report = demo.build([bk], skip_smoke=False, gate=smoke.BuildGate(report_dir=reports))  # the real gate
+    assert report.backend == "buildkit" and sorted(report.built) == sorted(ALL) and report.smoke == "passed"
+    assert {n.name: n.backend for n in report.nodes if n.outcome == "built"} == dict.fromkeys(ALL, "buildkit")
+    t = demo.target(skip_smoke=False)
+    records = RecordStore(state_root(demo.config().cache)).load_all(t.graph)
+    assert {n: records[n].backend for n in ALL} == dict.fromkeys(ALL, "buildkit")
+    for name in ALL:
+        node = t.graph.node(name)
+        assert engine.registry_digest(t.refs[name]) is not None, name  # pushed for other builders
+        labels = engine.inspect_image(t.refs[name]).labels
+        for k, v in shared_labels(t.graph, node).items():  # the classic path's labels, from the same code
+            assert labels.get(k) == v, (name, k)
+        assert labels["io.buildctl.key"] == node.key and labels["io.buildctl.node"] == name
+    final = engine.inspect_image(report.final)
+    assert final.labels["io.buildctl.smoke"] == "passed" and final.labels["io.buildctl.lock-hash"] == t.graph.lock_digest
+    lock = json.loads(demo.lock.read_text())["variants"]["default"]
+    out = engine.run(report.final, ["python3", "-c", "import fastmath, six, importlib.metadata as m;"
+                                    "print(fastmath.clamp(5, 0, 3), m.version('fastmath'), six.__version__)"],
+                     entrypoint=[], timeout=60)
+    assert out.ok, out.stderr
+    clamp, version, six = out.stdout.split()
+    assert float(clamp) == 3.0 and six == "1.16.0"
+    assert version.endswith("+" + lock["components"]["fastmath"]["tree"][:7])
+    printed = engine.run(report.final, ["--print-command"], timeout=60)
+    assert printed.ok and "--recompute-granularity selective" in printed.stdout
+
+    # nothing changed: nothing built, one image looked at (the classic builder's nodes and BuildKit's are one cache)
+    again = demo.build([engine], skip_smoke=False, gate=smoke.BuildGate(report_dir=reports))
+    assert again.built == [] and outcomes(again) == {"entrypoint": "cached"}
+
+
+def test_a_remote_builder_builds_what_changed_and_compiles_nothing(
+        demo: Demo, engine: Engine, second_engine: Engine, second_builder: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    first = demo.build([Engine(name=engine.name, backend="buildkit")])
+    assert "wheel:fastmath" in first.built
+
+    # the source-tree component changes; the build runs on the second engine's BuildKit over TCP, with an
+    # empty cache: the compiled wheel comes from its image in the registry, the changed nodes are built there
+    demo.drop_prs("demo-trainer",
+                  "      - {number: 3, head: a0e8f9b0511cbd794f941565f63c65c62fd8f6ec}   # adds --recompute-granularity\n")
+    demo.edit_manifest("    - --recompute-granularity: selective\n", "")  # the flag PR 3 adds
+    base_env(demo.monkeypatch, demo.root.parent / "cache-remote")
+    config = demo.config()
+    chosen = wiring.choose_builders(config, builders=[second_builder])
+    assert chosen.backend == "buildkit" and chosen.endpoints == (second_builder,)
+    shown = plan_json(demo, capsys, "--builder", second_builder)
+    assert shown["backend"] == "buildkit" and shown["builders"] == [second_builder]
+    assert {n["name"]: n["action"] for n in shown["nodes"] if n["action"] != "skip"} == {
+        "python": "pull", "wheel:fastmath": "pull", "assemble": "build", "entrypoint": "build"}
+    [remote] = wiring.build_engines(config, chosen)
+    t = demo.target()
+    demo.register(t, [second_engine])
+    try:
+        report = building.build_target(t, engines=[remote], config=config, progress=Recorder(), project=demo.root,
+                                       sources=Sources.from_config(config, base_dir=demo.root / "pins"))
+    finally:
+        remote.close()
+    assert sorted(report.built) == ["assemble", "entrypoint"] and report.backend == "buildkit"
+    assert outcomes(report)["wheel:fastmath"] == "pulled"  # 0 compiles
+    assert "compile-env:fastmath" not in outcomes(report)  # not even its compile environment
+    assert not (config.cache.logs / "demo" / "default" / "wheel-fastmath.log").exists()
+    assert second_engine.image_exists(report.final) and not engine.image_exists(report.final)
+    out = second_engine.run(report.final, ["python3", "-c", "import fastmath; print(fastmath.clamp(9, 0, 1))"],
+                            entrypoint=[], timeout=60)
+    assert float(out.stdout) == 1.0
