@@ -211,6 +211,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
         noop.remember(req, ctx.config, t, report, engine=engines[0].address, warnings=warned)
     built = report.built
     ctx.ui.line(f"{t.graph.stack}/{t.graph.variant}: {report.final}")
-    ctx.ui.line(f"  built {len(built)} node(s)" + (f" ({', '.join(built)})" if built else "")
-                + f" with the {report.backend} backend, smoke {report.smoke}, {time.monotonic() - started:.1f}s")
+    # the backend where it built something (a no-op's line is the memo's, services/noop.py, which builds nothing)
+    ctx.ui.line(f"  built {len(built)} node(s)" + (f" ({', '.join(built)}) with the {report.backend} backend" if built
+                                                   else "") + f", smoke {report.smoke}, {time.monotonic() - started:.1f}s")
     return 0
