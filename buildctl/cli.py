@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "buildctl.commands.build",
     "buildctl.commands.smoke",
     "buildctl.commands.ship",
+    "buildctl.commands.evidence",
     "buildctl.commands.nightly",
     "buildctl.commands.repro",
     "buildctl.commands.bump",

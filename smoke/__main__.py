@@ -1,4 +1,4 @@
-"""``python3 -m smoke --expect expect.json [--tier build|gpu] [--junit out.xml]``.
+"""``python3 -m smoke --expect expect.json [--tier build|gpu] [--junit out.xml] [--image-digest sha256:...]``.
 
 Prints one JSON report on stdout. Exit status: 0 every required check of the tier passed (or is
 unsupported by the hardware, or belongs to the other tier); 1 a required check did not; 2 the
@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 
 from smoke import runner
 from smoke.driver import has_device, prepare
 from smoke.expect import Expect, ExpectError, load
 from smoke.prober import SubprocessProber, SystemTools
 from smoke.report import TIERS, Report, junit_xml
+from smoke.suite import suite_hash
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 class _Junit:
@@ -63,7 +68,7 @@ class _Junit:
 
 def _cannot_run(tier: str, error: str) -> Report:
     return Report(tier="gpu" if tier == "gpu" else "build", stack="", variant="", checks=(), python={},
-                  driver={}, started=runner.now_utc(), duration_s=0.0, error=error)
+                  driver={}, started=runner.now_utc(), duration_s=0.0, error=error, suite_hash=suite_hash())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tier", choices=TIERS, default="build", help="build (no GPU needed) or gpu")
     ap.add_argument("--junit", metavar="FILE", help="also write JUnit XML to FILE ('-': stderr)")
     ap.add_argument("--python", default=sys.executable, help="interpreter the probes run with (default: this one)")
+    ap.add_argument("--image-digest", default="", metavar="DIGEST",
+                    help="the registry manifest digest of the image under test (sha256:<hex>), written into the "
+                         "report as its subject: `buildctl evidence attach` checks it against the image")
     args = ap.parse_args(argv)
+    if args.image_digest and not _DIGEST.match(args.image_digest):
+        ap.error(f"--image-digest {args.image_digest!r}: expected sha256:<64 hex digits>")
     try:
         junit = _Junit(args.junit)
     except OSError as exc:
@@ -88,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return _finish(junit, report, 2)
     tmp = tempfile.mkdtemp(prefix="smoke-")
     try:
-        report = run(expect, args.tier, args.python, tmp)
+        report = replace(run(expect, args.tier, args.python, tmp), subject=args.image_digest)
     except BaseException:
         junit.discard()
         raise

@@ -78,6 +78,8 @@ class Report:
     started: str
     duration_s: float
     error: str = ""  # the suite itself could not run (bad expect.json): nothing was checked
+    suite_hash: str = ""  # smoke.suite.suite_hash: which suite made this report
+    subject: str = ""  # the image manifest digest the run was told it tests (--image-digest), or ""
 
     @property
     def failed(self) -> list[str]:
@@ -91,6 +93,8 @@ class Report:
         return {
             "schema": REPORT_SCHEMA,
             "suite": "smoke",
+            "suite_hash": self.suite_hash,
+            "subject": self.subject,
             "tier": self.tier,
             "ok": self.ok,
             "error": self.error,

@@ -30,6 +30,7 @@ from smoke.driver import Driver
 from smoke.expect import Expect, Section, SectionError
 from smoke.prober import Prober, Tools
 from smoke.report import CheckResult, Report, Tier, failed, skipped
+from smoke.suite import DRIVER_FILE, driver_version, suite_hash
 
 CHECKS: dict[str, Check] = {
     "versions": Check(name="versions", build=versions.build, gpu=versions.gpu),
@@ -95,8 +96,10 @@ def run(expect: Expect, tier: Tier, *, prober: Prober, tools: Tools, driver: Dri
     drv = driver.to_json()
     if gpu is not None:
         drv["gpu"] = {"available": gpu.available, "reason": gpu.reason, **gpu.info}
+        if gpu.available:
+            drv["gpu"]["driver_version"] = driver_version(path=os.path.join(root, DRIVER_FILE.lstrip("/")))
     if expect.gpu_tier == "waived":
         drv["gpu_tier"] = f"waived by the stack: {expect.gpu_waiver}"
     return Report(tier=tier, stack=expect.stack, variant=expect.variant, checks=tuple(results),
                   python={"version": platform.python_version(), "executable": sys.executable},
-                  driver=drv, started=started, duration_s=time.monotonic() - t0)
+                  driver=drv, started=started, duration_s=time.monotonic() - t0, suite_hash=suite_hash())

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -68,6 +69,7 @@ class SmokeReport:
     variant: str
     checks: tuple[CheckOutcome, ...]
     error: str = ""
+    suite_hash: str = ""  # the suite that made it (smoke/suite.py's hash; suite_hash() here)
     python: Mapping[str, str] = field(default_factory=dict)
     started: str = ""
     duration_s: float = 0.0
@@ -122,6 +124,7 @@ def parse_report(text: str, *, image: str, image_id: str, exit_code: int) -> Smo
         report = SmokeReport(tier=tier, ok=bool(data["ok"]), image=image, image_id=image_id,
                              stack=str(data.get("stack", "")), variant=str(data.get("variant", "")),
                              checks=tuple(checks), error=str(data.get("error", "")), python=data.get("python", {}),
+                             suite_hash=str(data.get("suite_hash", "")),
                              started=str(data.get("started", "")), duration_s=float(data.get("duration_s", 0.0)),
                              exit_code=exit_code, raw=data)
     except (KeyError, TypeError, ValueError) as exc:
@@ -182,6 +185,15 @@ class ImageLabels(Protocol):
     @property
     def labels(self) -> Mapping[str, str]: ...
 
+    @property
+    def repo_digests(self) -> Sequence[str]: ...
+
+
+class EvidenceLookup(Protocol):
+    """Evidence an unchanged image reuses instead of running the suite (services/evidencing.GateReuse)."""
+
+    def reusable(self, repo_digests: Sequence[str], suite_hash: str) -> Mapping[str, str] | None: ...
+
 
 class SmokeEngine(Protocol):
     """What the runner needs of buildctl.engine.engine.Engine."""
@@ -204,6 +216,16 @@ def suite_files(root: Path = SUITE_ROOT) -> dict[str, bytes]:
             continue
         files[f"{IN_IMAGE}/smoke/{path.relative_to(root).as_posix()}"] = path.read_bytes()
     return files
+
+
+def suite_hash(root: Path = SUITE_ROOT) -> str:
+    """The hash of the suite this buildctl runs: what ``python3 -m smoke`` writes as the report's ``suite_hash``
+    (smoke/suite.py, over the same files ``suite_files`` copies into the container)."""
+    h = hashlib.sha256()
+    prefix = f"{IN_IMAGE}/smoke/"
+    for rel, data in sorted((k.removeprefix(prefix), v) for k, v in suite_files(root).items()):
+        h.update(rel.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
+    return "sha256:" + h.hexdigest()
 
 
 def expectation_of(engine: SmokeEngine, image: str) -> Expectation:
@@ -278,8 +300,21 @@ class BuildGate:
 
     report_dir: Path
     timeout: float | None = None
+    evidence: EvidenceLookup | None = None  # build-tier evidence in the registry for the image's digest
 
     def __call__(self, engine: SmokeEngine, image: str, *, log_file: Path) -> str:
+        if self.evidence is not None:
+            info = engine.inspect_image(image)
+            reused = self.evidence.reusable(info.repo_digests, suite_hash())
+            if reused is not None:
+                # same content (digest), suite and tier: the suite is not run again; the record says whose evidence
+                summary = f"build tier passed: reused evidence {reused['artifact']} of {reused['image']} " \
+                          f"({reused['made']})"
+                self.report_dir.mkdir(parents=True, exist_ok=True)
+                write_atomic(self.report_dir / f"{report_stem(info.id, 'build')}.reused.json",
+                             json.dumps({"image": image, "image_id": info.id, **reused}, indent=2, sort_keys=True) + "\n")
+                write_atomic(log_file, summary + "\n")
+                return summary
         report = run_smoke(engine, image, None, report_dir=self.report_dir, timeout=self.timeout)
         lines = [report.summary(), *(f"  {c.name:14} {c.status:11} {c.summary}" for c in report.checks),
                  f"report: {report.report_path}"]

@@ -203,7 +203,8 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
             with NodeProgress(ctx.ui, t.graph.names()) as progress:
                 report = building.build_target(t, engines=engines, config=ctx.config, progress=progress,
                                                project=ctx.project, options=options,
-                                               smoke_gate=wiring.smoke_gate(ctx.config, t.graph.stack, t.graph.variant))
+                                               smoke_gate=wiring.smoke_gate(ctx.config, t.graph.stack, t.graph.variant,
+                                                                            t.registry))
         finally:
             for e in engines:
                 e.close()

@@ -19,8 +19,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="For each stack (every variant, or --variant): refresh the lock, build what is missing "
                     "(the smoke gate runs before the entrypoint), push every node and the final image under "
                     "immutable tags (<stack>-<variant>-<lock hash>, <variant>-nightly-YYYYMMDD, nightly-YYYYMMDD "
-                    "for the default variant), and move `nightly` only when the smoke suite passed. Writes a JSON "
-                    "and a Markdown report under <cache>/reports/nightly/. Exits non-zero when any stage failed.")
+                    "for the default variant), and move `nightly` only with smoke evidence in the registry for the "
+                    "image's digest (build tier; GPU tier unless the manifest waives it) and within a size budget "
+                    "that fails (manifest `budget`). Writes a JSON and a Markdown report (with the bytes each layer "
+                    "adds or rewrites against the last `nightly`) under <cache>/reports/nightly/. Exits non-zero "
+                    "when any stage failed.")
     p.add_argument("stacks", nargs="*", metavar="STACK", help="stacks (default: the configured default stack)")
     p.add_argument("--variant", help="only this variant (default: every variant of each stack)")
     p.add_argument("--registry", help="registry to push to (default: config `registry`, then the manifest's)")

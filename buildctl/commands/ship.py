@@ -84,7 +84,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--variant", help="variant (default: the stack's first)")
     p.add_argument("--registry", help="registry to push to (default: config `registry`, then the manifest's push.registry)")
     p.add_argument("--promote", action="store_true",
-                   help="then move `latest` to the final image, only if its smoke suite passed")
+                   help="then move `latest` to the final image, only with smoke evidence in the registry for its "
+                        "digest: the build tier, and the GPU tier unless the manifest waives it (`buildctl evidence`); "
+                        "a size budget that fails (manifest `budget`) holds it too")
     p.add_argument("--attest", action="append", choices=("provenance",), default=[], metavar="KIND",
                    help="attach evidence beside the final image, as an OCI 1.1 artifact whose subject is its manifest "
                         "digest (listed under the referrers tag sha256-<hex> where the registry has no referrers "
@@ -201,6 +203,6 @@ def cmd_push(args: argparse.Namespace, ctx: Context) -> int:
         raise SmokeFailed(f"{len(report.not_promoted)} moving tag(s) not moved: "
                           + ", ".join(p.target for p in report.not_promoted),
                           why="; ".join(sorted({p.reason for p in report.not_promoted})),
-                          fix="the immutable tags are pushed and confirmed; run the smoke suite (`buildctl smoke`) "
-                              "and promote once it passed")
+                          fix="the immutable tags are pushed and confirmed; attach the missing evidence (`buildctl "
+                              "evidence attach IMAGE REPORT`), then promote again")
     return 0

@@ -135,5 +135,6 @@ NUMBER_RULES: Mapping[tuple[str, str], tuple[float, float]] = {
     ("Variant", "nvlink_domain"): (0.0, 1_000_000.0),
     ("PullRequest", "number"): (0.0, float(PR_NUMBER_MAX)),
     ("Change", "pr"): (0.0, float(PR_NUMBER_MAX)),
+    ("SizeBudget", "bytes"): (0.0, float(1 << 50)),
 }
 

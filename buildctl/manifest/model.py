@@ -370,6 +370,15 @@ class PushSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SizeBudget:
+    """How many bytes a promoted image may add or rewrite against the last promoted one of its variant."""
+
+    bytes: int = field(metadata=_doc("the most bytes of layers added or rewritten (as the registry stores them)"))
+    fail: bool = field(default=False, metadata=_doc("going over stops the promotion; false: reported only"))
+    at: Location = loc()
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReproSpec:
     """Which reproducibility level each node kind is declared to reach."""
 
@@ -403,6 +412,7 @@ class Variant:
     components: Mapping[str, ComponentOverride] = field(default_factory=dict, metadata=_doc("per-component env"))
     entrypoint: EntrypointOverride = field(default_factory=EntrypointOverride,
                                            metadata=_doc("the entrypoint's env and arguments for this variant"))
+    budget: SizeBudget | None = field(default=None, metadata=_doc("replaces the stack's size budget"))
     at: Location = loc()
 
 
@@ -428,6 +438,7 @@ class Manifest:
     entrypoint: Entrypoint | None = None
     smoke: SmokeSpec = field(default_factory=SmokeSpec)
     push: PushSpec | None = None
+    budget: SizeBudget | None = field(default=None, metadata=_doc("size budget of every variant's final image"))
     repro: ReproSpec = field(default_factory=ReproSpec)
     cleanup: tuple[str, ...] = field(default=(), metadata=_doc("paths emptied at the end of each layer"))
     at: Location = loc()

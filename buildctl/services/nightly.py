@@ -8,7 +8,9 @@ For every stack and variant, in order, each stage only when the one before it su
 3. push    every node by content tag, the final image by ``<stack>-<variant>-<lock hash>`` and
            ``<variant>-nightly-YYYYMMDD`` (and ``nightly-YYYYMMDD`` for the default variant), all confirmed
            by digest;
-4. promote move ``nightly`` (``<variant>-nightly``) only when the image's smoke label says passed.
+4. promote move ``nightly`` (``<variant>-nightly``) only past the gate and with the smoke evidence of the
+           image's digest in the registry (services/evidencing.py), within a size budget that fails;
+           the report gives, per layer, the bytes added or rewritten against the last ``nightly``.
 
 One stack's failure never stops the others. The run writes one JSON and one Markdown report
 (``<cache>/reports/nightly/<started>.{json,md}`` plus ``latest.*``) that say what was built, what was
@@ -68,6 +70,7 @@ class PushStep:
     promoted: tuple[str, ...]
     not_promoted: tuple[str, ...]  # "ref: reason"
     failed: tuple[str, ...]  # "ref: error"
+    checks: tuple[Mapping[str, Any], ...] = ()  # what promotion read: evidence, size against the last promoted
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +108,8 @@ class VariantRun:
                 "built": list(self.build.built), "reused": list(self.build.reused), "smoke": self.build.smoke},
             "push": None if self.push is None else {
                 "pushed": dict(self.push.pushed), "promoted": list(self.push.promoted),
-                "not_promoted": list(self.push.not_promoted), "failed": list(self.push.failed)},
+                "not_promoted": list(self.push.not_promoted), "failed": list(self.push.failed),
+                "checks": [dict(c) for c in self.push.checks]},
             "since_previous": list(self.since_previous),
         }
 
@@ -331,8 +335,25 @@ def render_markdown(report: NightlyReport) -> str:
                 lines.append(f"- moved `{ref}`")
             for why in r.push.not_promoted:
                 lines.append(f"- not promoted: {why}")
+            lines += _check_lines(r.push.checks)
         lines.append("- since the previous nightly: " + "; ".join(r.since_previous or ("-",)))
     return "\n".join(lines) + "\n"
+
+
+def _check_lines(checks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The promotion check's evidence and sizes, per layer (services/evidencing.PromotionCheck.to_json)."""
+    lines = []
+    for c in checks:
+        used = (c.get("evidence") or {}).get("used") or []
+        lines.append("- evidence: " + ("; ".join(f"{u['tier']} tier `{u['artifact']}`" for u in used) or "none")
+                     + "".join(f"; {n}" for n in (c.get("evidence") or {}).get("notes") or []))
+        s = c.get("sizes")
+        if s:
+            mark = "**OVER BUDGET**: " if s["over"] else ""
+            lines.append(f"- size: {mark}{s['summary']}" + (" (reported only)" if s["over"] and not s["fail"] else ""))
+            lines += [f"  - layer {x['index']}: {x['status']}, {x['size']} bytes `{x['diff_id'][:19]}`"
+                      for x in s["layers"] if x["status"] in ("added", "rewritten")]
+    return lines
 
 
 # ----------------------------------------------------------------------------- the real steps
@@ -376,7 +397,8 @@ class RealSteps:
                 with NodeProgress(self.ui, t.graph.names()) as progress:
                     report = building.build_target(t, engines=[engine], config=config, progress=progress,
                                                    project=self.project, options=options,
-                                                   smoke_gate=wiring.smoke_gate(config, stack, t.graph.variant))
+                                                   smoke_gate=wiring.smoke_gate(config, stack, t.graph.variant,
+                                                                                t.registry))
             finally:
                 engine.close()
         return BuildStep(
@@ -396,7 +418,7 @@ class RealSteps:
             pushed={p.target: p.digest for p in report.pushed},
             promoted=tuple(p.target for p in report.promoted),
             not_promoted=tuple(f"{p.target}: {p.reason}" for p in report.not_promoted),
-            failed=tuple(f"{f.target}: {f.error}" for f in report.failed))
+            failed=tuple(f"{f.target}: {f.error}" for f in report.failed), checks=report.checks)
 
 
 def targets(pins_dir: Path, stacks: Sequence[str], variant: str | None) -> list[tuple[str, str, bool]]:

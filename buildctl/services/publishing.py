@@ -18,7 +18,7 @@ from buildctl.imageref import ImageRef
 from buildctl.lock import lockfile
 from buildctl.registry import attest, credentials
 from buildctl.registry.registry import RegistryClient
-from buildctl.services import target, wiring
+from buildctl.services import evidencing, target, wiring
 from buildctl.ship import provenance, push
 
 if TYPE_CHECKING:
@@ -104,7 +104,14 @@ def publish(project: Path, config: Config, t: target.Target, *, registry_arg: st
         items += [push.PushItem(source=last.source, target=f"{public}:{tag}", node=last.node, key=last.key)
                   for tag in extra_tags]
         attach = _attacher(project, config, engine, registry, redact, items[-1].source, attest_kinds) if attest_kinds else None
+
+        def local_id(node: str) -> str | None:
+            ref = locate(node, t.graph.node(node).key)
+            return engine.inspect_image(ref).id if ref else None
+
+        # promotion reads the smoke evidence of the pushed digest from the registry (and the size budget)
+        check = evidencing.checker(config, t, registry=registry, moving=moving, local_id=local_id) if promote else None
         report = push.run(engine, items, stack=t.manifest.stack, variant=t.variant.name, registry=registry,
                           promote=promote, reports=config.cache.reports, redact=redact,
-                          say=say, log=write_log, attach=attach)
+                          say=say, log=write_log, attach=attach, evidence=check)
     return t, report

@@ -160,8 +160,12 @@ def registry_credentials(registry: str | None, env: Mapping[str, str]) -> Iterat
         yield
 
 
-def smoke_gate(config: Config, stack: str, variant: str) -> BuildGate:
-    """The build-host smoke tier (smoke.BuildGate) as the gate before the entrypoint; reports under the cache."""
+def smoke_gate(config: Config, stack: str, variant: str, registry: str | None = None) -> BuildGate:
+    """The build-host smoke tier (smoke.BuildGate) as the gate before the entrypoint; reports under the cache.
+    With the ``registry`` the build shares its nodes through, an assembled image whose digest there has
+    build-tier evidence of this suite reuses it (services/evidencing.GateReuse)."""
     from buildctl.build.smoke import BuildGate
+    from buildctl.services.evidencing import GateReuse
 
-    return BuildGate(report_dir=config.cache.reports / "smoke" / stack / variant)
+    return BuildGate(report_dir=config.cache.reports / "smoke" / stack / variant,
+                     evidence=GateReuse(config=config, registry=registry) if registry else None)

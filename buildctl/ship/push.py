@@ -13,9 +13,10 @@ in order and returns a ``PushReport``. For each item:
 3. a failure that may pass (a cut connection, a timeout, a 5xx) is retried with exponential backoff,
    a bounded number of times; one that will not (refused credentials, an unknown image) is not.
 
-``promote`` then moves moving tags (latest, nightly) to images whose smoke label says ``passed``,
-only when every immutable tag was confirmed, and confirms that each moving tag has the very digest of
-the immutable one. A ``ReportSink`` rewrites the report file after every confirmation, so the file never
+``promote`` then moves moving tags (latest, nightly) only when every immutable tag was confirmed and
+the ``evidence`` check passes for the image: it reads the smoke evidence attached to the pushed digest
+in the registry (services/evidencing.py; never a label the builder wrote) and the size budget; and it
+confirms that each moving tag has the very digest of the immutable one. A ``ReportSink`` rewrites the report file after every confirmation, so the file never
 lists a push the registry has not confirmed. Every text that leaves this module goes through the
 ``Redactor``: credentials never reach output, logs or reports.
 
@@ -36,13 +37,11 @@ from buildctl.engine.imageview import ImageView, ProgressView
 from buildctl.errors import BuildctlError, PushError, PushStalled, UnreachableError
 from buildctl.graph.graph import Graph, image_ref
 from buildctl.imageref import ImageRef
-from buildctl.labels import SMOKE_LABEL
 from buildctl.registry.attest import Attached
 from buildctl.registry.credentials import Redactor
 from buildctl.safepath import write_atomic
 
 REPORT_SCHEMA = 1
-SmokeState = Literal["passed", "failed", "skipped", "unknown"]
 ErrorKind = Literal["auth", "transient", "permanent"]
 Outcome = Literal["pushed", "present", "kept"]
 
@@ -60,6 +59,15 @@ class PushFailed(PushError):
         super().__init__(what, why=why, fix=fix)
         self.kind: ErrorKind = kind
         self.attempts = attempts
+
+
+class Verdict(Protocol):
+    """What the promotion check found for a pushed image (services/evidencing.PromotionCheck): ``refusal``
+    says why its moving tags must not move ("" when they may)."""
+
+    @property
+    def refusal(self) -> str: ...
+    def to_json(self) -> dict[str, Any]: ...
 
 
 class PushEngine(Protocol):
@@ -149,6 +157,7 @@ class PushReport:
     promoted: tuple[Promotion, ...] = ()
     not_promoted: tuple[Promotion, ...] = ()
     attached: tuple[Attached, ...] = ()  # evidence attached beside the final image
+    checks: tuple[Mapping[str, Any], ...] = ()  # what promotion read for each image (evidence, sizes)
 
     @property
     def ok(self) -> bool:
@@ -168,7 +177,8 @@ class PushReport:
                 "not_attempted": list(self.not_attempted),
                 "promoted": [p.to_json() for p in self.promoted],
                 "not_promoted": [p.to_json() for p in self.not_promoted],
-                "attached": [a.to_json() for a in self.attached]}
+                "attached": [a.to_json() for a in self.attached],
+                "promotion_checks": [dict(c) for c in self.checks]}
 
 
 class ReportSink:
@@ -341,13 +351,15 @@ class Publisher:
                 sink.write(report)
         return report
 
-    def promote(self, items: Sequence[PushItem], report: PushReport, smoke: Mapping[str, SmokeState],
+    def promote(self, items: Sequence[PushItem], report: PushReport, evidence: Mapping[str, str],
                 sink: ReportSink | None = None) -> PushReport:
-        """Move each item's moving tags, if all pushes were confirmed and its smoke passed."""
+        """Move each item's moving tags, if all pushes were confirmed and its ``evidence`` check (target ->
+        refusal, "" for none) let it through."""
         confirmed = {p.target: p for p in report.pushed}
         for item in items:
             for moving in item.moving:
-                reason = _refusal(item, report, confirmed, smoke.get(item.source or "", "unknown"))
+                reason = _refusal(item, report, confirmed) or evidence.get(
+                    item.target, "no promotion check was made for it (smoke evidence is read from the registry)")
                 if reason:
                     report = replace(report, not_promoted=(*report.not_promoted,
                                      Promotion(target=moving, source=item.target, digest=None, reason=reason)))
@@ -369,7 +381,7 @@ class Publisher:
         return report
 
 
-def _refusal(item: PushItem, report: PushReport, confirmed: Mapping[str, Pushed], smoke: SmokeState) -> str:
+def _refusal(item: PushItem, report: PushReport, confirmed: Mapping[str, Pushed]) -> str:
     if not report.ok:
         return "not every immutable tag was confirmed"
     done = confirmed.get(item.target)
@@ -379,8 +391,6 @@ def _refusal(item: PushItem, report: PushReport, confirmed: Mapping[str, Pushed]
         return f"the registry holds another image under {item.target}; this build's smoke result does not cover it"
     if item.source is None:
         return "it was not built in this engine, so no smoke result here covers it"
-    if smoke != "passed":
-        return f"its smoke suite did not pass (label {SMOKE_LABEL}={smoke})"
     return ""
 
 
@@ -411,19 +421,16 @@ def stack_items(graph: Graph, *, registry: str, repository: str, locate: Callabl
     return items
 
 
-def smoke_state(labels: Mapping[str, str]) -> SmokeState:
-    value = labels.get(SMOKE_LABEL, "")
-    return value if value in ("passed", "failed", "skipped") else "unknown"  # type: ignore[return-value]
-
-
 def run(engine: PushEngine, items: Sequence[PushItem], *, stack: str, variant: str, registry: str,
         promote: bool, reports: Path, redact: Redactor, policy: RetryPolicy = RetryPolicy(),
         sleep: Callable[[float], None] = time.sleep, say: Callable[[str], None] = lambda _t: None,
         log: Callable[[str], None] = lambda _t: None, clock: Callable[[], str] = _utc,
-        attach: Callable[[Pushed], Sequence[Attached]] | None = None) -> PushReport:
+        attach: Callable[[Pushed], Sequence[Attached]] | None = None,
+        evidence: Callable[[Pushed], Verdict] | None = None) -> PushReport:
     """Push every item, then (with ``attach``) attach evidence to the last one (the final image, once all
-    were confirmed), then (with ``promote``) move the moving tags; the report is written as it goes.
-    An attachment that fails is a failure of the push: moving tags then stay where they are."""
+    were confirmed), then (with ``promote``) ask ``evidence`` about each confirmed image that has moving
+    tags and move them where it has no refusal; the report is written as it goes. An attachment or a
+    check that fails is a failure of the push: moving tags then stay where they are."""
     started = clock()
     publisher = Publisher(engine, redact=redact, policy=policy, sleep=sleep, say=say, log=log)
     sink = ReportSink(reports, stack, variant, started, redact)
@@ -446,8 +453,18 @@ def run(engine: PushEngine, items: Sequence[PushItem], *, stack: str, variant: s
             report = replace(report, attached=(*report.attached, *done))
         sink.write(report)
     if promote:
-        smoke = {i.source: smoke_state(engine.inspect_image(i.source).labels) for i in items if i.moving and i.source}
-        report = publisher.promote(items, report, smoke, sink)
+        refusals: dict[str, str] = {}
+        for item in items:
+            it = next((p for p in report.pushed if p.target == item.target), None)
+            if not item.moving or it is None or evidence is None or not report.ok:
+                continue
+            try:
+                verdict = evidence(it)
+                refusals[item.target] = verdict.refusal
+                report = replace(report, checks=(*report.checks, verdict.to_json()))
+            except (PushError, UnreachableError) as exc:
+                refusals[item.target] = redact(f"the promotion check failed: {exc.what}" + (f" ({exc.why})" if exc.why else ""))
+        report = publisher.promote(items, report, refusals, sink)
     report = replace(report, finished=clock())
     sink.write(report)
     return report

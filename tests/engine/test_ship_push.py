@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _pytest.capture import CaptureResult  # what capfd.readouterr() returns (not public in pytest)
 
+from buildctl.build import smoke
 from buildctl.cli import main
 from buildctl.config import load_config
 from buildctl.engine.engine import Engine
@@ -22,9 +24,10 @@ from buildctl.graph import graph
 from buildctl.labels import SMOKE_LABEL
 from buildctl.registry import credentials
 from buildctl.registry.credentials import Redactor
-from buildctl.services import target
+from buildctl.registry.registry import RegistryClient
+from buildctl.services import evidencing, target
 from buildctl.services.target import Target
-from buildctl.ship import push
+from buildctl.ship import evidence, push
 from tests.engine.conftest import ImageCleanup
 from tests.engine.shiptools import CutRule, RegistryProcess, Relay, demo_project, htpasswd, manifest_digest
 from tests.helpers import unique
@@ -54,11 +57,24 @@ def item(source: str, registry: str, cleanup: ImageCleanup, *, repo: str | None 
     return push.PushItem(source=source, target=target, node="final", key=key, moving=refs)
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """The promotion check's answer (push.Verdict); services/evidencing's real one is exercised by
+    `buildctl push demo` below and by tests/engine/test_evidence_engine.py."""
+
+    refusal: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"refusal": self.refusal}
+
+
 def run(engine: Engine, items: list[push.PushItem], reports: Path, *, promote: bool = False,
-        redact: Redactor | None = None, log: Path | None = None) -> push.PushReport:
+        redact: Redactor | None = None, log: Path | None = None,
+        refuse: Mapping[str, str] | None = None) -> push.PushReport:
     lines: list[str] = []
     report = push.run(engine, items, stack="shiptest", variant="v", registry="test", promote=promote,
-                      reports=reports, redact=redact or Redactor(), policy=FAST, say=print, log=lines.append)
+                      reports=reports, redact=redact or Redactor(), policy=FAST, say=print, log=lines.append,
+                      evidence=lambda p: Verdict((refuse or {}).get(p.target, "")))
     if log is not None:
         log.write_text("\n".join(lines) + "\n")
     return report
@@ -162,13 +178,13 @@ def test_a_connection_cut_every_time_fails_clearly_and_nothing_is_recorded(
     assert recorded(tmp_path) == {}
 
 
-def test_moving_tags_follow_only_a_passed_smoke_and_get_the_immutable_digest(
+def test_moving_tags_follow_only_the_promotion_check_and_get_the_immutable_digest(
         engine: Engine, registry: str, image_cleanup: ImageCleanup, tmp_path: Path) -> None:
     good = small_image(engine, image_cleanup, tmp_path, labels={SMOKE_LABEL: "passed"})
-    skipped = small_image(engine, image_cleanup, tmp_path, labels={SMOKE_LABEL: "skipped"})
+    refused = small_image(engine, image_cleanup, tmp_path, labels={SMOKE_LABEL: "passed"})
     gi = item(good, registry, image_cleanup, moving=("latest", "nightly"))
-    si = item(skipped, registry, image_cleanup, moving=("latest",))
-    report = run(engine, [gi, si], tmp_path, promote=True)
+    si = item(refused, registry, image_cleanup, moving=("latest",))
+    report = run(engine, [gi, si], tmp_path, promote=True, refuse={si.target: "no build-tier smoke evidence"})
     assert report.ok
     grepo = gi.target.split("/", 1)[1].rsplit(":", 1)[0]
     srepo = si.target.split("/", 1)[1].rsplit(":", 1)[0]
@@ -307,12 +323,15 @@ def demo_built(engine: Engine, cleanup: ImageCleanup, tmp_path: Path, project_ro
     return root, t, repository
 
 
-def test_push_command_publishes_every_node_and_moves_latest_after_a_passed_smoke(
+def test_push_command_publishes_every_node_and_promotes_only_on_evidence_of_this_suite(
         engine: Engine, registry: str, project_root: Path, image_cleanup: ImageCleanup, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The nodes stand in as built (labelled smoke=passed, but no gate ran): promotion reads the registry, finds
+    no evidence, then evidence made by another suite, and moves nothing; tests/engine/test_evidence_engine.py
+    shows evidence that lets it through."""
     root, t, repository = demo_built(engine, image_cleanup, tmp_path, project_root, registry, smoke="passed")
 
-    assert push_cli(root, tmp_path, "--registry", registry, "--promote", "--json", monkeypatch=monkeypatch) == 0
+    assert push_cli(root, tmp_path, "--registry", registry, "--promote", "--json", monkeypatch=monkeypatch) == 10
     report = json.loads(capsys.readouterr().out)
     final = t.graph.final
     public = f"{repository}:{t.variant.name}-{final.key[:16]}"
@@ -324,9 +343,24 @@ def test_push_command_publishes_every_node_and_moves_latest_after_a_passed_smoke
     public_path, public_tag = public.split(":")
     immutable = manifest_digest(registry, public_path, public_tag)
     assert immutable is not None
-    assert manifest_digest(registry, repository, "latest") == immutable
-    assert manifest_digest(registry, repository, f"{t.variant.name}-latest") == immutable
-    assert report["not_promoted"] == []
+    assert manifest_digest(registry, repository, "latest") is None
+    assert {p["reason"] for p in report["not_promoted"]} == {
+        f"no build-tier smoke evidence in the registry for {immutable} (the smoke gate's report is attached at push)"}
+
+    # evidence a suite other than this buildctl's made (a real build-tier report of the H200 run, named for
+    # this image): set aside, nothing moves
+    other = json.loads((Path(__file__).parents[1] / "data/gpu/h200-hopper/report-build.json").read_text())
+    other_suite = "sha256:" + "0" * 64
+    made = evidence.from_report({**other, "stack": "demo", "variant": "default", "subject": immutable,
+                                 "suite_hash": other_suite}, where="h200", subject=immutable, suite_hash=other_suite,
+                                 stack="demo", variant="default", attached_by="buildctl push")
+    evidencing.attach(RegistryClient(registry), f"{registry}/{public_path}", immutable, made)
+    assert push_cli(root, tmp_path, "--registry", registry, "--promote", "--json", monkeypatch=monkeypatch) == 10
+    again = json.loads(capsys.readouterr().out)
+    assert {p["reason"] for p in again["not_promoted"]} == {
+        f"the build-tier evidence for {immutable} was made by another smoke suite (sha256:000000000000); "
+        f"this buildctl's suite is {smoke.suite_hash()[:19]}"}
+    assert manifest_digest(registry, repository, "latest") is None
 
     # Again, unchanged: nothing is sent.
     assert push_cli(root, tmp_path, "--registry", registry, "--json", monkeypatch=monkeypatch) == 0
@@ -341,9 +375,8 @@ def test_push_command_does_not_move_latest_past_a_skipped_smoke(
     assert push_cli(root, tmp_path, "--registry", registry, "--promote", monkeypatch=monkeypatch) == 10
     out = capsys.readouterr()
     [line] = [x for x in out.out.splitlines() if f"{registry}/{repository}:latest:" in x]
-    assert line.split()[:2] == ["not", "moved"] and line.endswith("its smoke suite did not pass "
-                                                                    "(label io.buildctl.smoke=skipped)")
-    assert "label io.buildctl.smoke=skipped" in out.err
+    assert line.split()[:2] == ["not", "moved"] and "no build-tier smoke evidence in the registry" in line
+    assert "no build-tier smoke evidence in the registry" in out.err
     assert "was built with the smoke gate skipped: pushing it" in out.err
     assert manifest_digest(registry, repository, "latest") is None
     assert manifest_digest(registry, repository, f"{t.variant.name}-{t.graph.final.key[:16]}") is not None

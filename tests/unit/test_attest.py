@@ -23,6 +23,13 @@ D1 = "sha256:" + "a" * 64
 ART = "sha256:" + "c" * 64
 
 
+class Allowed:
+    refusal = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"refusal": ""}
+
+
 def final_item() -> push.PushItem:
     return push.PushItem(source="local/entrypoint:k1", target=f"{REG}/demo:default-k1", node="entrypoint", key="k1",
                          moving=(f"{REG}/demo:latest",))
@@ -34,7 +41,7 @@ def run(tmp_path: Path, attach: Callable[[push.Pushed], list[attest.Attached]]) 
     eng.push_script = [(D1, [Event(status="Pushed", layer="l1")]), (D1, [])]
     return push.run(eng, [it], stack="demo", variant="default", registry=REG, promote=True, reports=tmp_path,
                     redact=Redactor(secrets=("s3cret",)), sleep=lambda _s: None, clock=lambda: "2026-01-02T03:04:05Z",
-                    attach=attach)
+                    attach=attach, evidence=lambda _p: Allowed())
 
 
 def attached(pushed: push.Pushed) -> list[attest.Attached]:

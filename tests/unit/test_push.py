@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,14 +34,33 @@ def engine_with(*items: push.PushItem, smoke: str = "passed") -> FakeEngine:
     return FakeEngine(images={i.source: Image(labels={SMOKE_LABEL: smoke}) for i in items if i.source})
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What services/evidencing.PromotionCheck says, as data."""
+
+    refusal: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"refusal": self.refusal}
+
+
+def checks(refusals: Mapping[str, str]) -> Callable[[push.Pushed], Verdict]:
+    """An evidence check that refuses the targets named (target -> why) and lets every other through."""
+    return lambda p: Verdict(refusals.get(p.target, ""))
+
+
+ALLOW = checks({})
+
+
 def run(engine: FakeEngine, items: list[push.PushItem], tmp_path: Path, *, promote: bool = False,
-        attempts: int = 3, redact: Redactor | None = None) -> tuple[push.PushReport, list[float], list[str]]:
+        attempts: int = 3, redact: Redactor | None = None,
+        evidence: Callable[[push.Pushed], Verdict] | None = ALLOW) -> tuple[push.PushReport, list[float], list[str]]:
     sleeps: list[float] = []
     said: list[str] = []
     report = push.run(engine, items, stack="demo", variant="v", registry=REG, promote=promote,
                       reports=tmp_path, redact=redact or Redactor(),
                       policy=push.RetryPolicy(attempts=attempts, first_delay=1.0, factor=2.0, max_delay=3.0),
-                      sleep=sleeps.append, say=said.append, clock=lambda: "2026-01-02T03:04:05Z")
+                      sleep=sleeps.append, say=said.append, clock=lambda: "2026-01-02T03:04:05Z", evidence=evidence)
     return report, sleeps, said
 
 
@@ -151,20 +173,24 @@ def test_secrets_are_redacted_in_what_is_said_and_recorded(tmp_path: Path) -> No
     assert "hunter2-secret" not in text and "***" in text
 
 
-def test_promotion_moves_tags_only_for_images_whose_smoke_passed(tmp_path: Path) -> None:
-    good, skipped = item("entrypoint", "k1", ("latest", "nightly")), item("other", "k2", ("latest",))
-    assert good.source is not None and skipped.source is not None
+def test_promotion_moves_tags_only_for_images_the_evidence_check_lets_through(tmp_path: Path) -> None:
+    good, other = item("entrypoint", "k1", ("latest", "nightly")), item("other", "k2", ("latest",))
+    assert good.source is not None and other.source is not None
+    # the label says passed for both: promotion does not read it
     eng = FakeEngine(images={good.source: Image(labels={SMOKE_LABEL: "passed"}),
-                             skipped.source: Image(labels={SMOKE_LABEL: "skipped"})})
+                             other.source: Image(labels={SMOKE_LABEL: "passed"})})
     eng.push_script = [(D1, PUSHED), (D2, PUSHED), (D1, []), (D1, [])]
-    report, _, _ = run(eng, [good, skipped], tmp_path, promote=True)
+    report, _, _ = run(eng, [good, other], tmp_path, promote=True,
+                       evidence=checks({other.target: "no build-tier smoke evidence in the registry"}))
     assert [(p.target, p.digest) for p in report.promoted] == [
         (f"{REG}/demo/entrypoint:latest", D1), (f"{REG}/demo/entrypoint:nightly", D1)]
     [refused] = report.not_promoted
-    assert refused.target == f"{REG}/demo/other:latest" and "skipped" in refused.reason
+    assert refused.target == f"{REG}/demo/other:latest" and "no build-tier smoke evidence" in refused.reason
+    assert recorded(tmp_path)["promotion_checks"] == [{"refusal": ""},
+                                                      {"refusal": "no build-tier smoke evidence in the registry"}]
     pushes = [c[1] for c in eng.calls if c[0] == "push"]
-    assert pushes.index(f"{REG}/demo/entrypoint:latest") > pushes.index(skipped.target)  # immutable ones first
-    assert recorded(tmp_path)["digests"] == {good.target: D1, skipped.target: D2,
+    assert pushes.index(f"{REG}/demo/entrypoint:latest") > pushes.index(other.target)  # immutable ones first
+    assert recorded(tmp_path)["digests"] == {good.target: D1, other.target: D2,
                                              f"{REG}/demo/entrypoint:latest": D1,
                                              f"{REG}/demo/entrypoint:nightly": D1}
 
@@ -178,13 +204,26 @@ def test_nothing_is_promoted_when_any_push_failed(tmp_path: Path) -> None:
     assert len([c for c in eng.calls if c[0] == "push"]) == 2  # the permanent failure was not retried
 
 
-def test_without_a_smoke_label_an_image_is_not_promoted(tmp_path: Path) -> None:
+def test_without_an_evidence_check_a_passed_label_promotes_nothing(tmp_path: Path) -> None:
     it = item(moving=("latest",))
-    assert it.source is not None
-    eng = FakeEngine(images={it.source: Image()})
+    eng = engine_with(it, smoke="passed")
     eng.push_script = [(D1, PUSHED)]
-    report, _, _ = run(eng, [it], tmp_path, promote=True)
-    assert report.promoted == () and "unknown" in report.not_promoted[0].reason
+    report, _, _ = run(eng, [it], tmp_path, promote=True, evidence=None)
+    assert report.promoted == () and "no promotion check" in report.not_promoted[0].reason
+
+
+def test_a_check_that_cannot_read_the_registry_refuses(tmp_path: Path) -> None:
+    it = item(moving=("latest",))
+    eng = engine_with(it)
+    eng.push_script = [(D1, PUSHED)]
+
+    def unreachable(_p: push.Pushed) -> Verdict:
+        raise UnreachableError("the registry does not answer", why="connection refused")
+
+    report, _, _ = run(eng, [it], tmp_path, promote=True, evidence=unreachable)
+    assert report.promoted == ()
+    assert report.not_promoted[0].reason == ("the promotion check failed: the registry does not answer "
+                                             "(connection refused)")
 
 
 def test_a_moving_tag_that_gets_another_digest_is_an_error(tmp_path: Path) -> None:

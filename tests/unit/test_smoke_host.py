@@ -195,6 +195,7 @@ def test_gate_lists_failing_required_checks() -> None:
 class FakeImage:
     id: str
     labels: Mapping[str, str]
+    repo_digests: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
