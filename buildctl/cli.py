@@ -49,6 +49,7 @@ COMMANDS = {
     "provenance": "buildctl.commands.ship",
     "diff": "buildctl.commands.ship",
     "push": "buildctl.commands.ship",
+    "evidence": "buildctl.commands.evidence",
     "nightly": "buildctl.commands.nightly",
     "repro": "buildctl.commands.repro",
     "bump": "buildctl.commands.bump",

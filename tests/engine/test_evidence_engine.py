@@ -91,7 +91,10 @@ def test_promotion_reads_evidence_from_the_registry_and_holds_the_size_budget(
     got = RegistryClient(registry).manifest(repository, referrers_tag(first))
     assert got is not None
     index = json.loads(got[0])
-    assert [m["artifactType"] for m in index["manifests"]] == ["application/vnd.buildctl.smoke.evidence.v1+json"]
+    smoke_artifacts = [m for m in index["manifests"]  # the nightly's lock archive is listed there too
+                       if m["artifactType"] == "application/vnd.buildctl.smoke.evidence.v1+json"]
+    assert [m["digest"] for m in smoke_artifacts] == [build["artifact"]]
+    assert smoke_artifacts[0]["annotations"]["io.buildctl.smoke.suite"] == smoke.suite_hash()
 
     # 2. only the launch changes: the assembled image is the same, so its evidence is reused; the new
     #    entrypoint layer is over the 1-byte budget, so nothing moves
