@@ -276,17 +276,15 @@ def _push(project: Path, config: Config, cand: Candidate, targets: Sequence[targ
         lock_hash = cand.lock.variants[t.variant.name].digest()
         _t, done = publishing.publish(project, config, t, registry_arg=registry, say=ui.info, warn=ui.warn,
                                       moving=moving, promote=bool(moving),
-                                      extra_tags=(f"{cand.lock.stack}-{t.variant.name}-{lock_hash[:16]}",))
+                                      extra_tags=(f"{cand.lock.stack}-{t.variant.name}-{lock_hash[:16]}",),
+                                      attest_kinds=() if moving else ("lock",))
         if not done.ok:
             raise PushError("; ".join(f"{f.target}: {f.error}" for f in done.failed) or "the push was not completed")
         if moving and done.not_promoted:
             raise PushError("; ".join(f"{p.target}: {p.reason}" for p in done.not_promoted))
         pushed.update({p.target: p.digest for p in done.pushed})
         promoted += [p.target for p in done.promoted]
-        if not moving:
-            final = done.pushed[-1]
-            art = lockarchive.attach(config, final.target, final.digest, cand.lock, t.variant.name)
-            archived.append(f"{art.repository}@{art.artifact}")
+        archived += [f"{a.repository}@{a.artifact}" for a in done.attached if a.kind == "lock"]
     return dataclasses.replace(report, pushed=pushed, promoted=tuple(promoted), archived=tuple(archived))
 
 

@@ -1,9 +1,10 @@
 """The lock archive's two homes: the cache (``<cache>/reports/locks``) and the registry, beside the image.
 
 - ``keep(config, lock)``: every variant lock a nightly or a bump builds from, filed by its hash;
-- ``attach(config, registry, image, digest, lock, variant)``: the lock pushed as an OCI 1.1 artifact
-  (``archive.ARTIFACT_TYPE``) whose subject is the image manifest, through registry/attest.py as
-  `push --attest` attaches provenance (referrers API, or the ``sha256-<hex>`` referrers tag);
+- ``lock_evidence(lock, variant)``: the lock as evidence that publishing.publish (``attest_kinds=("lock",)``)
+  attaches beside the final image before any moving tag moves: an OCI 1.1 artifact (``archive.ARTIFACT_TYPE``)
+  whose subject is the image manifest, through registry/attest.py as `push --attest provenance` attaches
+  its statement (referrers API, or the ``sha256-<hex>`` referrers tag);
 - ``resolve(...)``: the lock a REF names (a lock file, an archived hash, or an image: its lock-hash label,
   then the archive, then the artifact beside it in its registry).
 """
@@ -48,12 +49,6 @@ def _client(config: Config, registry: str) -> RegistryClient:
     return RegistryClient(registry, login=credentials.registry_login(os.environ, registry),
                           ca_bundle=config.ca_bundle, timeout=config.network_timeout,
                           redact=credentials.redactor_for(os.environ, registry))
-
-
-def attach(config: Config, image: str, digest: str, lock: Lock, variant: str) -> attest.Attached:
-    """Push the lock beside ``image`` (host/path:tag, pushed, manifest ``digest``) as an artifact referring to it."""
-    registry = ImageRef.parse(image).host
-    return attest.attach(_client(config, registry), image, digest, lock_evidence(lock, variant))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -410,10 +410,7 @@ class RealSteps:
         t = target.load(self.project, self.config, stack, variant, registry=self.registry)
         _t, report = publishing.publish(self.project, self.config, t, registry_arg=self.registry,
                                         say=self.ui.info, warn=self.ui.warn, moving=moving, promote=bool(moving),
-                             extra_tags=tags)
-        if report.ok and report.pushed and t.lock is not None:  # the lock beside the image it built
-            final = report.pushed[-1]
-            lockarchive.attach(self.config, final.target, final.digest, t.lock, variant)
+                             extra_tags=tags, attest_kinds=("lock",))  # the lock beside the image, before tags move
         return PushStep(
             pushed={p.target: p.digest for p in report.pushed},
             promoted=tuple(p.target for p in report.promoted),

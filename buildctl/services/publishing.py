@@ -18,7 +18,7 @@ from buildctl.imageref import ImageRef
 from buildctl.lock import lockfile
 from buildctl.registry import attest, credentials
 from buildctl.registry.registry import RegistryClient
-from buildctl.services import evidencing, target, wiring
+from buildctl.services import evidencing, lockarchive, target, wiring
 from buildctl.ship import provenance, push
 
 if TYPE_CHECKING:
@@ -35,8 +35,9 @@ def _engine(config: Config) -> Iterator[Engine]:
 
 
 def _attacher(project: Path, config: Config, engine: Engine, registry: str, redact: credentials.Redactor, source: str | None,
-              kinds: Sequence[str]) -> Callable[[push.Pushed], list[attest.Attached]]:
-    """What attaches the ``kinds`` of evidence to the final image once it is pushed (push.run calls it)."""
+              kinds: Sequence[str], t: target.Target) -> Callable[[push.Pushed], list[attest.Attached]]:
+    """What attaches the ``kinds`` of evidence to the final image once it is pushed (push.run calls it):
+    ``provenance`` (an in-toto statement) and ``lock`` (the lock it was built from: services/lockarchive.py)."""
 
     def attach(pushed: push.Pushed) -> list[attest.Attached]:
         if source is None:
@@ -47,6 +48,12 @@ def _attacher(project: Path, config: Config, engine: Engine, registry: str, reda
                                 ca_bundle=config.ca_bundle, timeout=config.network_timeout, redact=redact)
         out = []
         for kind in kinds:
+            if kind == "lock":
+                if t.lock is None:
+                    raise PushError(f"cannot attach the lock to {pushed.target}: {t.manifest.stack} has no lock")
+                out.append(attest.attach(client, pushed.target, pushed.digest,
+                                         lockarchive.lock_evidence(t.lock, t.variant.name)))
+                continue
             if kind != "provenance":
                 raise UsageError(f"no evidence of kind {kind!r}")
             found = provenance.lock_for_image(project / "pins", info.labels, source)
@@ -103,7 +110,8 @@ def publish(project: Path, config: Config, t: target.Target, *, registry_arg: st
         last = items[-1]
         items += [push.PushItem(source=last.source, target=f"{public}:{tag}", node=last.node, key=last.key)
                   for tag in extra_tags]
-        attach = _attacher(project, config, engine, registry, redact, items[-1].source, attest_kinds) if attest_kinds else None
+        attach = _attacher(project, config, engine, registry, redact, items[-1].source, attest_kinds,
+                           t) if attest_kinds else None
 
         def local_id(node: str) -> str | None:
             ref = locate(node, t.graph.node(node).key)
