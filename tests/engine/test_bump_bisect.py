@@ -9,7 +9,9 @@ suite's ``imports`` check). The tests run in order and share the project, its ca
    manifest differs, comments kept), pushed, ``latest`` moved, the lock archived and beside the image;
 2. a bump to the new head fails at the smoke gate: nothing rewritten, ``latest`` where it was, the report
    names ``imports`` and the range old..new;
-3. bisect between the image of 1 (its lock-hash label, through the archive) and the candidate lock of 2 (a
+3. the nightly asked to bump the stack (`nightly --bump demo`) fails at its bump stage: nothing built, pushed
+   or moved;
+4. bisect between the image of 1 (its lock-hash label, through the archive) and the candidate lock of 2 (a
    hash from the archive) names the planted commit, building fastmath's wheel at most 5 times.
 
 The lock is the session's (tests.engine.test_build.demo_lock) with the fastmath repository changed, so
@@ -221,6 +223,22 @@ def test_a_bump_that_fails_the_smoke_gate_changes_nothing_and_names_check_and_ra
     bad_hash = report["lock_hashes"]["default"]
     assert engine.registry_digest(f"{state.public}:demo-default-{bad_hash[:16]}") is None  # nothing pushed either
     state.results["bad_hash"] = bad_hash
+
+
+def test_a_nightly_that_bumps_to_the_red_head_is_a_red_day_and_moves_no_tag(state: State, engine: Engine) -> None:
+    assert state.second, "the failed bump before this one did not run"
+    manifest, lock = state.manifest.read_bytes(), state.lock.read_bytes()
+    reports = state.root / "nightly"
+    code = cli.main(["--project", str(state.root), "-q", "nightly", "demo", "--bump", "demo",
+                     "--report-dir", str(reports)])
+    run = json.loads((reports / "latest.json").read_text())["runs"][0]
+    assert code == 1
+    assert [(s["stage"], s["status"]) for s in run["stages"]] == [
+        ("bump", "failed"), ("lock", "skipped"), ("build", "skipped"), ("push", "skipped"), ("promote", "skipped")]
+    assert "check imports" in run["stages"][0]["summary"] and state.second[-1][:12] in run["stages"][0]["summary"]
+    assert state.manifest.read_bytes() == manifest and state.lock.read_bytes() == lock
+    assert engine.registry_digest(f"{state.public}:nightly") is None
+    assert "**bump failed**" in (reports / "latest.md").read_text()
 
 
 def test_bisect_names_the_planted_commit_within_five_builds_of_the_component(state: State) -> None:
