@@ -30,6 +30,7 @@ from buildctl.graph.smoke_expect import (
     Expectation,
     decode_label,
 )
+from buildctl.imageref import ImageRef
 from buildctl.safepath import write_atomic
 
 REPORT_SCHEMA = 1
@@ -228,6 +229,16 @@ def suite_hash(root: Path = SUITE_ROOT) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def registry_digest(image: str, repo_digests: Sequence[str]) -> str:
+    """The registry manifest digest of ``image`` (a reference by digest, or the engine's record of its
+    repository's digest after a push or pull), or "" when the engine knows none."""
+    ref = ImageRef.parse(image)
+    if ref.digest:
+        return ref.digest
+    found = {d.partition("@")[2] for d in repo_digests if d.partition("@")[0] == ref.name()}
+    return found.pop() if len(found) == 1 else ""
+
+
 def expectation_of(engine: SmokeEngine, image: str) -> Expectation:
     info = engine.inspect_image(image)
     value = info.labels.get(EXPECT_LABEL)
@@ -254,6 +265,9 @@ def run_smoke(engine: SmokeEngine, image: str, expect: Expectation | None, *, gp
     files[f"{IN_IMAGE}/expect.json"] = (json.dumps(exp.suite_json(), indent=2, sort_keys=True) + "\n").encode()
     limit = timeout if timeout is not None else exp.timeout_s
     command = [interpreter, "-m", "smoke", "--expect", f"{IN_IMAGE}/expect.json", "--tier", tier]
+    subject = registry_digest(image, info.repo_digests)
+    if subject:  # the report names the image it tested, as `buildctl evidence attach` wants it
+        command += ["--image-digest", subject]
     result = engine.run(image, command, env={"PYTHONDONTWRITEBYTECODE": "1"}, files=files, workdir=IN_IMAGE,
                         gpus=gpus, timeout=limit)
     stem = report_stem(info.id, tier)

@@ -87,6 +87,9 @@ def test_promotion_reads_evidence_from_the_registry_and_holds_the_size_budget(
     assert (build["tier"], build["ok"], build["current_suite"], build["attached_by"]) == \
         ("build", True, True, "buildctl push")
     assert build["suite_hash"] == smoke.suite_hash() and build["tested"].startswith(f"{public}/assemble@")
+    # the gate told the suite the assembled image's registry digest, so its own report names what it tested
+    [gate_report] = (tmp_path / "cache" / "reports" / "smoke" / "demo" / "default").glob("*.build.json")
+    assert json.loads(gate_report.read_text())["report"]["subject"] == build["tested"].rpartition("@")[2]
     # Debian's registry has no referrers API: the artifact is listed under the referrers tag of the digest
     got = RegistryClient(registry).manifest(repository, referrers_tag(first))
     assert got is not None

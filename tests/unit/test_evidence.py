@@ -237,3 +237,12 @@ def test_a_change_to_one_file_of_the_suite_changes_its_hash(tmp_path: Path) -> N
 ])
 def test_the_driver_version_is_read_from_the_kernel_module_line(text: str, version: str) -> None:
     assert smoke.suite.driver_version(text) == version
+
+
+def test_the_suite_is_told_the_registry_digest_of_the_image_it_tests() -> None:
+    repo_digests = (f"127.0.0.1:5000/demo/assemble@{SUBJECT}", f"other.example/demo@{OTHER}")
+    assert host_smoke.registry_digest("127.0.0.1:5000/demo/assemble:k1", repo_digests) == SUBJECT
+    assert host_smoke.registry_digest(f"127.0.0.1:5000/demo@{OTHER}", ()) == OTHER
+    assert host_smoke.registry_digest("buildctl-demo-base:bookworm", repo_digests) == ""  # never pushed: none
+    two = (f"r.example/x@{SUBJECT}", f"r.example/x@{OTHER}")  # the tag moved since: which one is unknown
+    assert host_smoke.registry_digest("r.example/x:latest", two) == ""

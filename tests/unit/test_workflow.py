@@ -54,7 +54,7 @@ def test_workflow_is_scheduled_and_names_existing_commands() -> None:
         if words and words[0] == "make":
             assert words[1] in targets, f"workflow runs `make {words[1]}`, which the Makefile lacks"
             used_make.add(words[1])
-    assert {"pins", "smoke"} <= used_buildctl
+    assert {"pins", "smoke", "evidence"} <= used_buildctl
     assert {"install", "nightly"} <= used_make
     # and the make target really runs the nightly command
     assert re.search(r"^nightly:\n\t\$\(BUILDCTL\) nightly", (ROOT / "Makefile").read_text(), re.M)
