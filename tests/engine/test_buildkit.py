@@ -9,6 +9,9 @@ shares nothing with the first but the registry.
 from __future__ import annotations
 
 import json
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,11 +19,13 @@ import pytest
 from buildctl import cli
 from buildctl.build import smoke
 from buildctl.engine.engine import Engine
+from buildctl.errors import Cancelled
 from buildctl.graph.graph import shared_labels
 from buildctl.graph.records import RecordStore, state_root
 from buildctl.services import building, wiring
 from buildctl.sources.sources import Sources
 from tests.engine.test_build import ALL, Demo, Recorder, base_env, demo, demo_lock, outcomes
+from tests.helpers import unique
 
 __all__ = ["demo", "demo_lock"]  # fixtures of test_build.py
 
@@ -108,3 +113,38 @@ def test_a_remote_builder_builds_what_changed_and_compiles_nothing(
     out = second_engine.run(report.final, ["python3", "-c", "import fastmath; print(fastmath.clamp(9, 0, 1))"],
                             entrypoint=[], timeout=60)
     assert float(out.stdout) == 1.0
+
+
+def test_a_cancelled_buildkit_build_stops_its_step_and_tags_nothing(engine: Engine, demo_base: str,
+                                                                    tmp_path: Path) -> None:
+    """Engine.cancel (what SIGINT/SIGTERM of a build calls) ends the docker CLI; the engine then cancels the solve,
+    whose step is BuildKit's own process, not an engine container."""
+    marker = unique("bk-cancel-")
+    (tmp_path / "Dockerfile").write_text(f"FROM {demo_base}\nRUN echo {marker}; sleep 120\n")
+    bk = Engine(name=engine.name, backend="buildkit")
+    tag = f"buildctl-test/{marker}:1"
+    timer = threading.Timer(2.0, bk.cancel)
+    timer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(Cancelled):
+            bk.build(context_dir=tmp_path, dockerfile="Dockerfile", tag=tag, labels={}, nocache=True)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < 30
+    assert not bk.image_exists(tag) and not bk._procs
+    deadline = time.monotonic() + 15
+    while marker_running(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not marker_running(marker), "the build's step still runs"
+
+
+def marker_running(marker: str) -> bool:
+    """Whether a process whose command line holds ``marker`` runs (BuildKit's step runs on this host)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
