@@ -26,6 +26,7 @@ The nightly job reuses these pieces with its own items and moving tags.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -46,7 +47,9 @@ ErrorKind = Literal["auth", "transient", "permanent"]
 Outcome = Literal["pushed", "present", "kept"]
 
 _AUTH = ("unauthorized", "authentication required", "denied", "no basic auth credentials",
-         "incorrect username or password", "401")
+         "incorrect username or password")
+# HTTP 401 as a status, never the digits inside a port or a name (127.0.0.1:40189 is no refusal)
+_STATUS_401 = re.compile(r"(?<![\w.:/-])401(?![\w.:/-])")
 # An error that says the request itself is wrong: pushing again cannot help.
 _PERMANENT = ("no such image", "does not exist locally", "invalid reference", "manifest invalid",
               "name invalid", "unsupported", "blob unknown to registry", "no space left")
@@ -198,7 +201,7 @@ class ReportSink:
 
 def classify(text: str) -> ErrorKind:
     low = text.lower()
-    if any(m in low for m in _AUTH):
+    if any(m in low for m in _AUTH) or _STATUS_401.search(low):
         return "auth"
     if any(m in low for m in _PERMANENT):
         return "permanent"

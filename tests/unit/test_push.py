@@ -334,3 +334,11 @@ def test_defect9_the_engines_own_retries_are_said(tmp_path: Path) -> None:
     retrying = [s for s in said if s.startswith("retrying")]
     assert retrying == [f"retrying  {it.target}: the engine retries an upload of layer l1 (Retrying in 5 seconds)",
                         f"retrying  {it.target}: the engine retries an upload of layer l1 (Retrying in 10 seconds)"]
+
+
+def test_a_port_with_401_in_it_is_not_an_auth_failure() -> None:
+    # CI once pushed through a relay on port 40189: its EOF was taken for a refusal and not retried
+    from buildctl.ship.push import classify
+    assert classify('Put "http://127.0.0.1:40189/v2/x/manifests/k1": EOF') == "transient"
+    assert classify("unexpected status: 401 Unauthorized") == "auth"
+    assert classify("received unexpected HTTP status: 401") == "auth"
