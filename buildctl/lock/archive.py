@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from buildctl import syntax
 from buildctl.errors import LockError, UsageError
-from buildctl.imageref import ImageRef
 from buildctl.lock import lockfile
 from buildctl.lock.lockfile import Lock
 from buildctl.safepath import write_atomic
@@ -57,25 +57,19 @@ def parse_ref(text: str, *, cwd: Path) -> Ref:
             if not HASH.fullmatch(rest):
                 raise UsageError(f"lock:{rest[:80]} is not a lock hash (12 to 64 lower-case hex digits)")
             return Ref(kind="hash", value=rest)
-        return Ref(kind="image", value=str(_image(rest)))
+        return Ref(kind="image", value=_image(rest))
     if HASH.fullmatch(text):
         return Ref(kind="hash", value=text)
     if text.endswith(".json") or (cwd / text).is_file():
         return Ref(kind="file", value=text)
-    return Ref(kind="image", value=str(_image(text)))
-
-
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-IMAGE = re.compile(rf"(?:[A-Za-z0-9.-]+(?::[0-9]{{1,5}})?/)?{_COMPONENT}(?:/{_COMPONENT})*"
-                   r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?")
+    return Ref(kind="image", value=_image(text))
 
 
 def _image(text: str) -> str:
     """``text`` when it is an image reference by Docker's grammar (host[:port]/path[:tag][@sha256:...])."""
-    if not IMAGE.fullmatch(text):
+    if not syntax.IMAGE_RE.fullmatch(text):
         raise UsageError(f"{text[:120]!r} is neither a lock file, a lock hash nor an image reference",
                          fix="give a lock file (file:PATH), a hash (lock:HEX) or an image (image:REF)")
-    ImageRef.parse(text)
     return text
 
 
