@@ -228,7 +228,8 @@ python3 - "$facts" "$R/bert-data.json" "$OUT/facts.json" <<'PY'
 import json, sys
 facts = dict(line.rstrip("\n").split("=", 1) for line in open(sys.argv[1]) if "=" in line)
 try:
-    facts["bert_data"] = json.load(open(sys.argv[2]))
+    text = open(sys.argv[2]).read()  # TE prints a deprecation line to stdout on import, before the JSON
+    facts["bert_data"] = json.loads(text[text.index("{"):])
 except Exception as exc:  # noqa: BLE001
     facts["bert_data"] = f"unreadable: {exc}"
 json.dump(facts, open(sys.argv[3], "w"), indent=1, sort_keys=True)
