@@ -82,12 +82,15 @@ def executed(plan: Plan) -> tuple[dict[str, Action], set[str]]:
     """What a build executes of a plan: each needed node's action (skipped nodes left out) and the present
     nodes it publishes. A node the plan could not decide stops the build before anything starts."""
     actions: dict[str, Action] = {}
+    unknown = [p for p in plan.nodes if p.action == "unknown"]
+    if unknown:
+        last = unknown[-1]  # the latest: the earlier ones are unknown because it is
+        raise BuildFailed(f"cannot decide what to do with {last.node.name} of {plan.graph.stack}/{plan.graph.variant}"
+                          + (f" (nor with {', '.join(p.node.name for p in unknown[:-1])})" if len(unknown) > 1 else ""),
+                          why=last.because + (f" ({last.note})" if last.note else ""),
+                          fix="check that the engine and the registry answer (`buildctl plan`), then build again")
     for p in plan.nodes:
-        if p.action == "unknown":
-            raise BuildFailed(f"cannot decide what to do with {p.node.name} of {plan.graph.stack}/{plan.graph.variant}",
-                              why=p.because + (f" ({p.note})" if p.note else ""),
-                              fix="check that the engine and the registry answer (`buildctl plan`), then build again")
-        if p.action != "skip":
+        if p.action != "skip" and p.action != "unknown":  # (none is unknown here: mypy's narrowing)
             actions[p.node.name] = p.action
     return actions, set(plan.to_publish)
 

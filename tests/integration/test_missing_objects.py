@@ -236,3 +236,71 @@ def test_a_declared_missing_blob_that_the_build_reads_is_refused(tmp_path: Path)
     with pytest.raises(SourceError) as err:
         Sources(cache=tmp_path / "cache").prepare_component(bare, locked)
     assert f"holds: kernel.h (blob {blob[:12]})" in str(err.value) and "missing_objects" not in str(err.value)
+
+
+AIRGAP_MANIFEST = """\
+schema: 1
+stack: gapped
+base: {{alias: test-base}}
+variants:
+  default: {{image: "127.0.0.1:9/none/base:1", platform: linux/amd64, cuda: "13"}}
+components:
+  te:
+    repo: https://github.com/acme/top.git
+    commit: {commit}
+    branch: main
+    submodules: true
+    missing_objects:
+      - repo: https://github.com/acme/sub.git
+        path: media/images/perf.png
+        blob: {blob}
+        why: a chart; no build reads media/
+"""
+
+
+def test_build_dry_run_through_git_mirrors_with_an_incomplete_submodule_mirror(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """What `buildctl build deepseek-v3-gb200 --variant hopper --dry-run` does against the fetched mirrors (TE's
+    cutlass submodule mirror lacks a PNG), made small: GitHub URLs in the manifest and in .gitmodules, mirrors laid
+    out as DIR/<owner>/<name>.git and named by git_mirrors, no engine. The lock records the gitlink and the note;
+    the dry run prepares the tree from the incomplete mirror and renders every node."""
+    from buildctl import cli
+
+    top, sub_mirror, top_sha, sub_sha, blob = _super_with_incomplete_sub(tmp_path)
+    (top / ".gitmodules").write_text('[submodule "3rdparty/sub"]\n\tpath = 3rdparty/sub\n'
+                                     '\turl = https://github.com/acme/sub.git\n')
+    git("add", ".gitmodules", cwd=top)
+    git("commit", "-q", "-m", "submodule by its GitHub URL", cwd=top)
+    top_sha = git("rev-parse", "HEAD", cwd=top)
+    mirrors = tmp_path / "mirrors"
+    (mirrors / "acme").mkdir(parents=True)
+    git("clone", "-q", "--mirror", str(top), str(mirrors / "acme" / "top.git"))
+    sub_mirror.rename(mirrors / "acme" / "sub.git")
+    proj = tmp_path / "project"
+    (proj / "pins").mkdir(parents=True)
+    (proj / "images").symlink_to(Path(__file__).resolve().parents[2] / "images")
+    (proj / "pins" / "gapped.yaml").write_text(AIRGAP_MANIFEST.format(commit=top_sha, blob=blob[:12]))
+    (tmp_path / "config.toml").write_text(f'git_mirrors = {{ "https://github.com/" = "file://{mirrors}/" }}\n'
+                                          "network_timeout = 5\n")
+    monkeypatch.setenv("BUILDCTL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("BUILDCTL_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.delenv("BUILDCTL_GIT_MIRRORS", raising=False)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+
+    assert cli.main(["--project", str(proj), "lock", "gapped", "--partial", "--only", "git", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    lock = json.loads((proj / "pins" / "gapped.lock.json").read_text())
+    te = lock["variants"]["default"]["components"]["te"]
+    assert te["submodules"] == {"3rdparty/sub": sub_sha}
+    notes = json.dumps(lock.get("notes", [])) + json.dumps(out)
+    assert f"media/images/perf.png (blob {blob[:12]})" in notes and "placeholder" in notes
+
+    dry = tmp_path / "dry"
+    assert cli.main(["--project", str(proj), "build", "gapped", "--dry-run", "--out", str(dry)]) == 0
+    said = capsys.readouterr().out
+    assert f"source te: prepared {te['tree']}" in said
+    assert "plan assemble: unknown (the engine could not be asked)" in said  # the final node
+    assert "skip (not needed: a later node is present)" not in said  # nothing is known present
+    assert (dry / "wheel-te.sh").is_file() and (dry / "assemble.Dockerfile").is_file()
+    assert "+ no changes, 1 submodule(s))" in said  # the submodule's commit came from its incomplete mirror
+    # (its export, with the placeholder, is the build's next step: test_a_declared_missing_blob_becomes_...)

@@ -199,6 +199,10 @@ def test_a_registry_that_does_not_answer(gs: Any) -> None:
     eng = lambda: FakeEngine(local={refs(g)["base"]}, unreachable=True)  # noqa: E731
     shown = decide(g, eng())
     assert shown.node("entrypoint").action == "unknown" and shown.to_build == []
+    # what comes before an unknown node is not "skipped: a later node is present": whether it is needed is unknown
+    assert {p.node.name: p.action for p in shown.nodes if p.node.name != "base"} == {
+        p.node.name: "unknown" for p in shown.nodes if p.node.name != "base"}
+    assert "could not be asked" in shown.node("python").because
     with pytest.raises(BuildFailed, match="cannot decide what to do with entrypoint"):
         pipeline.executed(shown)
     with pytest.raises(UnreachableError):  # the build stops with the registry's own error
