@@ -54,6 +54,7 @@ from buildctl.build.steps import Steps, compile_jobs, extract_wheel, label_instr
 from buildctl.config import Config
 from buildctl.errors import BuildFailed, EngineError, Interrupted, UsageError
 from buildctl.graph.plan import ArchCheck, Plan
+from buildctl.graph.specs import EntrypointNodeSpec
 from buildctl.labels import SMOKE_LABEL
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class _Build:
         self.s = RunState(job, engines=engines, config=config, progress=progress, project=project, options=options,
                           smoke_gate=smoke_gate)
         self.decide = decide
+        self.remote: set[str] = set()  # the final image, left in the registry (--no-load)
         self.schedule = Scheduler(self.s)
         self.steps = Steps(self.s, engine_for=self.schedule.engine)
         self.host = HostPrep(self.s, fetchers=fetchers, ensure=self.steps.ensure)
@@ -145,7 +147,8 @@ class _Build:
             if name not in actions:
                 self.s.progress.node(name, "skipped", "not needed: a later node is present")
             elif actions[name] == "have":
-                self.s.progress.node(name, "cached")
+                self.s.progress.node(name, "cached", "in the registry: left there (--no-load)" if name in self.remote
+                                     else "")
                 self.s.results.append(NodeResult(name=name, outcome="cached", engine=self.s.e0.name, ref=self.s.ref(name),
                                                  seconds=0.0))
         todo = {n for n, a in actions.items() if a != "have"} | publish
@@ -160,10 +163,16 @@ class _Build:
                 self.s.wheelhouse_url = url
                 self.schedule.execute(actions, publish, self.steps.task)
         final = self.s.g.final.name
-        if self.s.e0.name not in self.s.where.get(final, {self.s.e0.name}):
+        if final in self.remote:  # --no-load: in the registry, left there; its smoke label is its spec's (the key's)
+            spec = self.s.g.final.spec
+            if self.s.g.gate and self.s.smoke == "not-run" and isinstance(spec, EntrypointNodeSpec):
+                self.s.smoke = "skipped" if spec.smoke == "skipped" else "passed"
+        elif self.s.opt.load and self.s.e0.name not in self.s.where.get(final, {self.s.e0.name}):
             self.s.e0.pull(self.s.ref(final))  # built by another engine: the user runs it from the first
         if self.s.g.gate and self.s.smoke == "not-run":
-            labels = self.s.e0.inspect_image(self.s.ref(final)).labels
+            there = self.s.where.get(final, {self.s.e0.name})
+            holder = next(e for e in (self.s.e0, *self.s.engines) if e.name in there)
+            labels = holder.inspect_image(self.s.ref(final)).labels
             self.s.smoke = "skipped" if labels.get(SMOKE_LABEL) == "skipped" else "passed"
         return Report(final=self.s.ref(final), nodes=tuple(self.s.results), smoke=self.s.smoke, wheels=dict(self.s.wheels),
                       backend="+".join(dict.fromkeys(e.backend for e in self.s.engines)))
@@ -177,7 +186,9 @@ class _Build:
                 self.s.untrusted.add(p.node.name)
             if p.wheel is not None:
                 self.s.wheels[p.node.component or ""] = p.wheel
-            if p.action == "have" and p.node.kind not in ("base", "wheel"):
+            if p.remote:
+                self.remote.add(p.node.name)
+            elif p.action == "have" and p.node.kind not in ("base", "wheel"):
                 self.s.where.setdefault(p.node.name, set()).add(self.s.e0.name)
         return actions, publish
 

@@ -45,6 +45,7 @@ class Options:
     host_cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     host_memory_gib: float = field(default_factory=lambda: _memory_gib())
     nocache: bool = False  # no engine step cache: every step runs afresh (`buildctl repro`)
+    load: bool = True  # the final image ends in the first engine (--no-load: a final image in the registry stays there)
 
 
 @dataclass(frozen=True, kw_only=True)

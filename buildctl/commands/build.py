@@ -43,6 +43,19 @@ def _backend(p: argparse.ArgumentParser, *, several: bool) -> None:
                    if several else "BuildKit builder to ask (the first a build would use); implies --backend buildkit")
 
 
+def _no_load(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-load", action="store_true",
+                   help="a builder's run: when the registry already has the final image, leave it there instead of "
+                        "pulling it into this engine (nothing is pulled that no build needs; the run names the "
+                        "registry's ref). Needs a registry")
+
+
+def _check_no_load(args: argparse.Namespace, registry: str | None) -> None:
+    if args.no_load and registry is None:
+        raise UsageError("--no-load leaves the final image in the registry, and this run has none",
+                         fix="pass --registry HOST:PORT (or set `registry`), or drop --no-load")
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="show the build graph, node keys and what is stale (and why)",
                        description="Every node of a stack's variant with its content key, where its image is "
@@ -52,6 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--engine", help="Docker engine to ask (default: DOCKER_HOST or the local socket)")
     _backend(p, several=False)
     p.add_argument("--json", action="store_true", help="machine-readable result")
+    _no_load(p)
     p.set_defaults(func=handle_plan)
 
     b = sub.add_parser("build", help="build the missing nodes of a stack's variant, tagged by content key",
@@ -74,6 +88,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "for review (Dockerfile, compile script, every text file of its context, e.g. the launch "
                         "script, under NODE.context/); build nothing")
     b.add_argument("--out", type=Path, help="--dry-run: folder to write into (default: under the cache)")
+    _no_load(b)
     b.set_defaults(func=handle_build)
 
 
@@ -84,9 +99,10 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
                     profile=args.profile)
     chosen = wiring.choose_builders(ctx.config, backend=args.backend, engines=[args.engine] if args.engine else [],
                                     builders=args.builder)
+    _check_no_load(args, t.registry)
     engine = wiring.build_engines(ctx.config, chosen)[0]
     try:
-        p = building.plan_for(t, engine, ctx.config,
+        p = building.plan_for(t, engine, ctx.config, load=not args.no_load,
                               emulation=wiring.emulation_registered(engine.address, t.variant.platform))
     finally:
         engine.close()
@@ -164,6 +180,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
                     skip_smoke=args.skip_smoke, profile=args.profile)
     chosen = wiring.choose_builders(ctx.config, backend=args.backend, engines=args.engine, builders=args.builder)
+    _check_no_load(args, t.registry)
     if args.dry_run:
         out = args.out or ctx.config.cache.root / "dry-run" / t.graph.stack / t.graph.variant
         for line in building.prepare_sources(t, wiring.sources(ctx.config, base_dir=t.manifest_path.parent)):
@@ -171,7 +188,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
         # the plan first (what `build` would do, as `buildctl plan` says), then what each node is built from
         engine = wiring.build_engines(ctx.config, chosen)[0]
         try:
-            p = building.plan_for(t, engine, ctx.config)
+            p = building.plan_for(t, engine, ctx.config, load=not args.no_load)
         finally:
             engine.close()
         for n in p.nodes:
@@ -197,7 +214,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     # the engines' clients are made inside: they pull and push nodes with BUILDCTL_REGISTRY_AUTH, as `push` does
     with wiring.registry_credentials(t.registry, os.environ):
         engines = wiring.build_engines(ctx.config, chosen)
-        options = pipeline.Options(jobs=args.jobs, skip_smoke=args.skip_smoke,
+        options = pipeline.Options(jobs=args.jobs, skip_smoke=args.skip_smoke, load=not args.no_load,
                                    emulation=wiring.emulation_registered(engines[0].address, t.variant.platform))
         try:
             with NodeProgress(ctx.ui, t.graph.names()) as progress:

@@ -60,6 +60,7 @@ class NodePlan:
     publish: bool = False  # present here, but the registry lacks it: pushed by the build
     untrusted: bool = False  # tagged in the engine without the record of a completed build: its image is removed
     wheel: Path | None = None  # a wheel node: the wheel kept in the wheel cache for its key
+    remote: bool = False  # the final image, in the registry and left there (``load=False``): nothing pulls it
 
     @property
     def present(self) -> bool:
@@ -134,6 +135,7 @@ class Plan:
                 "provisional": p.provisional, "unlocked": list(p.node.unlocked),
                 "own_inputs_locked": not p.node.unlocked, "waits_for": list(p.waits_for), "why": list(p.why),
                 "note": p.note, "action": p.action, "because": p.because, "publish": p.publish,
+                "remote": p.remote,
             } for p in self.nodes],
             "to_build": self.to_build,
             "to_publish": self.to_publish,
@@ -185,6 +187,7 @@ def make(
     wheels: WheelCache | None = None,
     full: bool = True,
     strict: bool = False,
+    load: bool = True,
 ) -> Plan:
     """``missing``: the sections a partial lock lacks (lockfile.VariantLock.missing). ``trusted`` says whether a
     local tag is backed by the record of a completed build (records.RecordStore.has); a local tag that is not
@@ -195,7 +198,10 @@ def make(
     (``buildctl build``: a run with nothing to do asks about one image), the others' state is "unknown".
     ``strict``: an engine or registry that cannot be asked raises (a build cannot go on without knowing)
     instead of making the state unknown. Either way the actions come from the same walk, so the plan and
-    the build agree."""
+    the build agree.
+    ``load``: the final image is wanted in this engine (the default). Without it (``--no-load``, a builder's run:
+    the registry is where images go), a final image the registry has and the engine lacks is left there: "have",
+    marked remote, and nothing is pulled."""
     notes: list[str] = []
     engine_note = "" if engine is not None else "no engine to ask"
     unreachable: dict[str, str] = {}  # registry host -> why it could not be asked
@@ -271,6 +277,7 @@ def make(
     actions: dict[str, tuple[Action, str]] = {}
     publish: set[str] = set()
     kept: dict[str, Path] = {}
+    remote: set[str] = set()
 
     def publish_check(name: str) -> str:
         if registry is None or not asks_registry(name):
@@ -302,6 +309,10 @@ def make(
         usable = local and is_trusted(n)
         if usable and n.kind != "wheel":
             actions[name] = ("have", "in the engine" + publish_check(name))
+            return
+        if not usable and not load and name == graph.final.name and in_registry(name):
+            remote.add(name)
+            actions[name] = ("have", "in the registry: left there (--no-load)")
             return
         if usable or in_registry(name):
             where = "in the engine" if usable else "in the registry"
@@ -355,7 +366,8 @@ def make(
         action, because = actions.get(n.name, ("skip", "not needed: a later node is present"))
         plans.append(NodePlan(node=n, ref=ref, state=state, provisional=graph.provisional(n.name), why=why,
                               note=note, waits_for=graph.waits_for(n.name), action=action, because=because,
-                              publish=n.name in publish, untrusted=untrusted, wheel=kept.get(n.name)))
+                              publish=n.name in publish, untrusted=untrusted, wheel=kept.get(n.name),
+                              remote=n.name in remote))
     if graph.lock_digest is None:
         notes.append(f"{graph.stack} has no lock for variant {graph.variant}: keys marked provisional will change "
                      f"once locked (`buildctl lock {graph.stack} --variant {graph.variant}`)")

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # the build's modules are imported where a build runs: `build
 
 
 def plan_for(t: Target, engine: EngineState | None, config: Config, *, full: bool = True, strict: bool = False,
-             emulation: bool | None = None) -> planmod.Plan:
+             emulation: bool | None = None, load: bool = True) -> planmod.Plan:
     """The plan of ``t`` against this engine, its registry, the records and the wheel cache under the cache root.
     `buildctl plan` asks for every node (``full``); a build asks only what its actions need and stops on an
     engine or registry that does not answer (``strict``): the actions are the same."""
@@ -40,7 +40,7 @@ def plan_for(t: Target, engine: EngineState | None, config: Config, *, full: boo
     return planmod.make(t.graph, refs=t.refs, engine=engine, records=store.load_all(t.graph), registry=t.registry,
                         emulation=emulation, missing=t.vlock.missing if t.vlock else None,
                         trusted=lambda n: store.has(t.graph.stack, t.graph.variant, n.name, n.key),
-                        wheels=WheelFolder(config.cache.wheels), full=full, strict=strict)
+                        wheels=WheelFolder(config.cache.wheels), full=full, strict=strict, load=load)
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,8 @@ def build_target(t: Target, *, engines: Sequence[Engine], config: Config, progre
     require_lock(t, engines[0], src)
     e0 = engines[0]
     return pipeline.run(build_input(t, src),
-                        decide=lambda: plan_for(t, e0, config, full=False, strict=True, emulation=opts.emulation),
+                        decide=lambda: plan_for(t, e0, config, full=False, strict=True, emulation=opts.emulation,
+                                                load=opts.load),
                         engines=engines, config=config, fetchers=wiring.HostFetchers(config), progress=progress,
                         project=project, options=opts,
                         smoke_gate=smoke_gate)

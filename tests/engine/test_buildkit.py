@@ -114,6 +114,25 @@ def test_a_remote_builder_builds_what_changed_and_compiles_nothing(
                             entrypoint=[], timeout=60)
     assert float(out.stdout) == 1.0
 
+    # a builder's run of what the registry already holds (--no-load): one question, nothing pulled or built
+    second_engine.remove_image(report.final)
+    base_env(demo.monkeypatch, demo.root.parent / "cache-remote-2")  # an empty cache too
+    [remote] = wiring.build_engines(demo.config(), chosen)
+    try:
+        p = building.plan_for(t, remote, demo.config(), full=False, strict=True, load=False)
+    finally:
+        remote.close()
+    assert {n.node.name: (n.action, n.remote) for n in p.nodes if n.action != "skip"} == {"entrypoint": ("have", True)}
+    capsys.readouterr()
+    assert cli.main(["--project", str(demo.root), "build", "demo", "--builder", second_builder, "--no-load",
+                     "--skip-smoke"]) == 0
+    said = capsys.readouterr()
+    assert "in the registry: left there (--no-load)" in said.err and "built 0 node(s)" in said.out
+    assert f"demo/default: {report.final}" in said.out
+    assert not second_engine.image_exists(report.final)  # left in the registry
+    assert cli.main(["--project", str(demo.root), "build", "demo", "--local", "--no-load", "--skip-smoke"]) == 2
+    assert "--no-load leaves the final image in the registry" in capsys.readouterr().err
+
 
 def test_a_cancelled_buildkit_build_stops_its_step_and_tags_nothing(engine: Engine, demo_base: str,
                                                                     tmp_path: Path) -> None:

@@ -59,9 +59,9 @@ def refs(g: Graph, registry: str | None = REG) -> dict[str, str]:
 
 
 def decide(g: Graph, eng: FakeEngine, *, wheels: FakeWheels | None = None, untrusted: frozenset[str] = frozenset(),
-           registry: str | None = REG, full: bool = True, strict: bool = False) -> plan.Plan:
+           registry: str | None = REG, full: bool = True, strict: bool = False, load: bool = True) -> plan.Plan:
     return plan.make(g, refs=refs(g, registry), engine=eng, records={}, registry=registry, wheels=wheels,
-                     trusted=lambda n: n.name not in untrusted, full=full, strict=strict)
+                     trusted=lambda n: n.name not in untrusted, full=full, strict=strict, load=load)
 
 
 def both(g: Graph, make_engine: Any, **kw: Any) -> tuple[plan.Plan, plan.Plan]:
@@ -207,3 +207,30 @@ def test_a_registry_that_does_not_answer(gs: Any) -> None:
         pipeline.executed(shown)
     with pytest.raises(UnreachableError):  # the build stops with the registry's own error
         decide(g, eng(), full=False, strict=True)
+
+
+# -- issue 23: a builder's run (--no-load) leaves the final image in the registry
+
+
+def test_no_load_leaves_a_final_image_in_the_registry_and_asks_nothing_more(gs: Any) -> None:
+    g = graph(gs)
+    r = refs(g)
+    everywhere = {r[n.name] for n in g.nodes}
+    fresh = lambda: FakeEngine(local=set(), remote=set(everywhere))  # noqa: E731  a second builder: empty engine
+    shown, executed = both(g, fresh, load=False)
+    assert shown.actions == executed.actions
+    final = executed.node("entrypoint")
+    assert final.action == "have" and final.remote and "left there (--no-load)" in final.because
+    assert executed.to_build == [] and executed.to_publish == []
+    actions, publish = pipeline.executed(executed)
+    assert actions == {"entrypoint": "have"} and not publish  # nothing pulled, nothing pushed
+    eng = fresh()
+    decide(g, eng, full=False, strict=True, load=False)
+    assert eng.asked_registry == [r["entrypoint"]]  # one question, for the final image
+    # the default (load) pulls it into the engine, as before
+    assert decide(g, fresh(), full=False, strict=True).node("entrypoint").action == "pull"
+    # a node to build is built as before: --no-load changes only what happens to a final image already there
+    stale = FakeEngine(local=set(), remote=everywhere - {r["entrypoint"], r["assemble"]})
+    p = decide(g, stale, full=False, strict=True, load=False)
+    assert p.to_build == ["assemble", "entrypoint"] and not any(n.remote for n in p.nodes)
+    assert p.to_json()["nodes"][-1]["remote"] is False
