@@ -55,12 +55,14 @@ class Client:
         attempts: int = 3,
         backend: Backend = "classic",
         docker_cli: Path | None = None,
+        cli_memo: Path | None = None,
     ) -> None:
         self.name = name
         # how build() makes an image: the classic builder through docker-py, or the engine's own BuildKit
         # through a docker CLI (buildkit.py); everything else (run, push, pull, inspect) is docker-py either way
         self.backend: Backend = backend
         self.docker_cli = docker_cli
+        self.cli_memo = cli_memo  # where the BuildKit backend keeps which docker CLI it found (buildkit.find_cli)
         self._base_url = base_url
         self.timeout = timeout
         self.network_timeout = network_timeout

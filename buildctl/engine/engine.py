@@ -241,7 +241,7 @@ class Engine(Transfers):
         """The engine's own BuildKit through a docker CLI (buildkit.py); returns (image id, error)."""
         if self._cancelled.is_set():
             raise Cancelled(f"build of {tag}: cancelled", why="the build was interrupted")
-        cli = buildkit.find_cli(self.docker_cli)
+        cli = buildkit.find_cli(self.docker_cli, memo=self.cli_memo)
 
         def started(proc: subprocess.Popen[bytes]) -> None:
             with self._lock:
@@ -262,7 +262,7 @@ class Engine(Transfers):
         """Say how this engine builds; raise EngineError when its backend cannot build here (before a build starts)."""
         if self.backend == "classic":
             return "classic (the engine's classic builder, through docker-py)"
-        cli = buildkit.find_cli(self.docker_cli)
+        cli = buildkit.find_cli(self.docker_cli, memo=self.cli_memo)
         return f"buildkit (the engine's own BuildKit, through {cli.describe()})"
 
     # -- containers

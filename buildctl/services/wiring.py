@@ -18,7 +18,7 @@ from buildctl.lock.resolvers import Resolvers
 from buildctl.registry import credentials
 
 if TYPE_CHECKING:
-    from buildctl.build.smoke import BuildGate
+    from buildctl.build.state import SmokeGate
     from buildctl.engine.engine import Engine
     from buildctl.sources.index import HttpFetcher, SimpleIndex
     from buildctl.sources.sources import Sources
@@ -32,7 +32,8 @@ def engine(config: Config, url: str | None = None, name: str = "default", backen
     chosen = backend or config.backend or "classic"
     assert chosen in BACKENDS, chosen  # checked where it was read (config.py, the commands' choices)
     return Engine(url, name=name, network_timeout=config.network_timeout, stall_timeout=config.stall_timeout,
-                  backend="buildkit" if chosen == "buildkit" else "classic", docker_cli=config.docker_cli)
+                  backend="buildkit" if chosen == "buildkit" else "classic", docker_cli=config.docker_cli,
+                  cli_memo=config.cache.root / "docker-cli.json")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,12 +161,27 @@ def registry_credentials(registry: str | None, env: Mapping[str, str]) -> Iterat
         yield
 
 
-def smoke_gate(config: Config, stack: str, variant: str, registry: str | None = None) -> BuildGate:
+def smoke_gate(config: Config, stack: str, variant: str, registry: str | None = None) -> SmokeGate:
     """The build-host smoke tier (smoke.BuildGate) as the gate before the entrypoint; reports under the cache.
     With the ``registry`` the build shares its nodes through, an assembled image whose digest there has
-    build-tier evidence of this suite reuses it (services/evidencing.GateReuse)."""
-    from buildctl.build.smoke import BuildGate
-    from buildctl.services.evidencing import GateReuse
+    build-tier evidence of this suite reuses it (services/evidencing.GateReuse). Made when the gate first runs:
+    a build with nothing to gate does not import the suite's runner and the evidence lookup (0.1 s)."""
+    return _LazyGate(config=config, report_dir=config.cache.reports / "smoke" / stack / variant, registry=registry)
 
-    return BuildGate(report_dir=config.cache.reports / "smoke" / stack / variant,
-                     evidence=GateReuse(config=config, registry=registry) if registry else None)
+
+@dataclass
+class _LazyGate:
+    config: Config
+    report_dir: Path
+    registry: str | None
+    _gate: SmokeGate | None = None
+
+    def __call__(self, engine: Engine, image: str, /, *, log_file: Path) -> str:
+        if self._gate is None:
+            from buildctl.build.smoke import BuildGate
+            from buildctl.services.evidencing import GateReuse
+
+            self._gate = BuildGate(report_dir=self.report_dir, evidence=GateReuse(config=self.config,
+                                                                                  registry=self.registry)
+                                   if self.registry else None)
+        return self._gate(engine, image, log_file=log_file)

@@ -146,3 +146,4 @@ def test_buildkits_error_lines_are_what_a_failure_says() -> None:
         buildkit._line(line, lines.append, errors)
     assert lines[0] == "#5 [2/2] RUN exit 3\n" and len(lines) == 4
     assert errors[0].startswith("ERROR: executor failed") and "failed to solve" in errors[-1]
+
