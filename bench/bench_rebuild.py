@@ -15,14 +15,17 @@ repeated --reps times (each repetition makes a change never built before, so no 
   (a) nothing changed;                          (b) a runtime pip pin bumped (six);
   (c) fastmath's PR list changed (a PR added);  (d) a second builder: a second engine with an empty cache
       that shares only the registry, with (d1) nothing changed and (d2) the pin of (b) bumped: buildctl
-      against the recipe built with BuildKit --cache-from the image pushed with an inline cache;
+      (with --no-load, a fleet builder's run: what the registry has stays there) against the recipe built
+      with BuildKit --cache-from the image pushed with an inline cache; (d1p) is (d1) with the final image
+      pulled into the second engine (no --no-load), against the same recipe figures;
   (e) pushing an unchanged image again: bytes sent to the registry (through a counting relay).
 
 Figures: wall time, nodes (buildctl) or build steps (Dockerfiles) rebuilt, compiles run. The fastmath
 compile gets realistic weight from generated C sources (--weight files, about 1.5 s of gcc CPU time each here;
 the default 20 makes one compile about 30 s).
 Then `plan` and no-op `build` time and peak memory of generated stacks of 10, 50 and 200 source-tree
-components (--sizes). A table goes to stdout, every repetition's figures with the machine to
+components (--sizes), and of a graph of 200 nodes (--graph-nodes: 98 compiled components, each compile a
+stdlib script that writes a tiny wheel). A table goes to stdout, every repetition's figures with the machine to
 bench/results/<time>.json (--out).
 
     python3 bench/bench_rebuild.py [--reps N] [--weight N] [--sizes 10,50,200] [--registry HOST:PORT]
@@ -86,42 +89,53 @@ from buildctl.errors import BuildctlError  # noqa: E402
 from buildctl.services import target  # noqa: E402
 
 
-def run_growth(b: Bench, sizes: list[int], reps: int, base_image: str) -> dict[str, Any]:
-    out: list[dict[str, Any]] = []
-    for n in sizes:
-        say(f"growth: {n} source-tree components")
-        gp = b.work / f"growth-{n}"
-        (gp / "pins").mkdir(parents=True)
-        (gp / "images").symlink_to(ROOT / "images")
-        shas = growth.make_repo(b.work / "git" / f"gen-{n}.git", n)
-        (gp / "pins" / "gen.yaml").write_text(growth.manifest(n, b.work / "git" / f"gen-{n}.git", shas, base_image,
-                                                                  f"bench-{b.run_id}/gen{'' if b.quick else n}"))
-        # a cache and a repository per size, so that no size's figures carry another's state (sharing them made
-        # plan of 200 components 0.25 s slower, seen in one run); --quick (no timing claims) shares both: system
-        # and python are the same for all sizes, so each untimed first build there only builds what differs
-        cache = b.work / ("growth-cache" if b.quick else f"growth-cache-{n}")
-        env = {**b.env, "BUILDCTL_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
-        locked = growth.measure(growth.buildctl(gp, "lock", "gen"), env, f"lock of the {n}-component stack")
-        env_t = {**b.env, "BUILDCTL_CACHE": str(cache)}
-        t = target.load(gp, load_config(env_t), "gen", None, local_only=True, skip_smoke=True)
-        b.made_refs += [("", t.refs[x.name]) for x in t.graph.nodes if x.kind != "base"]
-        first = growth.measure(growth.buildctl(gp, "build", "gen", "--local", "--skip-smoke"), env,
-                               f"first build of the {n}-component stack")
-        say(f"  lock {locked.seconds:.2f}s, first build {first.seconds:.2f}s (untimed); then {reps} plan(s) and "
-            f"{reps} no-op build(s)")
-        plans = [growth.measure(growth.buildctl(gp, "plan", "gen", "--json"), env, "plan") for _ in range(reps)]
-        noops = [growth.measure(growth.buildctl(gp, "build", "gen", "--local", "--skip-smoke"), env, "no-op build")
-                 for _ in range(reps)]
-        out.append({"components": n, "nodes": len(t.graph.nodes),
-                    "plan": _measured(plans), "noop": _measured(noops)})
-    return {"sizes": out,
-            "plan_growth": growth.name_growth(sizes, [g["plan"]["cpu_runs_s"] for g in out]),
-            "noop_growth": growth.name_growth(sizes, [g["noop"]["cpu_runs_s"] for g in out]),
-            "plan_growth_wall": growth.name_growth(sizes, [g["plan"]["runs_s"] for g in out]),
-            "noop_growth_wall": growth.name_growth(sizes, [g["noop"]["runs_s"] for g in out]),
-            "note": "each figure is one process (python start-up and imports included); the growth is named from "
-                    "the CPU time (user + system, children included) of every repetition (growth.name_growth); "
-                    "*_growth_wall names it from the wall times"}
+def run_growth(b: Bench, sizes: list[int], reps: int, base_image: str, graph_nodes: int = 0) -> dict[str, Any]:
+    out = [_one_size(b, n, reps, base_image) for n in sizes]
+    res: dict[str, Any] = {
+        "sizes": out,
+        "plan_growth": growth.name_growth(sizes, [g["plan"]["cpu_runs_s"] for g in out]),
+        "noop_growth": growth.name_growth(sizes, [g["noop"]["cpu_runs_s"] for g in out]),
+        "plan_growth_wall": growth.name_growth(sizes, [g["plan"]["runs_s"] for g in out]),
+        "noop_growth_wall": growth.name_growth(sizes, [g["noop"]["runs_s"] for g in out]),
+        "note": "each figure is one process (python start-up and imports included); the growth is named from "
+                "the CPU time (user + system, children included) of every repetition (growth.name_growth); "
+                "*_growth_wall names it from the wall times"}
+    if graph_nodes:
+        # a graph of that many nodes: compiled components (a compile-env and a wheel node each) on base, system,
+        # python and assemble, each compile a stdlib script writing a tiny wheel (growth.MKWHEEL)
+        res["graph"] = _one_size(b, (graph_nodes - 4) // 2, reps, base_image, compiled=True)
+    return res
+
+
+def _one_size(b: Bench, n: int, reps: int, base_image: str, compiled: bool = False) -> dict[str, Any]:
+    kind = "compiled" if compiled else "source-tree"
+    say(f"growth: {n} {kind} components")
+    name = f"{n}{'c' if compiled else ''}"
+    gp = b.work / f"growth-{name}"
+    (gp / "pins").mkdir(parents=True)
+    (gp / "images").symlink_to(ROOT / "images")
+    shas = growth.make_repo(b.work / "git" / f"gen-{name}.git", n, compiled=compiled)
+    (gp / "pins" / "gen.yaml").write_text(growth.manifest(n, b.work / "git" / f"gen-{name}.git", shas, base_image,
+                                                          f"bench-{b.run_id}/gen{'' if b.quick else name}",
+                                                          compiled=compiled))
+    # a cache and a repository per size, so that no size's figures carry another's state (sharing them made
+    # plan of 200 components 0.25 s slower, seen in one run); --quick (no timing claims) shares both: system
+    # and python are the same for all sizes, so each untimed first build there only builds what differs
+    cache = b.work / ("growth-cache" if b.quick else f"growth-cache-{name}")
+    env = {**b.env, "BUILDCTL_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    locked = growth.measure(growth.buildctl(gp, "lock", "gen"), env, f"lock of the {n}-component stack")
+    env_t = {**b.env, "BUILDCTL_CACHE": str(cache)}
+    t = target.load(gp, load_config(env_t), "gen", None, local_only=True, skip_smoke=True)
+    b.made_refs += [("", t.refs[x.name]) for x in t.graph.nodes if x.kind != "base"]
+    first = growth.measure(growth.buildctl(gp, "build", "gen", "--local", "--skip-smoke"), env,
+                           f"first build of the {n}-component stack")
+    say(f"  {len(t.graph.nodes)} nodes; lock {locked.seconds:.2f}s, first build {first.seconds:.2f}s (untimed); then "
+        f"{reps} plan(s) and {reps} no-op build(s)")
+    plans = [growth.measure(growth.buildctl(gp, "plan", "gen", "--json"), env, "plan") for _ in range(reps)]
+    noops = [growth.measure(growth.buildctl(gp, "build", "gen", "--local", "--skip-smoke"), env, "no-op build")
+             for _ in range(reps)]
+    return {"components": n, "kind": kind, "nodes": len(t.graph.nodes), "first_build_s": first.seconds,
+            "plan": _measured(plans), "noop": _measured(noops)}
 
 
 def _measured(ms: list[growth.Measured]) -> dict[str, Any]:
@@ -130,18 +144,18 @@ def _measured(ms: list[growth.Measured]) -> dict[str, Any]:
             "peak_mib": max(m.peak_mib for m in ms)}
 
 
-def growth_or_error(b: Bench, sizes: list[int], reps: int, base_ref: str) -> dict[str, Any]:
+def growth_or_error(b: Bench, sizes: list[int], reps: int, base_ref: str, graph_nodes: int = 0) -> dict[str, Any]:
     """run_growth's result, or {"error": ...}: the scenarios' figures are kept, and the run still fails (exit 1)
     after writing them."""
     try:
-        return run_growth(b, sizes, reps, base_ref)
+        return run_growth(b, sizes, reps, base_ref, graph_nodes)
     except (growth.GrowthError, BuildctlError, subprocess.CalledProcessError) as exc:
         say(f"growth failed: {exc}")
         return {"error": str(exc)}
 
 
 def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: dict[str, Any]) -> None:
-    runs: dict[str, dict[str, list[Fig]]] = {k: {t: [] for t in TOOLS} for k in ("a", "b", "c", "d1", "d2")}
+    runs: dict[str, dict[str, list[Fig]]] = {k: {t: [] for t in TOOLS} for k in ("a", "b", "c", "d1", "d2", "d1p")}
     res["runs"] = runs
     recipe_s0 = f"{proxy}/{b.repository}-recipe:s0"
     recipe_s0_direct = f"{b.registry}/{b.repository}-recipe:s0"  # the same image, by the registry's own address
@@ -216,19 +230,24 @@ def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: d
         # The tools reach the registry itself here, not the counting relay ((e) needs it, (d) does not).
         with contextlib.ExitStack() as shared:
             e2_shared = shared.enter_context(second_engine(b.bridges)) if b.quick else None
+            # buildctl runs as a builder of a fleet: --no-load (what the registry has stays there; a pull is for a
+            # parent a build needs). (d1p, full runs only) is (d1) with the final image pulled into the engine.
             for tool in [*(["buildctl"] if b.quick else ours), "recipe"]:
-                for key, state in (("d1", "s0"), ("d2", f"b{r}")):
+                scenes = [("d1", "s0"), ("d2", f"b{r}")] + ([("d1p", "s0")] if tool != "recipe" and not b.quick else [])
+                for key, state in scenes:
                     with contextlib.ExitStack() as own:
                         e2 = e2_shared or own.enter_context(second_engine(b.bridges))
                         cache = b.work / f"cache-{tool}-{'d' if b.quick else key}-{r}"
                         if tool != "recipe":
                             runs[key][tool].append(b.buildctl(state, tool=tool, engine=e2, cache=cache,
-                                                              registry=b.registry))
+                                                              registry=b.registry, no_load=key != "d1p"))
                         else:
                             runs[key][tool].append(b.dockerfile("recipe", state, host=e2.address,
                                                                 cache_from=recipe_s0_direct))
                         if not b.quick:
                             shutil.rmtree(cache, ignore_errors=True)
+    if any(runs["d1p"].values()):  # (d1p) is compared with the recipe's own (d1): the same builds
+        runs["d1p"]["recipe"] = list(runs["d1"]["recipe"])
     res["summary"] = {k: {t: summary(v) for t, v in tools.items() if v} for k, tools in runs.items()}
     res["runs"] = {k: {t: [asdict(f) for f in v] for t, v in tools.items() if v} for k, tools in runs.items()}
 
@@ -276,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weight", type=int, default=20, help="generated C files in the compile (default 20: one "
                     "compile takes about 30 s here)")
     ap.add_argument("--sizes", default="10,50,200", help="component counts of the growth stacks (default 10,50,200)")
+    ap.add_argument("--graph-nodes", type=int, default=200, help="also plan and no-op build a graph of about this "
+                    "many nodes (compiled components, each compile a tiny stdlib wheel build; default 200, 0: not)")
     ap.add_argument("--registry", default=os.environ.get("BUILDCTL_BENCH_REGISTRY", DEMO_REGISTRY),
                     help=f"registry holding (or to be given) the demo base (default {DEMO_REGISTRY}, as make demo)")
     ap.add_argument("--base-image", default=LOCAL_BASE, help=f"local demo base to push when the registry lacks it "
@@ -293,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if args.quick:
-        args.reps, args.weight, args.sizes = 1, 0, "2,4"
+        args.reps, args.weight, args.sizes, args.graph_nodes = 1, 0, "2,4", 0
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s]
     except ValueError:
@@ -336,6 +357,7 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
     res: dict[str, Any] = {"run_id": run_id, "commit": commit, "command": [sys.executable, *sys.argv], "started": started.isoformat(timespec="seconds"),
                            "settings": {"reps": args.reps, "weight_files": args.weight, "sizes": sizes,
                                         "quick": args.quick, "registry": args.registry,
+                                        "graph_nodes": args.graph_nodes,
                                         "bytecode_cache": True, "dropped_env": sorted(
                                             {"PYTHONDONTWRITEBYTECODE"} & set(os.environ))},
                            "load_before": load_before}
@@ -371,7 +393,7 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
                 else:
                     scenarios(b, args.reps, proxy, counter, res)
             if not args.quick:
-                res["growth"] = growth_or_error(b, sizes, args.reps, base_ref)
+                res["growth"] = growth_or_error(b, sizes, args.reps, base_ref, args.graph_nodes)
     finally:
         if b is not None:
             say("removing what the bench made")

@@ -50,7 +50,8 @@ ROWS = [("a", "(a) nothing changed", ("multistage",)),
         ("b", "(b) runtime pip pin bumped (six)", ("recipe", "multistage")),
         ("c", "(c) fastmath's PR list changed (a PR added)", ("recipe", "multistage")),
         ("d1", "(d1) second builder, empty cache, nothing changed", ("recipe",)),
-        ("d2", "(d2) second builder, empty cache, the pin of (b) bumped", ("recipe",))]
+        ("d2", "(d2) second builder, empty cache, the pin of (b) bumped", ("recipe",)),
+        ("d1p", "(d1p) as (d1), the final image pulled into the second engine (no --no-load)", ("recipe",))]
 _SHORT = {"multistage": "multi-stage", "recipe": "recipe"}
 
 
@@ -91,6 +92,10 @@ def markdown(res: dict[str, Any]) -> str:
         for row in g["sizes"]:
             out.append(f"| {row['components']} | {row['nodes']} | {_wall_cpu(row['plan'])} | "
                        f"{row['plan']['peak_mib']:.0f} MiB | {_wall_cpu(row['noop'])} | {row['noop']['peak_mib']:.0f} MiB |")
+        gr = g.get("graph")
+        if gr:
+            out.append(f"| {gr['components']} compiled | {gr['nodes']} | {_wall_cpu(gr['plan'])} | "
+                       f"{gr['plan']['peak_mib']:.0f} MiB | {_wall_cpu(gr['noop'])} | {gr['noop']['peak_mib']:.0f} MiB |")
         out += ["", f"Growth, from CPU time (every repetition): plan {g['plan_growth']['growth']}; "
                     f"no-op build {g['noop_growth']['growth']}."]
     why = res.get("buildkit_backend", {}).get("why")
@@ -133,6 +138,10 @@ def table(res: dict[str, Any]) -> str:
         out.append(f"growth {g['components']:>4} components: plan {_wall_cpu(g['plan'])} CPU "
                    f"({g['plan']['peak_mib']:.0f} MiB peak), no-op build {_wall_cpu(g['noop'])} CPU "
                    f"({g['noop']['peak_mib']:.0f} MiB peak)")
+    gr = res.get("growth", {}).get("graph")
+    if gr:
+        out.append(f"graph {gr['nodes']:>4} nodes ({gr['components']} compiled components): plan {_wall_cpu(gr['plan'])} "
+                   f"CPU, no-op build {_wall_cpu(gr['noop'])} CPU (first build {gr['first_build_s']:.0f} s, untimed)")
     if res.get("growth", {}).get("error"):
         out.append(f"growth: FAILED: {res['growth']['error']}")
     elif res.get("growth"):

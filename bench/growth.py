@@ -26,10 +26,30 @@ class GrowthError(Exception):
     pass
 
 
-def make_repo(path: Path, n: int) -> list[str]:
-    """A bare repository with ``n`` root commits (refs/heads/cNNN); their SHAs in order."""
+# The compiled components' "compile": a stdlib script in each tree that writes one tiny pure-Python wheel to /out
+# (a compile container, a wheel image and an install each, as a real compile has, without the compiler's time).
+MKWHEEL = """\
+import base64, hashlib, sys, zipfile
+name, out = sys.argv[1], sys.argv[2]
+files = {f"{name}/__init__.py": f"NAME = {name!r}\\n",
+         f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\\nName: {name}\\nVersion: 1.0\\n",
+         f"{name}-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\\nGenerator: bench\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
+def rec(data):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data.encode()).digest()).rstrip(b"=").decode()
+record = "".join(f"{p},{rec(d)},{len(d)}\\n" for p, d in files.items()) + f"{name}-1.0.dist-info/RECORD,,\\n"
+files[f"{name}-1.0.dist-info/RECORD"] = record
+with zipfile.ZipFile(f"{out}/{name}-1.0-py3-none-any.whl", "w") as z:
+    for p, d in files.items():
+        z.writestr(zipfile.ZipInfo(p, (1980, 1, 1, 0, 0, 0)), d)
+"""
+
+
+def make_repo(path: Path, n: int, compiled: bool = False) -> list[str]:
+    """A bare repository with ``n`` root commits (refs/heads/cNNN); their SHAs in order. ``compiled``: each tree
+    holds mkwheel.py (MKWHEEL) at its root."""
     subprocess.run(["git", "init", "-q", "--bare", str(path)], check=True)
     stream = []
+    script = MKWHEEL.encode()
     for i in range(n):
         body = f"generated component {i}\n".encode()
         msg = f"component c{i:03d}\n".encode()
@@ -37,7 +57,10 @@ def make_repo(path: Path, n: int) -> list[str]:
                    b"author bench <bench@buildctl.invalid> 1700000000 +0000",
                    b"committer bench <bench@buildctl.invalid> 1700000000 +0000",
                    f"data {len(msg)}".encode(), msg,
-                   f"M 100644 inline c{i:03d}/README".encode(), f"data {len(body)}".encode(), body, b""]
+                   f"M 100644 inline c{i:03d}/README".encode(), f"data {len(body)}".encode(), body]
+        if compiled:
+            stream += [b"M 100644 inline mkwheel.py", f"data {len(script)}".encode(), script]
+        stream.append(b"")
     subprocess.run(["git", "-C", str(path), "fast-import", "--quiet"], input=b"\n".join(stream) + b"\n",
                    check=True, env={**os.environ, **GIT_ENV})
     out = subprocess.run(["git", "-C", str(path), "for-each-ref", "--format=%(refname:short) %(objectname)",
@@ -46,14 +69,21 @@ def make_repo(path: Path, n: int) -> list[str]:
     return [shas[f"c{i:03d}"] for i in range(n)]
 
 
-def manifest(n: int, repo: Path, shas: list[str], base_image: str, repository: str) -> str:
-    lines = ["schema: 1", "stack: gen", f"description: generated stack with {n} source-tree components (bench)",
+def manifest(n: int, repo: Path, shas: list[str], base_image: str, repository: str, compiled: bool = False) -> str:
+    """``compiled``: every component is compiled (a compile-env and a wheel node each: 4 + 2n nodes in all) by
+    its tree's mkwheel.py, and installed as a wheel; otherwise a source tree (4 nodes in all)."""
+    kind = "compiled" if compiled else "source-tree"
+    lines = ["schema: 1", "stack: gen", f"description: generated stack with {n} {kind} components (bench)",
              "base:", "  alias: gen-base", "  description: the demo base", "  contract:", "    python: \"3.11\"",
              "    nvcc: false", "variants:", "  default:", f"    image: {base_image}", "    platform: linux/amd64",
              "    cuda: \"13\"", "    gpu_archs: [\"9.0\"]", "    python: \"3.11\"", "components:"]
     for i, sha in enumerate(shas):
-        lines += [f"  c{i:03d}:", f"    repo: {repo.as_uri()}", f"    commit: {sha}", "    submodules: false",
-                  "    install:", "      kind: source-tree", f"      path: /opt/gen/c{i:03d}"]
+        lines += [f"  c{i:03d}:", f"    repo: {repo.as_uri()}", f"    commit: {sha}", "    submodules: false"]
+        if compiled:
+            lines += ["    build:", f"      command: python3 mkwheel.py gen_c{i:03d} /out", "      memory_per_job_gib: 0.1",
+                      "    install:", "      kind: wheel", f"      dist: gen_c{i:03d}", f"      module: gen_c{i:03d}"]
+        else:
+            lines += ["    install:", "      kind: source-tree", f"      path: /opt/gen/c{i:03d}"]
     lines += ["smoke:", "  required: [versions]", "  gpu_tier: waived", "  gpu_waiver: generated stack, no GPU code",
               "  python: python3", "push:", f"  registry: {base_image.split('/', 1)[0]}",
               f"  repository: {repository}"]

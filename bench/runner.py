@@ -119,7 +119,7 @@ class Bench:
     # -- buildctl
 
     def buildctl(self, state: str, *, tool: str = "buildctl", engine: Engine | None = None, cache: Path | None = None,
-                 registry: str | None = None, nocache: bool = False) -> Fig:
+                 registry: str | None = None, nocache: bool = False, no_load: bool = False) -> Fig:
         """`buildctl build demo` of ``state`` (``tool`` buildctl-buildkit: with --backend buildkit): the command a
         user runs, timed from its start (the Python start-up and imports included). ``nocache`` (the classic
         backend's cold build): in this process, with the engine's step cache off, which the command has no
@@ -142,7 +142,7 @@ class Bench:
         else:
             argv = [sys.executable, "-m", "buildctl", "--project", str(self.project_of(tool)), "-q", "build", "demo",
                     "--skip-smoke", "--engine", eng.address, *(["--backend", "buildkit"] if tool == BUILDKIT else []),
-                    *(["--registry", registry] if registry else ["--local"])]
+                    *(["--registry", registry] if registry else ["--local"]), *(["--no-load"] if no_load else [])]
             start = time.monotonic()
             done = subprocess.run(argv, env={**self.env, "BUILDCTL_CACHE": str(cache)}, capture_output=True,
                                   text=True, check=False)
