@@ -36,6 +36,7 @@ CONFIG_KEYS = {
     "backend": "BUILDCTL_BACKEND",
     "builders": "BUILDCTL_BUILDERS",
     "docker_cli": "BUILDCTL_DOCKER_CLI",
+    "wheelhouse_address": "BUILDCTL_WHEELHOUSE_ADDRESS",
 }
 BACKENDS = ("classic", "buildkit")  # how a node's image is built (engine/buildkit.py says which does what)
 
@@ -100,6 +101,9 @@ class Config:
     # BuildKit builders (syntax.builder_endpoint) a build spreads over; () means the one engine of DOCKER_HOST
     builders: tuple[str, ...] = ()
     docker_cli: Path | None = None  # the docker CLI that drives BuildKit (None: the first one found that can)
+    # the address of this host the build's wheelhouse is served on (None: 127.0.0.1): one a builder on another
+    # machine reaches (syntax.bind_address: an IP address of one interface, never 0.0.0.0 or ::)
+    wheelhouse_address: str | None = None
     cache: CacheLayout
 
 
@@ -169,6 +173,7 @@ _VALUE_RULES: Mapping[str, syntax.Rule] = {
     "backend": lambda v: None if v in BACKENDS else f"is not a build backend ({' or '.join(BACKENDS)})",
     "builders": syntax.builder_endpoint,
     "docker_cli": syntax.abs_path,
+    "wheelhouse_address": syntax.bind_address,
 }
 # mapping keys: (key rule, value rule)
 _MAP_RULES: Mapping[str, tuple[syntax.Rule, syntax.Rule]] = {
@@ -329,5 +334,6 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
         backend=string("backend"),
         builders=builders,
         docker_cli=Path(cli) if cli else None,
+        wheelhouse_address=string("wheelhouse_address"),
         cache=CacheLayout(root=cache_root),
     )

@@ -115,6 +115,21 @@ def _path(value: str, *, glob: bool) -> str | None:
     return None
 
 
+def bind_address(value: str) -> str | None:
+    """An IP address (v4 or v6, no port, no name) of one interface: what a server binds to and a URL names."""
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(value)
+    except ValueError:
+        return "is not an IP address (a name or a port is not accepted)"
+    if ip.is_unspecified:
+        return "is every interface: name the one address builders reach (the wheelhouse would serve the whole network)"
+    if ip.is_multicast:
+        return "is a multicast address"
+    return None
+
+
 def abs_path(value: str) -> str | None:
     """An absolute, normalised path in an image: no '..', '.', '//', trailing '/', NUL or newline."""
     return _path(value, glob=False)

@@ -212,7 +212,7 @@ class _Build:
             wheelhouse.link_tree(root, {**{p.name: p for p in self.s.pip.values()}, **self.s.pip_files})
             # by stack and variant only: the same URL for every cache keeps the engine's step cache shared
             port = wheelhouse.preferred_port(f"{self.s.g.stack}/{self.s.g.variant}")
-            with wheelhouse.serve(root, port=port) as url:
+            with wheelhouse.serve(root, port=port, host=self.s.config.wheelhouse_address or "127.0.0.1") as url:
                 if not url.endswith(f":{port}/"):
                     self.s.progress.node("wheelhouse", "port", f"port {port} was taken: serving on {url} (the engine's "
                                          "step cache of the steps that read it is not reused this time)")

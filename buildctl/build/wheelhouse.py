@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -207,21 +208,27 @@ def preferred_port(name: str) -> int:
     return PREFERRED_PORT + int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % _PORTS
 
 
+class _Server6(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 @contextlib.contextmanager
-def serve(root: Path, port: int = PREFERRED_PORT) -> Iterator[str]:
-    """Serve ``root`` read-only on 127.0.0.1 for as long as the context lasts; yield its URL."""
+def serve(root: Path, port: int = PREFERRED_PORT, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve ``root`` read-only on ``host`` (an IP address: 127.0.0.1, or config ``wheelhouse_address`` for
+    builders on other machines) for as long as the context lasts; yield its URL."""
     handler = partial(_QuietHandler, directory=str(root))
+    cls = _Server6 if ":" in host else http.server.ThreadingHTTPServer
     try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+        server = cls((host, port), handler)
     except OSError:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server = cls((host, 0), handler)
     # serve_forever checks for shutdown every poll_interval: its default 0.5 s was half a second of every
     # build's end (shutdown waits for the next check); 0.02 s costs nothing measurable on an idle loop
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, name="buildctl-wheelhouse",
                               daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
+        yield f"http://{f'[{host}]' if ':' in host else host}:{server.server_address[1]}/"
     finally:
         server.shutdown()
         server.server_close()

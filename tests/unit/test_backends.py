@@ -63,6 +63,9 @@ def test_the_configuration_names_backend_builders_and_cli(tmp_path: Path) -> Non
     env = _config(tmp_path, BUILDCTL_BACKEND="classic", BUILDCTL_BUILDERS="tcp://a:1, ssh://b")
     assert env.backend == "classic" and env.builders == ("tcp://a:1", "ssh://b")
     assert _config(tmp_path).backend is None and _config(tmp_path).builders == ()
+    assert _config(tmp_path, 'wheelhouse_address = "10.0.0.4"\n').wheelhouse_address == "10.0.0.4"
+    assert _config(tmp_path, BUILDCTL_WHEELHOUSE_ADDRESS="fd00::4").wheelhouse_address == "fd00::4"
+    assert _config(tmp_path).wheelhouse_address is None
 
 
 @pytest.mark.parametrize(("text", "line", "key", "says"), [
@@ -72,6 +75,10 @@ def test_the_configuration_names_backend_builders_and_cli(tmp_path: Path) -> Non
     ("builders = [1]\n", 1, "builders", "expected a list of endpoints"),
     ('docker_cli = "docker"\n', 1, "docker_cli", "absolute path"),
     ('\n\nbuilders = ["http://x:1"]\n', 3, "builders", "is not a builder endpoint"),
+    ('wheelhouse_address = "0.0.0.0"\n', 1, "wheelhouse_address", "is every interface"),
+    ('\nwheelhouse_address = "build-host.example"\n', 2, "wheelhouse_address", "is not an IP address"),
+    ('wheelhouse_address = "10.0.0.4:8000"\n', 1, "wheelhouse_address", "is not an IP address"),
+    ('wheelhouse_address = "::"\n', 1, "wheelhouse_address", "is every interface"),
 ])
 def test_a_bad_value_names_the_file_line_and_key(tmp_path: Path, text: str, line: int, key: str,
                                                  says: str | None) -> None:

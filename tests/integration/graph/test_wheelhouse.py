@@ -56,6 +56,21 @@ def test_serve_lists_and_serves_files(tmp_path: Path) -> None:
         assert s.connect_ex(("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/")))) != 0
 
 
+def test_serve_on_the_configured_address_only(tmp_path: Path) -> None:
+    """config wheelhouse_address: the server binds that one address (here 127.0.0.2, another loopback address a
+    second machine's stand-in can reach) and the URL the builds get names it; 127.0.0.1 is not served."""
+    src = tmp_path / "six-1.16.0-py2.py3-none-any.whl"
+    src.write_bytes(b"six")
+    root = tmp_path / "root"
+    wheelhouse.link_tree(root, {src.name: src})
+    with wheelhouse.serve(root, port=0, host="127.0.0.2") as url:
+        assert url.startswith("http://127.0.0.2:")
+        assert urllib.request.urlopen(url + src.name, timeout=5).read() == b"six"
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
 def _config(index: str) -> Config:
     return Config(path=None, pip_index_url=index, cache=CacheLayout(root=Path("/nonexistent")))
 
