@@ -203,16 +203,13 @@ def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: d
                 b.buildctl("s0", tool=tool)
             for kind in ("multistage", "recipe"):
                 b.dockerfile(kind, "s0")
-        for tool in ours:
-            runs["a"][tool].append(b.buildctl("s0", tool=tool))
-        for kind in ("multistage", "recipe"):
-            runs["a"][kind].append(b.dockerfile(kind, "s0"))
-        for key in ("b", "c"):
-            state = f"{key}{r}"
-            for tool in ours:
-                runs[key][tool].append(b.buildctl(state, tool=tool))
-            for kind in ("multistage", "recipe"):
-                runs[key][kind].append(b.dockerfile(kind, state))
+        # each repetition starts with another tool (the order rotates): what one build leaves the machine doing (the
+        # engine committing, the kernel writing back a large layer) falls on each tool's figures in turn
+        order = [*ours, "multistage", "recipe"]
+        order = order[r % len(order):] + order[:r % len(order)]
+        for key, state in (("a", "s0"), ("b", f"b{r}"), ("c", f"c{r}")):
+            for tool in order:
+                runs[key][tool].append(b.buildctl(state, tool=tool) if tool in ours else b.dockerfile(tool, state))
         # (e) pushing the unchanged s0 again
         u0 = counter.snapshot()[0]
         cli_push(b, proxy)
