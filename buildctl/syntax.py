@@ -123,6 +123,8 @@ def bind_address(value: str) -> str | None:
         ip = ipaddress.ip_address(value)
     except ValueError:
         return "is not an IP address (a name or a port is not accepted)"
+    if getattr(ip, "scope_id", None) is not None:  # fe80::1%eth0: a zone may hold any character, and URLs spell it %25
+        return "has a zone (%...): name an address without one"
     if ip.is_unspecified:
         return "is every interface: name the one address builders reach (the wheelhouse would serve the whole network)"
     if ip.is_multicast:

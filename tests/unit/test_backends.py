@@ -79,6 +79,9 @@ def test_the_configuration_names_backend_builders_and_cli(tmp_path: Path) -> Non
     ('\nwheelhouse_address = "build-host.example"\n', 2, "wheelhouse_address", "is not an IP address"),
     ('wheelhouse_address = "10.0.0.4:8000"\n', 1, "wheelhouse_address", "is not an IP address"),
     ('wheelhouse_address = "::"\n', 1, "wheelhouse_address", "is every interface"),
+    ('wheelhouse_address = "fe80::1%a;b$(id)"\n', 1, "wheelhouse_address", "has a zone"),
+    ('wheelhouse_address = "10.0.0.4;id"\n', 1, "wheelhouse_address", "is not an IP address"),
+    ('wheelhouse_address = "-10.0.0.4"\n', 1, "wheelhouse_address", "is not an IP address"),
 ])
 def test_a_bad_value_names_the_file_line_and_key(tmp_path: Path, text: str, line: int, key: str,
                                                  says: str | None) -> None:
