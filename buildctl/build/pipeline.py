@@ -50,7 +50,7 @@ from buildctl.build.inputs import BuildInput, Fetchers
 from buildctl.build.prepare import HostPrep
 from buildctl.build.schedule import Scheduler
 from buildctl.build.state import Action, NodeResult, Options, Outcome, Progress, Report, RunState, SmokeGate
-from buildctl.build.steps import Steps, compile_jobs, extract_wheel, label_instruction
+from buildctl.build.steps import Steps, compile_jobs, extract_wheel, label_instruction, smoke_label
 from buildctl.config import Config
 from buildctl.errors import BuildFailed, EngineError, Interrupted, UsageError
 from buildctl.graph.plan import ArchCheck, Plan
@@ -166,7 +166,7 @@ class _Build:
         if final in self.remote:  # --no-load: in the registry, left there; its smoke label is its spec's (the key's)
             spec = self.s.g.final.spec
             if self.s.g.gate and self.s.smoke == "not-run" and isinstance(spec, EntrypointNodeSpec):
-                self.s.smoke = "skipped" if spec.smoke == "skipped" else "passed"
+                self.s.smoke = smoke_label(spec)
         elif self.s.opt.load and self.s.e0.name not in self.s.where.get(final, {self.s.e0.name}):
             self.s.e0.pull(self.s.ref(final))  # built by another engine: the user runs it from the first
         if self.s.g.gate and self.s.smoke == "not-run":

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from buildctl import quoting, runs, safepath
 from buildctl.build import normalise, wheelhouse
@@ -32,6 +32,11 @@ from buildctl.sources.export import BUILD_GIT_ENV
 if TYPE_CHECKING:
     from buildctl.engine.engine import Engine
 
+
+
+def smoke_label(spec: EntrypointNodeSpec) -> Literal["skipped", "passed"]:
+    """The entrypoint image's smoke label, from its spec (part of its key): skipped, else passed (the gate ran)."""
+    return "skipped" if spec.smoke == "skipped" else "passed"
 
 
 class Steps:
@@ -109,7 +114,7 @@ class Steps:
         if isinstance(node.spec, AssembleNodeSpec | EntrypointNodeSpec):
             labels.update(node.spec.labels)
         if isinstance(node.spec, EntrypointNodeSpec):
-            labels[SMOKE_LABEL] = "skipped" if node.spec.smoke == "skipped" else "passed"
+            labels[SMOKE_LABEL] = smoke_label(node.spec)
         return labels
 
     def _parent_ref(self, node: Node) -> str:

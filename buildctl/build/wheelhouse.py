@@ -217,7 +217,8 @@ def serve(root: Path, port: int = PREFERRED_PORT, host: str = "127.0.0.1") -> It
     """Serve ``root`` read-only on ``host`` (an IP address: 127.0.0.1, or config ``wheelhouse_address`` for
     builders on other machines) for as long as the context lasts; yield its URL."""
     handler = partial(_QuietHandler, directory=str(root))
-    cls = _Server6 if ":" in host else http.server.ThreadingHTTPServer
+    v6 = ":" in host  # an IPv6 address (config.py checked that it is an IP address)
+    cls = _Server6 if v6 else http.server.ThreadingHTTPServer
     try:
         server = cls((host, port), handler)
     except OSError:
@@ -228,7 +229,7 @@ def serve(root: Path, port: int = PREFERRED_PORT, host: str = "127.0.0.1") -> It
                               daemon=True)
     thread.start()
     try:
-        yield f"http://{f'[{host}]' if ':' in host else host}:{server.server_address[1]}/"
+        yield f"http://{f'[{host}]' if v6 else host}:{server.server_address[1]}/"
     finally:
         server.shutdown()
         server.server_close()

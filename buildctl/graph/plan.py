@@ -329,12 +329,11 @@ def make(
     visit(graph.final.name)
     # A node the walk did not reach is skipped when the later nodes that stopped it are present; when one of them
     # is unknown, so is whether this one is needed (children first: graph.nodes has parents before children).
+    # (the rest is skipped: the default below)
     for n in reversed(graph.nodes):
         if n.name not in actions and any(actions.get(c.name, ("skip", ""))[0] == "unknown"
-                                         for c in graph.nodes if n.name in c.parents):
+                                         for c in graph.children(n.name)):
             actions[n.name] = ("unknown", "needed only if a later node is missing, and whether it is could not be asked")
-    actions.update({n.name: ("skip", "not needed: a later node is present") for n in graph.nodes
-                    if n.name not in actions})
 
     plans = []
     for n in graph.nodes:
