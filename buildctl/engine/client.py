@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from urllib.parse import quote, urlencode
 
-import docker
-import docker.errors
-import docker.types
-import requests.exceptions
-import urllib3.exceptions
-from docker.utils import kwargs_from_env
-
+from buildctl.engine import lazy, peek
 from buildctl.errors import (
     BuildctlError,
     Cancelled,
     EngineError,
 )
+
+if TYPE_CHECKING:  # the real modules for the type checker; at run time imported on first use (lazy.py)
+    import docker
+    import docker.errors
+    import docker.types
+    import requests.exceptions
+    import urllib3.exceptions
+else:
+    docker = lazy.Module("docker")
+    requests = lazy.Module("requests")
+    urllib3 = lazy.Module("urllib3")
 
 Backend = Literal["classic", "buildkit"]
 
@@ -70,6 +78,7 @@ class Client:
         self.stall_timeout = stall_timeout
         self.attempts = max(1, attempts)
         self._clients: dict[float, docker.APIClient] = {}
+        self._wire_path: str | None = None  # the socket peek.request asks through ("": docker-py asks; None: not known)
         self._version: str | None = None
         self._platform: str | None = None
         self._lock = threading.Lock()
@@ -89,7 +98,54 @@ class Client:
     def address(self) -> str:
         if self._base_url:
             return self._base_url
-        return str(kwargs_from_env().get("base_url") or "unix:///var/run/docker.sock")
+        path = self._wire()
+        if path is not None:
+            return f"unix://{path}"
+        return str(docker.utils.kwargs_from_env().get("base_url") or "unix:///var/run/docker.sock")
+
+    # -- short questions without docker-py (peek.py)
+
+    def _wire(self) -> str | None:
+        """The engine's unix socket, when short questions (inspect, tag, remove, list, version) go through
+        peek.request; None when docker-py asks them too (tcp://, ssh://, TLS settings or a docker context)."""
+        if self._wire_path is None:
+            try:
+                self._wire_path = peek.socket_path(self._base_url, os.environ)
+            except peek.Unsure:
+                self._wire_path = ""
+        return self._wire_path or None
+
+    def _call(self, method: str, path: str, what: str, **query: str) -> Answer:
+        """One short call on the engine's API through its unix socket (``path`` quoted here, ``query`` encoded
+        here); failures to reach the engine raise what the docker-py path raises for them (``_errors``)."""
+        sock = self._wire()
+        assert sock is not None, "_call needs a unix socket (_wire)"
+        url = quote(path, safe="/:@") + (f"?{urlencode(query)}" if query else "")
+        try:
+            status, body = peek.request(sock, method, url, timeout=self.timeout)
+        except peek.NoAnswer as exc:
+            if self._cancelled.is_set():
+                raise Cancelled(f"{what}: cancelled", why="the build was interrupted") from exc
+            if exc.timed_out:
+                raise EngineError(f"{what}: engine {self.name!r} at {self.address} did not answer in time",
+                                  why=str(exc), fix="check that the engine is healthy (`docker info`); "
+                                  + _START_ENGINE_FIX) from exc
+            raise EngineError(f"{what}: no Docker engine answers at {self.address} ({self.name})", why=str(exc),
+                              fix=_START_ENGINE_FIX) from exc
+        except peek.Unsure as exc:
+            raise EngineError(f"{what}: the connection to engine {self.name!r} at {self.address} broke off",
+                              why=str(exc), fix="check that the engine is healthy (`docker info`) and run the "
+                                                "command again") from exc
+        try:
+            data = json.loads(body) if body.strip() else None
+        except ValueError:
+            data = None
+        message = str(data.get("message", "")) if isinstance(data, dict) else ""
+        return Answer(status=status, data=data, message=message or body.decode("utf-8", "replace").strip())
+
+    def _refused(self, what: str, answer: Answer, *, fix: str = "") -> EngineError:
+        """The engine said no (an HTTP error status): as the docker-py path says an APIError."""
+        return EngineError(f"{what}: the engine refused", why=answer.message or f"HTTP status {answer.status}", fix=fix)
 
     # -- clients
 
@@ -105,7 +161,7 @@ class Client:
             if client is not None:
                 return client
             kwargs: dict[str, Any] = (
-                {"base_url": self._base_url} if self._base_url else dict(kwargs_from_env())
+                {"base_url": self._base_url} if self._base_url else dict(docker.utils.kwargs_from_env())
             )
             if str(kwargs.get("base_url") or "").startswith("ssh://"):
                 kwargs["use_ssh_client"] = True  # the ssh binary, as the docker CLI does (no paramiko)
@@ -279,6 +335,14 @@ class Client:
     # -- engine
 
     def ping(self) -> None:
+        if self._wire() is not None:
+            answer = self._call("GET", "/_ping", "engine check")
+            if answer.status != 200:
+                raise EngineError(
+                    f"engine {self.name!r} at {self.address} answered the ping with an error",
+                    why=answer.message, fix=_START_ENGINE_FIX,
+                )
+            return
         with self._errors("engine check"):
             if not self._api(self.network_timeout).ping():
                 raise EngineError(
@@ -289,10 +353,24 @@ class Client:
     def platform(self) -> str:
         """The engine's native platform, e.g. ``linux/amd64``."""
         if self._platform is None:
-            with self._errors("engine version"):
-                v = self._api().version()
+            if self._wire() is not None:
+                answer = self._call("GET", "/version", "engine version")
+                if answer.status != 200 or not isinstance(answer.data, dict):
+                    raise self._refused("engine version", answer)
+                v = answer.data
+            else:
+                with self._errors("engine version"):
+                    v = self._api().version()
             self._platform = f"{v.get('Os', 'linux')}/{v.get('Arch', 'unknown')}"
         return self._platform
+
+
+class Answer(NamedTuple):
+    """An answer of the engine's API to a short call (Client._call)."""
+
+    status: int
+    data: Any  # the JSON body (None: empty or not JSON)
+    message: str  # the engine's error message (its JSON "message", else the body)
 
 
 def _cut(response: Any) -> None:

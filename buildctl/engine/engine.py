@@ -32,6 +32,7 @@ run() started are killed and removed; the calls blocked on them raise Cancelled.
 from __future__ import annotations
 
 import io
+import json
 import re
 import subprocess
 import tarfile
@@ -41,13 +42,9 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import docker
-import docker.errors
-import docker.types
-import requests.exceptions
-
-from buildctl.engine import buildkit
+from buildctl.engine import buildkit, lazy
 from buildctl.engine.client import _explanation
 from buildctl.engine.transfer import Transfers
 from buildctl.engine.values import PART_REPOSITORY, RUN_LABEL, Mount, Progress, RunResult, split_ref
@@ -57,6 +54,15 @@ from buildctl.errors import (
     EngineError,
 )
 from buildctl.runs import OWNER_LABEL, dead_owner, owner
+
+if TYPE_CHECKING:  # the real modules for the type checker; at run time imported on first use (lazy.py)
+    import docker
+    import docker.errors
+    import docker.types
+    import requests.exceptions
+else:
+    docker = lazy.Module("docker")
+    requests = lazy.Module("requests")
 
 # The classic builder's words for a step's container: "---> Running in 3f2a..." and, once it is gone,
 # "Removing intermediate container 3f2a..." (group 1 set).
@@ -69,39 +75,72 @@ class Engine(Transfers):
 
     def remove_own_part_tags(self) -> int:
         """Remove this process's temporary ``buildctl-part`` tags; return how many there were."""
-        removed = 0
-        with self._errors("removing temporary tags"):
-            api = self._api()
-            for image in api.images(filters={"reference": f"{PART_REPOSITORY}/{owner()}"}):
-                for t in image.get("RepoTags") or ():
-                    with suppress(docker.errors.NotFound):
-                        api.remove_image(str(t))
-                    removed += 1
-        return removed
+        tags = self._tags_of(f"{PART_REPOSITORY}/{owner()}", "removing temporary tags")
+        for t in tags:
+            self._remove_tag(t, "removing temporary tags")
+        return len(tags)
 
     def remove_leftovers(self) -> tuple[list[str], list[str]]:
         """Remove what runs of buildctl that died left in this engine: containers labelled with an owner
         that is no longer alive (on this host), and their temporary ``buildctl-part`` tags. Returns
         (container ids, tags) removed."""
+        what = "looking for leftovers of earlier runs"
         containers: list[str] = []
+        for c in self._containers_labelled(OWNER_LABEL, what):
+            token = str((c.get("Labels") or {}).get(OWNER_LABEL, ""))
+            if dead_owner(token):
+                self._remove_dead_container(str(c["Id"]), what)
+                containers.append(str(c["Id"]))
         tags: list[str] = []
-        with self._errors("looking for leftovers of earlier runs"):
-            api = self._api()
-            for c in api.containers(all=True, filters={"label": OWNER_LABEL}):
-                token = str((c.get("Labels") or {}).get(OWNER_LABEL, ""))
-                if dead_owner(token):
-                    with suppress(docker.errors.NotFound):
-                        api.remove_container(str(c["Id"]), force=True, v=True)
-                    containers.append(str(c["Id"]))
-            for image in api.images(filters={"reference": f"{PART_REPOSITORY}/*"}):
-                for t in image.get("RepoTags") or ():
-                    repo, _tag = split_ref(str(t))
-                    if dead_owner(repo.split("/", 1)[-1]):
-                        with suppress(docker.errors.NotFound):
-                            api.remove_image(str(t))
-                        tags.append(str(t))
+        for t in self._tags_of(f"{PART_REPOSITORY}/*", what):
+            repo, _tag = split_ref(t)
+            if dead_owner(repo.split("/", 1)[-1]):
+                self._remove_tag(t, what)
+                tags.append(t)
         return containers, tags
 
+    def _tags_of(self, reference: str, what: str) -> list[str]:
+        """The tags of the local images whose name matches ``reference`` (the engine's reference filter)."""
+        filters = json.dumps({"reference": [reference]})
+        if self._wire() is not None:
+            answer = self._call("GET", "/images/json", what, filters=filters)
+            if answer.status != 200 or not isinstance(answer.data, list):
+                raise self._refused(what, answer)
+            images = answer.data
+        else:
+            with self._errors(what):
+                images = self._api().images(filters={"reference": reference})
+        return [str(t) for image in images for t in (image.get("RepoTags") or ())]
+
+    def _containers_labelled(self, label: str, what: str) -> list[dict[str, Any]]:
+        """Every container (running or not) that carries ``label``."""
+        if self._wire() is not None:
+            answer = self._call("GET", "/containers/json", what, all="1", filters=json.dumps({"label": [label]}))
+            if answer.status != 200 or not isinstance(answer.data, list):
+                raise self._refused(what, answer)
+            return list(answer.data)
+        with self._errors(what):
+            return list(self._api().containers(all=True, filters={"label": label}))
+
+    def _remove_tag(self, ref: str, what: str) -> None:
+        """Remove one tag; one already gone is fine."""
+        if self._wire() is not None:
+            answer = self._call("DELETE", f"/images/{ref}", what)
+            if answer.status not in (200, 404):
+                raise self._refused(what, answer)
+            return
+        with self._errors(what), suppress(docker.errors.NotFound):
+            self._api().remove_image(ref)
+
+    def _remove_dead_container(self, cid: str, what: str) -> None:
+        """Remove a container (and its anonymous volumes), running or not; one already gone is fine."""
+        if self._wire() is not None:
+            answer = self._call("DELETE", f"/containers/{cid}", what, force="1", v="1")
+            if answer.status not in (200, 204, 404):
+                raise self._refused(what, answer)
+            return
+        with self._errors(what), suppress(docker.errors.NotFound):
+            self._api().remove_container(cid, force=True, v=True)
 
     # -- builds
 

@@ -5,17 +5,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import docker
-import docker.errors
-import docker.types
-
+from buildctl.engine import lazy
 from buildctl.engine.client import Client, _explanation
 from buildctl.engine.values import HistoryEntry, ImageInfo, split_ref
 from buildctl.errors import (
     EngineError,
 )
+
+if TYPE_CHECKING:  # the real modules for the type checker; at run time imported on first use (lazy.py)
+    import docker
+    import docker.errors
+    import docker.types
+else:
+    docker = lazy.Module("docker")
 
 
 class Images(Client):
@@ -25,6 +29,13 @@ class Images(Client):
         return self.image_id(ref) is not None
 
     def image_id(self, ref: str) -> str | None:
+        if self._wire() is not None:
+            answer = self._call("GET", f"/images/{ref}/json", f"inspect {ref}")
+            if answer.status == 404:
+                return None
+            if answer.status != 200 or not isinstance(answer.data, dict):
+                raise self._refused(f"inspect {ref}", answer)
+            return str(answer.data["Id"])
         with self._errors(f"inspect {ref}"):
             try:
                 return str(self._api().inspect_image(ref)["Id"])
@@ -32,6 +43,17 @@ class Images(Client):
                 return None
 
     def inspect_image(self, ref: str) -> ImageInfo:
+        if self._wire() is not None:
+            answers: list[Any] = []
+            for what, shape in (("json", dict), ("history", list)):
+                answer = self._call("GET", f"/images/{ref}/{what}", f"inspect {ref}")
+                if answer.status == 404:
+                    raise EngineError(f"image {ref} is not in engine {self.name!r}", why=answer.message,
+                                      fix="build it, or pull it first")
+                if answer.status != 200 or not isinstance(answer.data, shape):
+                    raise self._refused(f"inspect {ref}", answer)
+                answers.append(answer.data)
+            return _image_info(answers[0], answers[1])
         with self._errors(f"inspect {ref}"):
             try:
                 attrs = self._api().inspect_image(ref)
@@ -46,6 +68,13 @@ class Images(Client):
 
     def tag(self, image: str, ref: str) -> None:
         repo, tag = split_ref(ref)
+        if self._wire() is not None:
+            answer = self._call("POST", f"/images/{image}/tag", f"tag {image} as {ref}", repo=repo, tag=tag)
+            if answer.status == 404:
+                raise EngineError(f"cannot tag {image} as {ref}: no such image", why=answer.message)
+            if answer.status not in (200, 201):
+                raise self._refused(f"tag {image} as {ref}", answer)
+            return
         with self._errors(f"tag {image} as {ref}"):
             try:
                 self._api().tag(image, repo, tag, force=True)
@@ -56,6 +85,12 @@ class Images(Client):
 
     def remove_image(self, ref: str, force: bool = False) -> None:
         """Remove a tag (or the image, once no tag is left); a missing one is already removed."""
+        if self._wire() is not None:
+            answer = self._call("DELETE", f"/images/{ref}", f"remove {ref}", force="1" if force else "0")
+            if answer.status not in (200, 404):
+                raise self._refused(f"remove {ref}", answer,
+                                    fix="a container still uses it: remove that container, or pass force=True")
+            return
         with self._errors(
             f"remove {ref}", fix="a container still uses it: remove that container, or pass force=True"
         ):

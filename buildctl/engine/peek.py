@@ -1,11 +1,13 @@
-"""One question to a local engine without docker-py: for the no-op path of `buildctl build`.
+"""The engine's HTTP API over its unix socket, with the standard library only.
 
-A no-op build needs one answer: is the final image tagged in the engine, with the labels it was built
-with (and, with a registry, is it there too). docker-py (with requests and urllib3) costs more to import
-than the whole answer, so this module asks the engine's HTTP API itself over its unix socket, with the
-standard library only. It answers only what it is sure of: any other address (tcp://, ssh://, TLS
-settings), an error or an answer it does not expect raises ``Unsure``, and the caller goes the full way
-(buildctl.engine.engine.Engine), which says what is wrong.
+Two users. The no-op path of `buildctl build` needs one answer (is the final image tagged in the engine,
+with the labels it was built with; with a registry, is it there too): ``image_labels`` and ``in_registry``
+answer only what they are sure of, and raise ``Unsure`` otherwise, so that the caller goes the full way.
+The engine client (client.py) asks its short questions (inspect, tag, remove, list, version) through
+``request`` when the engine is a plain local unix socket: docker-py (with requests and urllib3) costs more
+to import than a whole no-op or the bookkeeping of a BuildKit build, and is loaded only for what needs it
+(streams, containers, the classic builder, other kinds of address). Any other address (tcp://, ssh://,
+TLS settings, a docker context) is ``Unsure`` here: docker-py speaks to it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,14 @@ DEFAULT_ADDRESS = "unix:///var/run/docker.sock"
 
 class Unsure(Exception):
     """This module cannot answer for sure; the full engine client must be asked."""
+
+
+class NoAnswer(Unsure):
+    """The engine's socket could not be reached, or it did not answer in time (``timed_out``)."""
+
+    def __init__(self, text: str, *, timed_out: bool) -> None:
+        super().__init__(text)
+        self.timed_out = timed_out
 
 
 def address(url: str | None, env: Mapping[str, str]) -> str:
@@ -52,20 +62,29 @@ def _dechunk(body: bytes) -> bytes:
 
 def get(path: str, url: str, *, timeout: float) -> tuple[int, bytes]:
     """GET ``url`` (an API path) from the engine at the unix socket ``path``: (status, body)."""
+    return request(path, "GET", url, timeout=timeout)
+
+
+def request(path: str, method: str, url: str, *, timeout: float) -> tuple[int, bytes]:
+    """``method`` ``url`` (an API path with its query, already quoted) on the engine at the unix socket ``path``,
+    with no body: (status, body). NoAnswer when the socket cannot be reached or the engine does not answer
+    within ``timeout``; Unsure for an answer that is not HTTP."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
             s.connect(path)
-            s.sendall(f"GET {url} HTTP/1.1\r\nHost: docker\r\nUser-Agent: buildctl\r\nConnection: close\r\n\r\n"
-                      .encode("ascii"))
+            s.sendall(f"{method} {url} HTTP/1.1\r\nHost: docker\r\nUser-Agent: buildctl\r\nContent-Length: 0\r\n"
+                      "Connection: close\r\n\r\n".encode("ascii"))
             chunks = []
             while True:
                 b = s.recv(1 << 16)
                 if not b:
                     break
                 chunks.append(b)
+    except TimeoutError as exc:
+        raise NoAnswer(f"engine at {path}: no answer in {timeout:g} s ({exc})", timed_out=True) from None
     except (OSError, UnicodeError) as exc:
-        raise Unsure(f"engine at {path}: {exc}") from None
+        raise NoAnswer(f"engine at {path}: {exc}", timed_out=False) from None
     head, sep, body = b"".join(chunks).partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split()
@@ -120,4 +139,5 @@ def in_registry(path: str, ref: str, *, timeout: float) -> bool:
     return True
 
 
-__all__ = ["DEFAULT_ADDRESS", "Unsure", "address", "get", "image_labels", "in_registry", "socket_path"]
+__all__ = ["DEFAULT_ADDRESS", "NoAnswer", "Unsure", "address", "get", "image_labels", "in_registry", "request",
+           "socket_path"]

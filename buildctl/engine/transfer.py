@@ -5,14 +5,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import docker
-import docker.errors
-import docker.types
-import requests.exceptions
-import urllib3.exceptions
-
+from buildctl.engine import lazy
 from buildctl.engine.client import _cut, _explanation
 from buildctl.engine.images import Images
 from buildctl.engine.values import Progress, registry_host, split_ref
@@ -25,6 +20,17 @@ from buildctl.errors import (
     PushStalled,
     UnreachableError,
 )
+
+if TYPE_CHECKING:  # the real modules for the type checker; at run time imported on first use (lazy.py)
+    import docker
+    import docker.errors
+    import docker.types
+    import requests.exceptions
+    import urllib3.exceptions
+else:
+    docker = lazy.Module("docker")
+    requests = lazy.Module("requests")
+    urllib3 = lazy.Module("urllib3")
 
 # Statuses of a push or pull stream that say a layer is done (no more bytes to move for it).
 _LAYER_DONE = ("pushed", "layer already exists", "mounted from", "pull complete", "already exists",

@@ -7,9 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from docker.auth import resolve_repository_name
-from docker.utils import parse_repository_tag
-
 # Labels on every container run() creates, so that a leftover one (a killed test run) can be found:
 # the engine's name, and the owner (host, pid, start time) of the process that made it.
 RUN_LABEL = "org.buildctl.run"
@@ -87,6 +84,18 @@ class Progress:
         return text
 
 
+def parse_repository_tag(ref: str) -> tuple[str, str | None]:
+    """docker-py's rule (docker.utils.parse_repository_tag), here so that splitting a ref loads no docker-py:
+    ``repo@digest``, else ``repo:tag`` where the part after the last ':' has no '/', else (ref, None)."""
+    repo, at, digest = ref.rpartition("@")
+    if at:
+        return repo, digest
+    repo, colon, tag = ref.rpartition(":")
+    if colon and "/" not in tag:
+        return repo, tag
+    return ref, None
+
+
 def split_ref(ref: str) -> tuple[str, str]:
     """``host:port/repo:tag`` -> (``host:port/repo``, ``tag``); a digest ref keeps its digest as the tag."""
     repo, tag = parse_repository_tag(ref)
@@ -94,6 +103,8 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 
 def registry_host(ref: str) -> str:
+    from docker.auth import resolve_repository_name
+
     repo, _ = parse_repository_tag(ref)
     host, _name = resolve_repository_name(repo)
     return str(host)

@@ -33,7 +33,8 @@ from buildctl.graph import render
 from buildctl.graph.graph import Graph
 from buildctl.lock.lockfile import VariantLock
 from buildctl.manifest.model import Manifest, ReproLevel, Variant
-from buildctl.repro.repro import Floating, level_for
+from buildctl.repro.levels import level_for
+from buildctl.repro.repro import Floating
 
 Status = Literal["floating", "locked"]
 Rule = Literal[

@@ -25,7 +25,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import posixpath
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, assert_never
@@ -440,12 +440,6 @@ def own_layers(image: Sequence[str], parent: Sequence[str]) -> tuple[str, ...]:
     if tuple(image[: len(parent)]) != tuple(parent):
         raise ValueError("the image does not start with its parent's layers")
     return tuple(image[len(parent):])
-
-
-def level_for(kind: str, levels: Mapping[str, ReproLevel]) -> ReproLevel | None:
-    """The manifest's declared level for a node kind (compile covers compile-env and wheel nodes)."""
-    key = "compile" if kind in ("compile-env", "wheel") else kind
-    return levels.get(key)
 
 
 def find(nodes: Iterable[NodeReport], name: str) -> NodeReport:

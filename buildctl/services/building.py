@@ -61,7 +61,7 @@ class LockedSources:
 
 def build_input(t: Target, sources: Sources) -> BuildInput:
     """What the pipeline is given: the graph and names, plus the few manifest and lock values the host fetches with."""
-    from buildctl.repro import repro
+    from buildctl.repro.levels import level_for
 
     assert t.vlock is not None, "require_lock first"
     levels = t.manifest.repro.levels
@@ -69,7 +69,7 @@ def build_input(t: Target, sources: Sources) -> BuildInput:
         graph=t.graph, refs=t.refs, registry=t.registry, base_ref=t.base_ref, templates=t.templates,
         python=t.variant.python, image_python=t.manifest.smoke.python, base_image=t.variant.image,
         base_digest=t.vlock.base.digest if t.vlock.base else "",
-        bit_level=frozenset(n.kind for n in t.graph.nodes if repro.level_for(n.kind, levels) is ReproLevel.BIT),
+        bit_level=frozenset(n.kind for n in t.graph.nodes if level_for(n.kind, levels) is ReproLevel.BIT),
         sources=LockedSources(t.manifest, t.vlock, sources))
 
 

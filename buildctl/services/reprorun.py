@@ -45,6 +45,7 @@ from buildctl.lock.resolvers import Resolvers
 from buildctl.manifest import pins
 from buildctl.manifest.model import ReproLevel
 from buildctl.repro import audit, repro
+from buildctl.repro import levels as levels_of
 from buildctl.repro.archive import ImageConfig, SavedImages
 from buildctl.services import building, target
 
@@ -162,7 +163,7 @@ def compare(engine: Engine, graphs: dict[str, Graph], refs: dict[str, dict[str, 
             config = archive.image().config if archive is not None else _image_config(infos[s])
             sides[s] = repro.Side(ref=refs[s][node.name], key=graphs[s].node(node.name).key, diff_ids=own[s],
                                   config=config, archive=archive)
-        level = repro.level_for(node.kind, levels)
+        level = levels_of.level_for(node.kind, levels)
         upstream = [p for p in node.parents if p in verdicts and verdicts[p] is not repro.Verdict.BIT]
         report = repro.compare_node(node=node.name, kind=node.kind, level=level, a=sides["a"], b=sides["b"],
                                     floating=floating.get(node.name, ()), upstream=upstream)

@@ -9,6 +9,9 @@ shares nothing with the first but the registry.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +25,7 @@ from buildctl.engine.engine import Engine
 from buildctl.errors import Cancelled
 from buildctl.graph.graph import shared_labels
 from buildctl.graph.records import RecordStore, state_root
-from buildctl.services import building, wiring
+from buildctl.services import building, target, wiring
 from buildctl.sources.sources import Sources
 from tests.engine.test_build import ALL, Demo, Recorder, base_env, demo, demo_lock, outcomes
 from tests.helpers import unique
@@ -76,6 +79,25 @@ def test_buildkit_builds_the_demo_with_the_plans_keys_labels_and_records(
     # nothing changed: nothing built, one image looked at (the classic builder's nodes and BuildKit's are one cache)
     again = demo.build([engine], skip_smoke=False, gate=smoke.BuildGate(report_dir=reports))
     assert again.built == [] and outcomes(again) == {"entrypoint": "cached"}
+
+    # `buildctl build --backend buildkit --local`, as a user runs it, once every node is in the engine: after a
+    # change of the runtime environment (assemble and the entrypoint again) it asks the engine its short
+    # questions itself (engine/peek.py) and never loads docker-py (nor requests, urllib3): -X importtime lists
+    # every module the command imported. (The first --local build loads it: the system node's whiteouts are
+    # settled through `docker save` / `docker load`.)
+    local = ["--project", str(demo.root), "-q", "build", "demo", "--backend", "buildkit", "--local", "--skip-smoke"]
+    demo.register(target.load(demo.root, demo.config(), "demo", None, skip_smoke=True, local_only=True), [engine])
+    assert cli.main(local) == 0
+    demo.edit_manifest('  PYTHONDONTWRITEBYTECODE: "1"\n', '  PYTHONDONTWRITEBYTECODE: "1"\n  DEMO_CHANGED: "1"\n')
+    demo.register(target.load(demo.root, demo.config(), "demo", None, skip_smoke=True, local_only=True), [engine])
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "buildctl", *local], capture_output=True,
+                          text=True, check=False, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(cli.__file__).parents[1])})
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "built 2 node(s) (assemble, entrypoint) with the buildkit backend" in done.stdout, done.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "buildctl.engine.engine" in imported and "buildctl.build.pipeline" in imported
+    assert not imported & {"docker", "requests", "urllib3"}, sorted(imported & {"docker", "requests", "urllib3"})
 
 
 def test_a_remote_builder_builds_what_changed_and_compiles_nothing(

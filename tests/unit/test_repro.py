@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from buildctl.manifest.model import ReproLevel
+from buildctl.repro import levels as levels_of
 from buildctl.repro import repro
 from buildctl.repro.archive import ImageConfig, SavedImages, dpkg_versions
 from buildctl.repro.repro import Cause, Floating, Side, Verdict
@@ -296,10 +297,10 @@ def test_differing_layers_need_the_archives(tmp_path: Path) -> None:
 
 def test_levels_and_own_layers() -> None:
     levels = {"system": ReproLevel.BIT, "compile": ReproLevel.SEMANTIC}
-    assert repro.level_for("system", levels) is ReproLevel.BIT
-    assert repro.level_for("wheel", levels) is ReproLevel.SEMANTIC
-    assert repro.level_for("compile-env", levels) is ReproLevel.SEMANTIC
-    assert repro.level_for("python", levels) is None
+    assert levels_of.level_for("system", levels) is ReproLevel.BIT
+    assert levels_of.level_for("wheel", levels) is ReproLevel.SEMANTIC
+    assert levels_of.level_for("compile-env", levels) is ReproLevel.SEMANTIC
+    assert levels_of.level_for("python", levels) is None
     assert repro.own_layers(("a", "b", "c"), ("a",)) == ("b", "c")
     with pytest.raises(ValueError):
         repro.own_layers(("a", "b"), ("x",))
