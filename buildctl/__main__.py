@@ -1,5 +1,3 @@
-import sys
+from buildctl.cli import run
 
-from buildctl.cli import main
-
-sys.exit(main())
+run()

@@ -7,6 +7,8 @@ Each feature module registers its own subcommands through ``register(sub)``; the
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import importlib
 import os
 import signal
@@ -15,6 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from buildctl import __version__
 from buildctl.config import Config, load_config
@@ -169,5 +172,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         restore()
 
 
+def run() -> NoReturn:
+    """The `buildctl` command: ``main``, then the process ends with its exit code (``exit_now``)."""
+    exit_now(main())
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` once everything it owes is done, without the interpreter's teardown.
+
+    Tearing down the modules a build imports costs about 0.07 s, a measurable part of a build that changed a
+    pin (`make bench` (b)) and of every short command. Nothing is skipped that matters: the standard streams
+    are flushed, the threads that are not daemons are waited for, and the atexit handlers run (logging's,
+    tempfile's finalizers, anything a library registered), as at a normal exit; buildctl's own clean-up is in
+    ``finally`` blocks, done before ``main`` returns. An exception escaping ``main`` never gets here."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    for th in threading.enumerate():
+        if th is not threading.main_thread() and not th.daemon:
+            th.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()
