@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -18,6 +17,9 @@ import pytest
 from buildctl.engine.engine import Engine
 from buildctl.errors import EngineError
 from tests.integration.test_engine_peek import Server, _http
+from tests.integration.test_engine_peek import serve as api
+
+__all__ = ["api"]  # the stand-in API's fixture (test_engine_peek.py's)
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = {"Id": "sha256:" + "a" * 64, "RepoTags": ["r/x:1"], "RepoDigests": [], "Created": "2026-01-01T00:00:00Z",
@@ -28,14 +30,6 @@ HISTORY = [{"Created": 1, "CreatedBy": "COPY rootfs/ / # buildkit", "Size": 10, 
 
 def _json(status: str, data: object) -> bytes:
     return _http(status, json.dumps(data).encode())
-
-
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[Path, list[Server]]]:
-    servers: list[Server] = []
-    yield tmp_path / "engine.sock", servers
-    for s in servers:
-        s.close()
 
 
 def _engine(path: Path) -> Engine:
