@@ -17,6 +17,9 @@ def late():
     time.sleep(0.3)
     open(out + ".thread", "w").write("done")
 threading.Thread(target=late).start()
+import concurrent.futures
+pool = concurrent.futures.ThreadPoolExecutor(2)  # left open, its workers idle: threading's exit hook stops them
+pool.submit(lambda: open(out + ".pool", "w").write("done")).result()
 atexit.register(lambda: open(out + ".atexit", "w").write("ran"))
 sys.stdout.write("x" * 300000)
 sys.stderr.write("to the end")
@@ -31,6 +34,7 @@ def test_exit_now_flushes_waits_for_threads_and_runs_atexit_handlers(tmp_path: P
     assert done.returncode == 7
     assert done.stdout == "x" * 300000 and done.stderr == "to the end"
     assert (tmp_path / "mark.thread").read_text() == "done"  # a non-daemon thread is waited for
+    assert (tmp_path / "mark.pool").read_text() == "done"  # and an idle executor did not hold the exit up
     assert (tmp_path / "mark.atexit").read_text() == "ran"
 
 
