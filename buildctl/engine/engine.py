@@ -77,7 +77,7 @@ class Engine(Transfers):
         """Remove this process's temporary ``buildctl-part`` tags; return how many there were."""
         tags = self._tags_of(f"{PART_REPOSITORY}/{owner()}", "removing temporary tags")
         for t in tags:
-            self._remove_tag(t, "removing temporary tags")
+            self.remove_image(t)
         return len(tags)
 
     def remove_leftovers(self) -> tuple[list[str], list[str]]:
@@ -95,7 +95,7 @@ class Engine(Transfers):
         for t in self._tags_of(f"{PART_REPOSITORY}/*", what):
             repo, _tag = split_ref(t)
             if dead_owner(repo.split("/", 1)[-1]):
-                self._remove_tag(t, what)
+                self.remove_image(t)
                 tags.append(t)
         return containers, tags
 
@@ -121,16 +121,6 @@ class Engine(Transfers):
             return list(answer.data)
         with self._errors(what):
             return list(self._api().containers(all=True, filters={"label": label}))
-
-    def _remove_tag(self, ref: str, what: str) -> None:
-        """Remove one tag; one already gone is fine."""
-        if self._wire() is not None:
-            answer = self._call("DELETE", f"/images/{ref}", what)
-            if answer.status not in (200, 404):
-                raise self._refused(what, answer)
-            return
-        with self._errors(what), suppress(docker.errors.NotFound):
-            self._api().remove_image(ref)
 
     def _remove_dead_container(self, cid: str, what: str) -> None:
         """Remove a container (and its anonymous volumes), running or not; one already gone is fine."""
