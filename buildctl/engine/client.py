@@ -115,14 +115,15 @@ class Client:
                 self._wire_path = ""
         return self._wire_path or None
 
-    def _call(self, method: str, path: str, what: str, **query: str) -> Answer:
+    def _call(self, method: str, path: str, what: str, *, timeout: float | None = None, **query: str) -> Answer:
         """One short call on the engine's API through its unix socket (``path`` quoted here, ``query`` encoded
-        here); failures to reach the engine raise what the docker-py path raises for them (``_errors``)."""
+        here), bounded by ``timeout`` (default: the client's); failures to reach the engine raise what the
+        docker-py path raises for them (``_errors``)."""
         sock = self._wire()
         assert sock is not None, "_call needs a unix socket (_wire)"
         url = quote(path, safe="/:@") + (f"?{urlencode(query)}" if query else "")
         try:
-            status, body = peek.request(sock, method, url, timeout=self.timeout)
+            status, body = peek.request(sock, method, url, timeout=self.timeout if timeout is None else timeout)
         except peek.NoAnswer as exc:
             if self._cancelled.is_set():
                 raise Cancelled(f"{what}: cancelled", why="the build was interrupted") from exc
@@ -336,7 +337,7 @@ class Client:
 
     def ping(self) -> None:
         if self._wire() is not None:
-            answer = self._call("GET", "/_ping", "engine check")
+            answer = self._call("GET", "/_ping", "engine check", timeout=self.network_timeout)
             if answer.status != 200:
                 raise EngineError(
                     f"engine {self.name!r} at {self.address} answered the ping with an error",
