@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -115,38 +115,59 @@ class Client:
                 self._wire_path = ""
         return self._wire_path or None
 
-    def _call(self, method: str, path: str, what: str, *, timeout: float | None = None, **query: str) -> Answer:
+    def _call(self, method: str, path: str, what: str, query: Mapping[str, str] | None = None, *,
+              timeout: float | None = None) -> Answer:
         """One short call on the engine's API through its unix socket (``path`` quoted here, ``query`` encoded
         here), bounded by ``timeout`` (default: the client's); failures to reach the engine raise what the
         docker-py path raises for them (``_errors``)."""
         sock = self._wire()
         assert sock is not None, "_call needs a unix socket (_wire)"
-        url = quote(path, safe="/:@") + (f"?{urlencode(query)}" if query else "")
+        url = quote(path, safe="/:@") + (f"?{urlencode(dict(query))}" if query else "")
         try:
             status, body = peek.request(sock, method, url, timeout=self.timeout if timeout is None else timeout)
         except peek.NoAnswer as exc:
             if self._cancelled.is_set():
                 raise Cancelled(f"{what}: cancelled", why="the build was interrupted") from exc
-            if exc.timed_out:
-                raise EngineError(f"{what}: engine {self.name!r} at {self.address} did not answer in time",
-                                  why=str(exc), fix="check that the engine is healthy (`docker info`); "
-                                  + _START_ENGINE_FIX) from exc
-            raise EngineError(f"{what}: no Docker engine answers at {self.address} ({self.name})", why=str(exc),
-                              fix=_START_ENGINE_FIX) from exc
+            raise (self._timed_out if exc.timed_out else self._no_engine)(what, str(exc)) from exc
         except peek.Unsure as exc:
-            raise EngineError(f"{what}: the connection to engine {self.name!r} at {self.address} broke off",
-                              why=str(exc), fix="check that the engine is healthy (`docker info`) and run the "
-                                                "command again") from exc
+            raise self._broke_off(what, str(exc)) from exc
         try:
             data = json.loads(body) if body.strip() else None
         except ValueError:
             data = None
         message = str(data.get("message", "")) if isinstance(data, dict) else ""
-        return Answer(status=status, data=data, message=message or body.decode("utf-8", "replace").strip())
+        return Answer(status=status, data=data,
+                      message=message or body.decode("utf-8", "replace").strip() or f"HTTP status {status}")
 
-    def _refused(self, what: str, answer: Answer, *, fix: str = "") -> EngineError:
-        """The engine said no (an HTTP error status): as the docker-py path says an APIError."""
-        return EngineError(f"{what}: the engine refused", why=answer.message or f"HTTP status {answer.status}", fix=fix)
+    def _json(self, path: str, what: str, shape: type[dict[str, Any]] | type[list[Any]],
+              query: Mapping[str, str] | None = None, *, missing: Callable[[str], EngineError] | None = None) -> Any:
+        """GET ``path``: its JSON body, of ``shape``. When the engine says 404: ``missing`` (given the engine's
+        message) is raised, or None is returned; any other answer is refused."""
+        answer = self._call("GET", path, what, query)
+        if answer.status == 404:
+            if missing is not None:
+                raise missing(answer.message)
+            return None
+        if answer.status != 200 or not isinstance(answer.data, shape):
+            raise self._refused(what, answer.message)
+        return answer.data
+
+    # the words of an engine failure, the same whichever way the engine was asked (``_call`` or ``_errors``)
+
+    def _timed_out(self, what: str, why: str) -> EngineError:
+        return EngineError(f"{what}: engine {self.name!r} at {self.address} did not answer in time", why=why,
+                           fix="check that the engine is healthy (`docker info`); " + _START_ENGINE_FIX)
+
+    def _no_engine(self, what: str, why: str) -> EngineError:
+        return EngineError(f"{what}: no Docker engine answers at {self.address} ({self.name})", why=why,
+                           fix=_START_ENGINE_FIX)
+
+    def _broke_off(self, what: str, why: str) -> EngineError:
+        return EngineError(f"{what}: the connection to engine {self.name!r} at {self.address} broke off", why=why,
+                           fix="check that the engine is healthy (`docker info`) and run the command again")
+
+    def _refused(self, what: str, why: str, *, fix: str = "") -> EngineError:
+        return EngineError(f"{what}: the engine refused", why=why, fix=fix)
 
     # -- clients
 
@@ -303,35 +324,19 @@ class Client:
         except BuildctlError:
             raise
         except (requests.exceptions.Timeout, urllib3.exceptions.ReadTimeoutError) as exc:
-            raise EngineError(
-                f"{what}: engine {self.name!r} at {self.address} did not answer in time",
-                why=str(exc),
-                fix="check that the engine is healthy (`docker info`); " + _START_ENGINE_FIX,
-            ) from exc
+            raise self._timed_out(what, str(exc)) from exc
         except requests.exceptions.ConnectionError as exc:
-            raise EngineError(
-                f"{what}: no Docker engine answers at {self.address} ({self.name})",
-                why=str(exc),
-                fix=_START_ENGINE_FIX,
-            ) from exc
+            raise self._no_engine(what, str(exc)) from exc
         except docker.errors.APIError as exc:
-            raise EngineError(f"{what}: the engine refused", why=_explanation(exc), fix=fix) from exc
+            raise self._refused(what, _explanation(exc), fix=fix) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:  # a stream broken off half-way (docker-py reads it raw)
-            raise EngineError(
-                f"{what}: the connection to engine {self.name!r} at {self.address} broke off",
-                why=str(exc),
-                fix="check that the engine is healthy (`docker info`) and run the command again",
-            ) from exc
+            raise self._broke_off(what, str(exc)) from exc
         except docker.errors.DockerException as exc:
             # Raised by docker-py itself, e.g. "Error while fetching server API version".
             text = str(exc)
-            engine_down = "fetching server API version" in text or "Connection" in text
-            raise EngineError(
-                f"{what}: no Docker engine answers at {self.address} ({self.name})" if engine_down
-                else f"{what}: docker-py failed",
-                why=text,
-                fix=_START_ENGINE_FIX if engine_down else fix,
-            ) from exc
+            if "fetching server API version" in text or "Connection" in text:
+                raise self._no_engine(what, text) from exc
+            raise EngineError(f"{what}: docker-py failed", why=text, fix=fix) from exc
 
     # -- engine
 
@@ -355,10 +360,8 @@ class Client:
         """The engine's native platform, e.g. ``linux/amd64``."""
         if self._platform is None:
             if self._wire() is not None:
-                answer = self._call("GET", "/version", "engine version")
-                if answer.status != 200 or not isinstance(answer.data, dict):
-                    raise self._refused("engine version", answer)
-                v = answer.data
+                v = self._json("/version", "engine version", dict,
+                               missing=lambda why: self._refused("engine version", why))
             else:
                 with self._errors("engine version"):
                     v = self._api().version()

@@ -103,10 +103,8 @@ class Engine(Transfers):
         """The tags of the local images whose name matches ``reference`` (the engine's reference filter)."""
         filters = json.dumps({"reference": [reference]})
         if self._wire() is not None:
-            answer = self._call("GET", "/images/json", what, filters=filters)
-            if answer.status != 200 or not isinstance(answer.data, list):
-                raise self._refused(what, answer)
-            images = answer.data
+            images = self._json("/images/json", what, list, {"filters": filters},
+                                missing=lambda why: self._refused(what, why))
         else:
             with self._errors(what):
                 images = self._api().images(filters={"reference": reference})
@@ -115,19 +113,18 @@ class Engine(Transfers):
     def _containers_labelled(self, label: str, what: str) -> list[dict[str, Any]]:
         """Every container (running or not) that carries ``label``."""
         if self._wire() is not None:
-            answer = self._call("GET", "/containers/json", what, all="1", filters=json.dumps({"label": [label]}))
-            if answer.status != 200 or not isinstance(answer.data, list):
-                raise self._refused(what, answer)
-            return list(answer.data)
+            return list(self._json("/containers/json", what, list,
+                                   {"all": "1", "filters": json.dumps({"label": [label]})},
+                                   missing=lambda why: self._refused(what, why)))
         with self._errors(what):
             return list(self._api().containers(all=True, filters={"label": label}))
 
     def _remove_dead_container(self, cid: str, what: str) -> None:
         """Remove a container (and its anonymous volumes), running or not; one already gone is fine."""
         if self._wire() is not None:
-            answer = self._call("DELETE", f"/containers/{cid}", what, force="1", v="1")
+            answer = self._call("DELETE", f"/containers/{cid}", what, {"force": "1", "v": "1"})
             if answer.status not in (200, 204, 404):
-                raise self._refused(what, answer)
+                raise self._refused(what, answer.message)
             return
         with self._errors(what), suppress(docker.errors.NotFound):
             self._api().remove_container(cid, force=True, v=True)

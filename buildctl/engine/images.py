@@ -30,12 +30,8 @@ class Images(Client):
 
     def image_id(self, ref: str) -> str | None:
         if self._wire() is not None:
-            answer = self._call("GET", f"/images/{ref}/json", f"inspect {ref}")
-            if answer.status == 404:
-                return None
-            if answer.status != 200 or not isinstance(answer.data, dict):
-                raise self._refused(f"inspect {ref}", answer)
-            return str(answer.data["Id"])
+            attrs = self._json(f"/images/{ref}/json", f"inspect {ref}", dict)
+            return None if attrs is None else str(attrs["Id"])
         with self._errors(f"inspect {ref}"):
             try:
                 return str(self._api().inspect_image(ref)["Id"])
@@ -44,16 +40,12 @@ class Images(Client):
 
     def inspect_image(self, ref: str) -> ImageInfo:
         if self._wire() is not None:
-            answers: list[Any] = []
-            for what, shape in (("json", dict), ("history", list)):
-                answer = self._call("GET", f"/images/{ref}/{what}", f"inspect {ref}")
-                if answer.status == 404:
-                    raise EngineError(f"image {ref} is not in engine {self.name!r}", why=answer.message,
-                                      fix="build it, or pull it first")
-                if answer.status != 200 or not isinstance(answer.data, shape):
-                    raise self._refused(f"inspect {ref}", answer)
-                answers.append(answer.data)
-            return _image_info(answers[0], answers[1])
+            def missing(why: str) -> EngineError:
+                return EngineError(f"image {ref} is not in engine {self.name!r}", why=why,
+                                   fix="build it, or pull it first")
+
+            return _image_info(self._json(f"/images/{ref}/json", f"inspect {ref}", dict, missing=missing),
+                               self._json(f"/images/{ref}/history", f"inspect {ref}", list, missing=missing))
         with self._errors(f"inspect {ref}"):
             try:
                 attrs = self._api().inspect_image(ref)
@@ -69,11 +61,12 @@ class Images(Client):
     def tag(self, image: str, ref: str) -> None:
         repo, tag = split_ref(ref)
         if self._wire() is not None:
-            answer = self._call("POST", f"/images/{image}/tag", f"tag {image} as {ref}", repo=repo, tag=tag)
+            answer = self._call("POST", f"/images/{image}/tag", f"tag {image} as {ref}",
+                                {"repo": repo, "tag": tag})
             if answer.status == 404:
                 raise EngineError(f"cannot tag {image} as {ref}: no such image", why=answer.message)
             if answer.status not in (200, 201):
-                raise self._refused(f"tag {image} as {ref}", answer)
+                raise self._refused(f"tag {image} as {ref}", answer.message)
             return
         with self._errors(f"tag {image} as {ref}"):
             try:
@@ -86,9 +79,10 @@ class Images(Client):
     def remove_image(self, ref: str, force: bool = False) -> None:
         """Remove a tag (or the image, once no tag is left); a missing one is already removed."""
         if self._wire() is not None:
-            answer = self._call("DELETE", f"/images/{ref}", f"remove {ref}", force="1" if force else "0")
+            answer = self._call("DELETE", f"/images/{ref}", f"remove {ref}",
+                                {"force": "1" if force else "0"})
             if answer.status not in (200, 404):
-                raise self._refused(f"remove {ref}", answer,
+                raise self._refused(f"remove {ref}", answer.message,
                                     fix="a container still uses it: remove that container, or pass force=True")
             return
         with self._errors(
