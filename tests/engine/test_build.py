@@ -3,6 +3,9 @@
 Each test builds a copy of pins/demo.yaml in its own project (the test registry instead of
 127.0.0.1:5000, a repository of its own, the demo sources by absolute path) and its own cache, from
 one lock made per session with `buildctl lock` (pip and apt resolved inside the demo base).
+The tests whose subject is the pipeline (resuming, sharing, pulling, the gate) build the demo without its own
+apt packages (``light_demo``), which halves a build from nothing here; the whole demo is built by
+test_build_every_node_then_nothing, the first BuildKit test, the repro tests and the first nightly.
 Images the tests make are removed by name at the end (image_cleanup).
 """
 
@@ -42,14 +45,24 @@ HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")  # reaching PyPI here goes 
 ALL = ["system", "python", "compile-env:fastmath", "wheel:fastmath", "assemble", "entrypoint"]
 
 
-def write_project(root: Path, registry: str, repository: str) -> Path:
-    """A project with a copy of the demo manifest pointing at the test registry; images/ is the checkout's."""
+# The demo's own apt packages (the system node's): the slowest part of a build from nothing here, apt-get
+# update and install from Debian's mirror, then the settle of the whiteouts apt leaves (`docker save` / `load`)
+APT_SECTION = re.compile(r"(?ms)^apt:\n.*?(?=^downloads:)")
+
+
+def write_project(root: Path, registry: str, repository: str, *, apt: bool = True) -> Path:
+    """A project with a copy of the demo manifest pointing at the test registry; images/ is the checkout's.
+    ``apt=False``: without the demo's own apt packages (APT_SECTION), for the tests whose subject is not them;
+    its lock is ``demo_lock_light``."""
     (root / "pins").mkdir(parents=True)
     (root / "images").symlink_to(PROJECT / "images")
     (root / "demo").symlink_to(PROJECT / "demo")  # the manifest's repos are relative: ../demo/sources/
     text = (PROJECT / "pins" / "demo.yaml").read_text()
     text = text.replace("127.0.0.1:5000", registry)
     text = re.sub(r"(?m)^  repository: .*$", f"  repository: {repository}", text)
+    if not apt:
+        text, n = APT_SECTION.subn("", text)
+        assert n == 1, "pins/demo.yaml no longer has its apt section before downloads"
     (root / "pins" / "demo.yaml").write_text(text)
     return root
 
@@ -76,6 +89,22 @@ def demo_lock(registry: str, registry_base: str, tmp_path_factory: pytest.TempPa
         base_env(mp, tmp_path_factory.mktemp("lockcache"))
         assert cli.main(["--project", str(root), "-q", "lock", "demo"]) == 0
     return (root / "pins" / "demo.lock.json").read_text()
+
+
+@pytest.fixture(scope="session")
+def demo_lock_light(demo_lock: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The session's lock for a project written with ``apt=False``: ``demo_lock`` with no apt pins, which is what
+    `buildctl lock` writes for that manifest (the same pins otherwise; checked by hand: `lock` of such a project
+    with this lock in place says "unchanged")."""
+    path = tmp_path_factory.mktemp("lock-light") / "demo.lock.json"
+    path.write_text(demo_lock)
+
+    def no_apt(data: dict[str, Any]) -> None:
+        for v in data["variants"].values():
+            assert v["apt"], "the demo lock has no apt pins to leave out"
+            v["apt"] = {}
+    lockfile.edit(path, no_apt)
+    return path.read_text()
 
 
 @dataclass
@@ -147,13 +176,27 @@ class Demo:
         self.edit_lock(change)
 
 
-@pytest.fixture
-def demo(demo_lock: str, registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, image_cleanup: Any) -> Demo:
+def _demo(lock: str, registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, image_cleanup: Any, *,
+          apt: bool) -> Demo:
     repository = f"buildctl-test/{unique('b')}"
-    root = write_project(tmp_path / "project", registry, repository)
-    (root / "pins" / "demo.lock.json").write_text(demo_lock)
+    root = write_project(tmp_path / "project", registry, repository, apt=apt)
+    (root / "pins" / "demo.lock.json").write_text(lock)
     base_env(monkeypatch, tmp_path / "cache")
     return Demo(root=root, repository=repository, monkeypatch=monkeypatch, cleanup=image_cleanup)
+
+
+@pytest.fixture
+def demo(demo_lock: str, registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, image_cleanup: Any) -> Demo:
+    """The whole demo stack, its apt packages included."""
+    return _demo(demo_lock, registry, tmp_path, monkeypatch, image_cleanup, apt=True)
+
+
+@pytest.fixture
+def light_demo(demo_lock_light: str, registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+               image_cleanup: Any) -> Demo:
+    """The demo stack without its own apt packages (the compile's build dependencies stay): for the tests about
+    the pipeline (resuming, sharing, pulling, the gate), which the apt step would only make slower."""
+    return _demo(demo_lock_light, registry, tmp_path, monkeypatch, image_cleanup, apt=False)
 
 
 def outcomes(report: pipeline.Report) -> dict[str, str]:
@@ -275,7 +318,8 @@ def check_profiles_and_the_variant_override(demo: Demo, engine: Engine, first: p
     assert launch(tiny, {"BUILDCTL_PROFILE": "base"})["args"][:4] == ["--nproc_per_node", "8", "--nnodes", "1"]
 
 
-def test_one_component_rebuilds_only_its_nodes(demo: Demo, engine: Engine, capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_component_rebuilds_only_its_nodes(light_demo: Demo, engine: Engine, capsys: pytest.CaptureFixture[str]) -> None:
+    demo = light_demo
     demo.build([engine])
     before = demo.target().graph
 
@@ -304,7 +348,8 @@ def test_one_component_rebuilds_only_its_nodes(demo: Demo, engine: Engine, capsy
     assert sorted(report.built) == ["assemble", "entrypoint"]
 
 
-def test_a_failed_node_leaves_no_tag_and_a_rerun_resumes(demo: Demo, engine: Engine, registry: str) -> None:
+def test_a_failed_node_leaves_no_tag_and_a_rerun_resumes(light_demo: Demo, engine: Engine, registry: str) -> None:
+    demo = light_demo
     demo.edit_manifest("command: pip wheel --no-build-isolation --no-deps -w /out .",
                        "command: echo compiling; exit 3")
     with pytest.raises(BuildFailed) as failed:
@@ -377,7 +422,8 @@ def _fake_ca(tmp_path: Path) -> tuple[Path, str]:
     return bundle, body
 
 
-def test_the_ca_bundle_is_in_no_layer_and_no_history(demo: Demo, engine: Engine, tmp_path: Path) -> None:
+def test_the_ca_bundle_is_in_no_layer_and_no_history(light_demo: Demo, engine: Engine, tmp_path: Path) -> None:
+    demo = light_demo
     bundle, body = _fake_ca(tmp_path)
     base_env(demo.monkeypatch, tmp_path / "cache-ca", ca=bundle)
     report = demo.build([engine])
@@ -407,7 +453,8 @@ def test_the_ca_bundle_is_in_no_layer_and_no_history(demo: Demo, engine: Engine,
     assert "ca.pem" not in history and str(bundle) not in history and "PIP_CERT" not in history
 
 
-def test_the_smoke_gate_guards_the_entrypoint(demo: Demo, engine: Engine) -> None:
+def test_the_smoke_gate_guards_the_entrypoint(light_demo: Demo, engine: Engine) -> None:
+    demo = light_demo
     calls: list[str] = []
 
     def failing(e: Engine, image: str, *, log_file: Path) -> str:
@@ -436,7 +483,8 @@ def test_the_smoke_gate_guards_the_entrypoint(demo: Demo, engine: Engine) -> Non
     assert skipped.final != report.final and skipped.built == ["entrypoint"]
 
 
-def test_a_second_engine_pulls_what_the_first_built(demo: Demo, engine: Engine, second_engine: Engine) -> None:
+def test_a_second_engine_pulls_what_the_first_built(light_demo: Demo, engine: Engine, second_engine: Engine) -> None:
+    demo = light_demo
     first = demo.build([engine])
     assert "wheel:fastmath" in first.built
 
@@ -461,7 +509,8 @@ def test_a_second_engine_pulls_what_the_first_built(demo: Demo, engine: Engine, 
     assert float(out.stdout) == 1.0
 
 
-def test_two_engines_share_one_build(demo: Demo, engine: Engine, second_engine: Engine) -> None:
+def test_two_engines_share_one_build(light_demo: Demo, engine: Engine, second_engine: Engine) -> None:
+    demo = light_demo
     report = demo.build([engine, second_engine], jobs=4)
     assert sorted(report.built) == sorted(ALL)
     by = {n.name: n.engine for n in report.nodes if n.outcome == "built"}

@@ -27,10 +27,20 @@ from buildctl.graph.graph import shared_labels
 from buildctl.graph.records import RecordStore, state_root
 from buildctl.services import building, target, wiring
 from buildctl.sources.sources import Sources
-from tests.engine.test_build import ALL, Demo, Recorder, base_env, demo, demo_lock, outcomes
+from tests.engine.test_build import (
+    ALL,
+    Demo,
+    Recorder,
+    base_env,
+    demo,
+    demo_lock,
+    demo_lock_light,
+    light_demo,
+    outcomes,
+)
 from tests.helpers import unique
 
-__all__ = ["demo", "demo_lock"]  # fixtures of test_build.py
+__all__ = ["demo", "demo_lock", "demo_lock_light", "light_demo"]  # fixtures of test_build.py
 
 
 def plan_json(demo: Demo, capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
@@ -101,8 +111,9 @@ def test_buildkit_builds_the_demo_with_the_plans_keys_labels_and_records(
 
 
 def test_a_remote_builder_builds_what_changed_and_compiles_nothing(
-        demo: Demo, engine: Engine, second_engine: Engine, second_builder: str,
+        light_demo: Demo, engine: Engine, second_engine: Engine, second_builder: str,
         capsys: pytest.CaptureFixture[str]) -> None:
+    demo = light_demo  # the demo's own apt packages are the first test's (the system node under BuildKit)
     first = demo.build([Engine(name=engine.name, backend="buildkit")])
     assert "wheel:fastmath" in first.built
 

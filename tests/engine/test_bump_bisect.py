@@ -14,8 +14,9 @@ suite's ``imports`` check). The tests run in order and share the project, its ca
 4. bisect between the image of 1 (its lock-hash label, through the archive) and the candidate lock of 2 (a
    hash from the archive) names the planted commit, building fastmath's wheel at most 5 times.
 
-The lock is the session's (tests.engine.test_build.demo_lock) with the fastmath repository changed, so
-nothing is resolved inside the base again.
+The project is the demo without its own apt packages (write_project(apt=False): the bumps are fastmath's), and
+its lock the session's (tests.engine.test_build.demo_lock_light) with the fastmath repository changed, so nothing
+is resolved inside the base again.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ from buildctl.lock import archive, lockfile
 from buildctl.lock.archive import Ref
 from buildctl.services import lockarchive
 from tests.engine.conftest import docker_cli
-from tests.engine.test_build import PROJECT, base_env, demo_lock, write_project
+from tests.engine.test_build import PROJECT, base_env, demo_lock, demo_lock_light, write_project
 from tests.helpers import unique
 
-__all__ = ["demo_lock"]  # the session's lock of the demo stack (a fixture of test_build.py)
+__all__ = ["demo_lock", "demo_lock_light"]  # the session's locks of the demo stack (fixtures of test_build.py)
 
 C3 = "2ce4723579053c914fae1dee4bc38f8fd4da5557"  # the demo manifest's fastmath commit (main of the bundle)
 EPOCH = 1736154000
@@ -124,20 +125,21 @@ def _main_json(argv: list[str], out: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def state(engine: Engine, registry: str, demo_lock: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[State]:
+def state(engine: Engine, registry: str, demo_lock_light: str,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[State]:
     tmp = tmp_path_factory.mktemp("bump")
     bare, work = tmp / "fastmath.git", tmp / "fastmath-work"
     git("clone", "-q", "--mirror", str(PROJECT / "demo" / "sources" / "fastmath.bundle"), str(bare), cwd=tmp)
     git("clone", "-q", str(bare), str(work), cwd=tmp)
     upstream = Upstream(bare=bare, work=work)
     repository = f"buildctl-test/{unique('b')}"
-    root = write_project(tmp / "project", registry, repository)
+    root = write_project(tmp / "project", registry, repository, apt=False)  # the bumps are fastmath's
     manifest = root / "pins" / "demo.yaml"
     text = manifest.read_text()
     assert "repo: ../demo/sources/fastmath.bundle" in text
     manifest.write_text(text.replace("repo: ../demo/sources/fastmath.bundle", f"repo: {upstream.url}"))
     lock = root / "pins" / "demo.lock.json"
-    lock.write_text(demo_lock)
+    lock.write_text(demo_lock_light)
     sha = hashlib.sha256(manifest.read_bytes()).hexdigest()
 
     def repoint(data: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from buildctl.build import smoke
 from buildctl.engine.engine import Engine
 from buildctl.registry.registry import RegistryClient, referrers_tag
 from tests.engine.test_nightly_engine import _cleanup_built
-from tests.engine.test_nightly_engine import project as project  # the fixture
+from tests.engine.test_nightly_engine import light_project as light_project  # the fixture
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gpu" / "h200-train"
 
@@ -58,9 +58,9 @@ def evidence_cli(capsys: pytest.CaptureFixture[str], *words: str) -> tuple[int, 
 
 
 def test_promotion_reads_evidence_from_the_registry_and_holds_the_size_budget(
-        project: tuple[Path, str], engine: Engine, registry: str, image_cleanup: Any, tmp_path: Path,
+        light_project: tuple[Path, str], engine: Engine, registry: str, image_cleanup: Any, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    root, repository = project
+    root, repository = light_project  # the demo without its own apt packages: the story is promotion's
     public = f"{registry}/{repository}"
     manifest = root / "pins" / "demo.yaml"
     reports = tmp_path / "reports"

@@ -42,11 +42,11 @@ from buildctl.engine.engine import Engine
 from buildctl.graph.records import RecordStore, state_root
 from buildctl.services import target
 from tests.engine.conftest import docker_cli
-from tests.engine.test_build import PROJECT, base_env, demo_lock, write_project
+from tests.engine.test_build import PROJECT, base_env, demo_lock, demo_lock_light, write_project
 from tests.helpers import unique
 
 BOUND = 600  # seconds one run may take before the test gives up on its event
-__all__ = ["demo_lock"]  # the session's lock of the demo stack (a fixture of test_build.py)
+__all__ = ["demo_lock", "demo_lock_light"]  # the session's locks of the demo stack (fixtures of test_build.py)
 
 
 @dataclass
@@ -233,12 +233,12 @@ def _containers_settled(engine: Engine, wait_s: float = 30.0) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def signalled(demo_lock: str, registry: str, engine: Engine, second_engine: Engine,
+def signalled(demo_lock_light: str, registry: str, engine: Engine, second_engine: Engine,
               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Signalled]:
     tmp = tmp_path_factory.mktemp("signals")
     repository = f"buildctl-test/{unique('sig')}"
-    root = write_project(tmp / "project", registry, repository)
-    (root / "pins" / "demo.lock.json").write_text(demo_lock)
+    root = write_project(tmp / "project", registry, repository, apt=False)  # the moments are not apt's
+    (root / "pins" / "demo.lock.json").write_text(demo_lock_light)
     cache = tmp / "cache"
     with pytest.MonkeyPatch.context() as mp:
         base_env(mp, cache)

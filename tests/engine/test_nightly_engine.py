@@ -3,7 +3,7 @@
 The project is a copy of pins/demo.yaml pointing at the test registry (tests.engine.test_build's
 write_project); the nightly locks it itself (pip and apt resolved inside the demo base), builds, runs the
 smoke gate, pushes and moves `nightly`. The second test makes the smoke gate fail and shows that nothing
-is pushed and `nightly` does not move.
+is pushed and `nightly` does not move; its project leaves out the demo's own apt packages (``light_project``).
 """
 
 from __future__ import annotations
@@ -22,12 +22,24 @@ from tests.engine.test_build import base_env, write_project
 from tests.helpers import unique
 
 
-@pytest.fixture
-def project(registry: str, registry_base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+def _project(registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, apt: bool) -> tuple[Path, str]:
     repository = f"buildctl-test/{unique('n')}"
-    root = write_project(tmp_path / "project", registry, repository)
+    root = write_project(tmp_path / "project", registry, repository, apt=apt)
     base_env(monkeypatch, tmp_path / "cache")
     return root, repository
+
+
+@pytest.fixture
+def project(registry: str, registry_base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """The whole demo stack, its apt packages included (the nightly resolves them inside the base)."""
+    return _project(registry, tmp_path, monkeypatch, apt=True)
+
+
+@pytest.fixture
+def light_project(registry: str, registry_base: str, tmp_path: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """The demo stack without its own apt packages: for the tests whose subject is the gate or promotion."""
+    return _project(registry, tmp_path, monkeypatch, apt=False)
 
 
 def _cleanup_built(root: Path, image_cleanup: Any, *, skip_smoke: bool = False) -> None:
@@ -73,8 +85,8 @@ def test_nightly_locks_builds_pushes_and_moves_nightly_after_smoke(
 
 
 def test_nightly_does_not_move_when_the_smoke_gate_fails(
-        project: tuple[Path, str], engine: Engine, registry: str, image_cleanup: Any, tmp_path: Path) -> None:
-    root, repository = project
+        light_project: tuple[Path, str], engine: Engine, registry: str, image_cleanup: Any, tmp_path: Path) -> None:
+    root, repository = light_project
     manifest = root / "pins" / "demo.yaml"
     # the demo image has no DeepEP: requiring the hybridep check must stop the build at the gate
     text = manifest.read_text()
