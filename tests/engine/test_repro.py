@@ -122,14 +122,20 @@ def test_a_non_deterministic_compile_fails_its_declared_level(
     """A build command that writes the time into the package: the wheel and what installs it differ.
 
     The system node also removes a file of the base here: its whiteout gets a fixed time (normalise.py), so
-    the node stays bit-identical."""
+    the node stays bit-identical. The compile is fastmath as a pure-Python wheel (its setup.py replaced by one
+    without the C extension) in a compile environment without build apt packages: what this test is about is
+    a compile that is not deterministic, not C; the two no-cache builds of a C toolchain (apt-get install of
+    gcc, libc6-dev, python3-dev and git, about 12 s each here) are the first repro test's."""
     root = demo_project(tmp_path, registry, demo_lock, monkeypatch)
     manifest = root / "pins" / "demo.yaml"
     text = manifest.read_text()
     old = "command: pip wheel --no-build-isolation --no-deps -w /out ."
-    assert old in text and "\nprotect:" in text
-    text = text.replace(old, "command: echo \"BUILT_AT = '$(date +%s%N)'\" >> fastmath/__init__.py && "
+    build_apt = "      apt: [gcc, libc6-dev, python3-dev, git]"
+    assert old in text and "\nprotect:" in text and build_apt in text
+    text = text.replace(old, "command: printf 'from setuptools import setup\\nsetup(version=\"0.2.0\")\\n' > setup.py && "
+                             "echo \"BUILT_AT = '$(date +%s%N)'\" >> fastmath/__init__.py && "
                              "pip wheel --no-build-isolation --no-deps -w /out .")
+    text = re.sub(r"(?m)^      apt: \[gcc, libc6-dev, python3-dev, git\].*\n", "", text)
     # no apt packages in the system node: its two no-cache builds are the base plus the downloads and the removal
     # (what this test is about), not two `apt-get update`s (the first repro test builds the demo whole)
     text = re.sub(r"(?ms)^apt:\n  packages:\n.*?\n\n", "", text, count=1)
@@ -137,6 +143,7 @@ def test_a_non_deterministic_compile_fails_its_declared_level(
     manifest.write_text(text.replace("\nprotect:", "\nremove:\n  paths: [/etc/motd]\n\nprotect:"))
     lock = json.loads(demo_lock)
     lock["manifest_sha256"] = hashlib.sha256(manifest.read_bytes()).hexdigest()  # the lock is still current
+    lock["variants"]["default"]["build_apt"] = {}  # as `lock` writes it for a compile without build apt
     lockfile.write_data(root / "pins" / "demo.lock.json", lock)
 
     rc, report = repro_json(root, capsys, "--no-lock-check", "--keep")
