@@ -67,6 +67,12 @@ else:
 # The classic builder's words for a step's container: "---> Running in 3f2a..." and, once it is gone,
 # "Removing intermediate container 3f2a..." (group 1 set).
 _STEP_CONTAINER = re.compile(r"(?:Running in|(Removing intermediate container)) ([0-9a-f]{12,64})")
+# The classic builder's step cache can hand a build an image that another client removes in the same instant
+# (`docker rmi` of a tag also deletes its untagged parents, which are other builds' step cache): the engine then
+# fails the step with this message. Nothing was tagged, so the build runs once more, and the engine no longer
+# offers the removed image. Seen in CI: two test workers built the same compiled-wheel image (FROM scratch, COPY)
+# while one removed its own copy.
+_VANISHED = re.compile(r'unable to find image "(sha256:[0-9a-f]{64})"')
 
 
 class Engine(Transfers):
@@ -184,10 +190,16 @@ class Engine(Transfers):
                                                        labels=labels, buildargs=buildargs, network_mode=network_mode,
                                                        nocache=nocache, emit=emit)
             else:
-                image_id, error = self._build_classic(context_dir=context_dir, dockerfile=dockerfile, tag=tag,
-                                                      labels=labels, buildargs=buildargs,
-                                                      network_mode=network_mode, nocache=nocache, emit=emit,
-                                                      steps=steps)
+                def classic() -> tuple[str, str]:
+                    return self._build_classic(context_dir=context_dir, dockerfile=dockerfile, tag=tag, labels=labels,
+                                               buildargs=buildargs, network_mode=network_mode, nocache=nocache,
+                                               emit=emit, steps=steps)
+                image_id, error = classic()
+                gone = None if image_id or self.cancelled else _VANISHED.search(error)
+                if gone is not None:  # once: a second failure is reported as it is
+                    emit(("\n" if partial else "") + "buildctl: the engine's step cache offered image "
+                         f"{gone.group(1)}, which another client removed meanwhile: building again\n")
+                    image_id, error = classic()
             if partial:
                 emit("\n")
         except EngineError as exc:
