@@ -67,11 +67,12 @@ else:
 # The classic builder's words for a step's container: "---> Running in 3f2a..." and, once it is gone,
 # "Removing intermediate container 3f2a..." (group 1 set).
 _STEP_CONTAINER = re.compile(r"(?:Running in|(Removing intermediate container)) ([0-9a-f]{12,64})")
-# The classic builder's step cache can hand a build an image that another client removes in the same instant
-# (`docker rmi` of a tag also deletes its untagged parents, which are other builds' step cache): the engine then
-# fails the step with this message. Nothing was tagged, so the build runs once more, and the engine no longer
-# offers the removed image. Seen in CI: two test workers built the same compiled-wheel image (FROM scratch, COPY)
-# while one removed its own copy.
+# The classic builder looks for a step's cache by reading, one by one, every image that could be it: the parent's
+# children, or for a step right after FROM scratch every image without a parent (each pulled or loaded image).
+# When another client removes one of them in between, the engine fails the step with this message (moby's
+# GetCachedImage / getLocalCachedImage: "unable to find image %q"), though the build itself is fine. Nothing was
+# tagged, so the build runs once more; the removed image is no longer listed. Seen in CI: a wheel image (FROM
+# scratch, COPY) built in one test worker while the other removed its images.
 _VANISHED = re.compile(r'unable to find image "(sha256:[0-9a-f]{64})"')
 
 

@@ -1,9 +1,11 @@
-"""Engine.build on the classic builder when its step cache hands out an image another client just removed.
+"""Engine.build on the classic builder when another client removes an image while the builder reads the
+candidates for a step's cache.
 
-The engine's own words for it (from a CI run of 2026-12-03: two test workers built the same compiled-wheel
-image, FROM scratch and COPY, while one removed its copy): 'unable to find image "sha256:<id>"' at the COPY
-step. The build runs once more. The race itself cannot be timed on a real engine (the cache lookup and the use
-of its image are one instant), so a fake of docker-py's low-level client plays the engine's build stream here.
+For a step after FROM scratch the candidates are every image without a parent; moby's GetCachedImage fails the
+step with 'unable to find image "sha256:<id>"' when one of them is gone by the time it is read. Seen in a CI run
+of 2026-12-03 at the COPY step of a wheel image, while the other test worker removed its images. The build runs
+once more. The race itself cannot be timed on a real engine (the list and the read are one instant), so a fake
+of docker-py's low-level client plays the engine's build stream here.
 """
 
 from __future__ import annotations
