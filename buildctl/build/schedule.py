@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from buildctl import runs
 from buildctl.build.state import Action, RunState
-from buildctl.errors import BuildctlError
+from buildctl.errors import BuildctlError, BuildFailed
 
 if TYPE_CHECKING:
     from buildctl.engine.engine import Engine
@@ -78,7 +78,7 @@ class Scheduler:
             removed += e.cancel()
         deadline = time.monotonic() + 60
         for th in self.s.threads:
-            th.join(timeout=max(0.1, deadline - time.monotonic()))
+            join(th, deadline)
         tags = 0
         for e in self.s.engines:
             with contextlib.suppress(BuildctlError):
@@ -111,6 +111,9 @@ class Scheduler:
         finished: queue.Queue[tuple[str, BaseException | None]] = queue.Queue()
 
         def task(name: str) -> None:
+            if self.s.cancelled.is_set():  # started after a signal stopped the run (see join): nothing to do
+                finished.put((name, BuildFailed(f"{name}: cancelled", why="the build was interrupted")))
+                return
             try:
                 work(name, actions[name], name in publish)
                 finished.put((name, None))
@@ -167,3 +170,20 @@ class Scheduler:
         finally:
             with self.s.lock:
                 self.s.busy[e.name] -= 1
+
+
+def join(th: threading.Thread, deadline: float, *, settle_s: float = 2.0) -> None:
+    """Wait for ``th`` until ``deadline`` (monotonic). A signal can land inside ``th.start()`` while it waits for the
+    new thread to say that it runs (seen in tests/engine/test_interrupts.py: SIGINT as a node's pull began): the
+    thread runs all the same, but ``join`` refuses it (RuntimeError) until it has said so. This waits for that,
+    ``settle_s`` at the most: a start cut before the thread existed never says so, and such a thread, or one
+    that starts later still, does nothing (its task returns at once once the run is cancelled)."""
+    settle = min(deadline, time.monotonic() + settle_s)
+    while True:
+        try:
+            th.join(timeout=max(0.1, deadline - time.monotonic()))
+            return
+        except RuntimeError:  # not started yet
+            if time.monotonic() >= settle:
+                return
+            time.sleep(0.01)
