@@ -19,7 +19,7 @@ help:
 	@echo "make demo              set up engine + registry + demo base, run the nightly job on the demo stack"
 	@echo "make test              set up everything the tests need, run ALL tests (engine ones included)"
 	@echo "make unit              unit tests only (no engine, no processes)"
-	@echo "make lint              ruff + mypy --strict + vermin (smoke/ on Python 3.10)"
+	@echo "make lint              ruff + mypy --strict + vermin (smoke/ on Python 3.10, images/*.py on 3.8)"
 	@echo "make image CUDA=13     build deepseek-v3-gb200 (CUDA=12 for cuda12; STACK=, VARIANT= override)"
 	@echo "make lock|verify|push|nightly  STACK=, VARIANT= (or CUDA=) pick what; REGISTRY= where to push"
 	@echo "make smoke IMAGE=ref   the smoke suite in an image (GPUS=1 for the GPU tier)"
@@ -44,6 +44,7 @@ lint: install
 	$(PYTHON) -m ruff check buildctl tests smoke bench
 	$(PYTHON) -m mypy
 	$(PYTHON) -c 'import sys, vermin; sys.exit(vermin.main())' -q -t=3.10- --no-tips --violations smoke/
+	$(PYTHON) -c 'import sys, vermin; sys.exit(vermin.main())' -q -t=3.8- --no-tips --violations images/protect.py images/install.py
 
 demo-up:
 	bash scripts/testenv.sh up-demo

@@ -2,7 +2,9 @@
 
 - ``multistage``: buildctl's own graph as one multi-stage Dockerfile (each node a stage, rendered by
   buildctl/graph/render.py; the compile a stage that runs the same wheel.sh; assemble takes the wheel from
-  that stage). The strongest one-file equivalent: a pin change reruns what buildctl reruns.
+  that stage). The strongest one-file equivalent: a pin change reruns what buildctl reruns. Its RUNs
+  install with pip (render's installer=False), as a hand-written file does; buildctl's own builds try
+  images/install.py first, a wheel installer without pip's start-up, which such a file does not have.
 - ``recipe``: one stage, steps in the order the seed guide's Dockerfile has them: system packages (the
   compiles' build dependencies included) and downloads, pip, then each compile inside the same image,
   then the install of what they built, the source trees, the environment and the entrypoint. What a user
@@ -121,7 +123,9 @@ def multistage(t: Target, ctx: Path, inputs: Inputs, run_id: str) -> str:
             extra.append(f"RUN PIP_BREAK_SYSTEM_PACKAGES=1 {quoting.sh(spec.python)} -m pip install --no-index --no-deps "
                          "--no-cache-dir --no-compile /tmp/components/*/*.whl && rm -rf /tmp/components")
             n = dataclasses.replace(n, spec=dataclasses.replace(spec, wheels=()))
-        r = render.render(n, templates=t.templates, parent_ref=parent)
+        # installer=False: pip, as a hand-written file (and the seed guides' recipes) install; buildctl's own
+        # RUNs try images/install.py first, which a Dockerfile's author would have to write (README, bench)
+        r = render.render(n, templates=t.templates, parent_ref=parent, installer=False)
         text = _from(r.dockerfile.replace("COPY rootfs/ /", f"COPY {name}/rootfs/ /"), parent, name, run_id)
         if extra:
             head, sep, rest = text.partition(_mark(run_id) + "\n")

@@ -61,10 +61,12 @@ from buildctl.graph.specs import (
 )
 from buildctl.manifest.model import PipConstraintPolicy
 
-RENDER_VERSION = "2"  # bump when this module's output changes for the same inputs
+RENDER_VERSION = "3"  # bump when this module's output changes for the same inputs
 EPOCH = 315532800  # 1980-01-01T00:00:00Z: mtime of every path a node creates
 WHEELHOUSE_ARG = "BUILDCTL_WHEELHOUSE"  # http://127.0.0.1:PORT/ of the host's wheelhouse, per build
 PROTECT_PATH = "/usr/local/lib/buildctl-protect.py"  # in a folder every base has
+INSTALL_PATH = "/usr/local/lib/buildctl-install.py"  # images/install.py: locked wheels without pip, or exit 3
+STAMP = "/tmp/.buildctl-stamp"
 # The base's own `pip check`, recorded by the system node before any layer of ours changes a package: the
 # requirements smoke check fails only on what our layers broke, not on what the base ships inconsistent.
 PIP_CHECK_BASE = "/usr/local/lib/buildctl-pip-check-base.txt"
@@ -72,10 +74,10 @@ PIP_CHECK_BASE = "/usr/local/lib/buildctl-pip-check-base.txt"
 KIND_FILES: Mapping[str, tuple[str, ...]] = {
     "cudnn": ("cudnn.Dockerfile.in",),
     "system": ("system.Dockerfile.in",),
-    "python": ("python.Dockerfile.in", "protect.py"),
-    "compile-env": ("compile-env.Dockerfile.in",),
+    "python": ("python.Dockerfile.in", "protect.py", "install.py"),
+    "compile-env": ("compile-env.Dockerfile.in", "install.py"),
     "wheel": ("wheel.sh.in", "wheel.Dockerfile.in"),
-    "assemble": ("assemble.Dockerfile.in",),
+    "assemble": ("assemble.Dockerfile.in", "install.py"),
     "entrypoint": ("entrypoint.Dockerfile.in",),
 }
 SHARED_FILES = ("_settle.sh.in", "_apt-keep.sh.in", "_apt-clean.sh.in")
@@ -283,25 +285,66 @@ def _pip_install(python: str, constraint: PipConstraintPolicy, lines: Sequence[s
     return out
 
 
-def _pip(python: str, constraint: PipConstraintPolicy, pins: Sequence[PipPin], built: Mapping[str, str]) -> list[str]:
+def _lines(pins: Sequence[PipPin], built: Mapping[str, str]) -> tuple[list[str], bool]:
+    """Requirement lines (shell words) of the pins to install, and whether every one has its hashes."""
     todo = [p for p in pins if not p.in_base]
     # --require-hashes only where every pin has its hashes (all of them, once locked)
-    hashed = bool(todo) and all(p.hashes for p in todo)
-    return _pip_install(python, constraint, [quoting.sh(_requirement(p, built)) for p in todo], hashed=hashed,
-                        find_links=[f'"${WHEELHOUSE_ARG}"'])
+    return [quoting.sh(_requirement(p, built)) for p in todo], bool(todo) and all(p.hashes for p in todo)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _PipStep:
+    """The pip part of a RUN and what goes with it: the RUN's first line (the settle stamp), its settle, and
+    the context file the installer needs."""
+
+    stamp: list[str]
+    block: list[str]
+    settle: list[str]
+    context: list[ContextFile]
+
+
+def _pip_step(t: Templates, python: str, constraint: PipConstraintPolicy, lines: Sequence[str], *, hashed: bool,
+              find_links: Sequence[str], before: Sequence[str] = (), after: Sequence[str] = (), others: bool,
+              installer: bool) -> _PipStep:
+    """pip install of ``lines`` (with ``before`` / ``after`` around it), or images/install.py first.
+
+    With ``installer`` and every requirement an exact version with hashes, the RUN runs install.py first: it
+    installs the wheels without pip (no pip import, no protect snapshot, no settle scan: it gives what it
+    writes the mtime EPOCH itself), or exits 3 before writing anything and the RUN does what it did without it.
+    ``others``: the RUN writes more than this (apt, cleanup): it then settles with the usual scan anyway.
+    """
+    stamp = [f"touch {STAMP}; \\"]
+    plain = [*before, *_pip_install(python, constraint, lines, hashed=hashed, find_links=find_links), *after]
+    if not (installer and lines and hashed):
+        return _PipStep(stamp=stamp, block=plain, settle=_settle(t), context=[])
+    env = "PIP_BREAK_SYSTEM_PACKAGES=1 " + ("PIP_CONSTRAINT= " if constraint is PipConstraintPolicy.UNSET else "")
+    links = "".join(f" --find-links {link}" for link in find_links)
+    block = [f"if {env}{quoting.sh(python)} -B {INSTALL_PATH} --epoch {EPOCH}{links} -- \\"]
+    block += [f"    {line} \\" for line in lines]
+    block += ["  ; then :; else \\", '  rc=$?; [ "$rc" -eq 3 ] || exit "$rc"; \\']
+    block += [] if others else [f"  {stamp[0]}"]
+    block += [f"  {line}" for line in plain] + ["fi; \\"]
+    settle = _settle(t)
+    if not others:
+        settle = [f"if [ -e {STAMP} ]; then \\", *(f"  {line}" for line in settle[:-1]), f"  {settle[-1]}; \\", "fi"]
+    return _PipStep(stamp=stamp if others else [], block=block, settle=settle,
+                    context=[ContextFile(path="rootfs" + INSTALL_PATH, text=t.text("install.py"))])
 
 
 # ----------------------------------------------------------------------------------------- kinds
 
 
 def render(node: Node, *, templates: Templates, parent_ref: str,
-           wheels: Mapping[str, WheelFile] | None = None, built: Mapping[str, str] | None = None) -> Rendered:
+           wheels: Mapping[str, WheelFile] | None = None, built: Mapping[str, str] | None = None,
+           installer: bool = True) -> Rendered:
     """The Dockerfile (and context, and for wheel nodes the compile script) of ``node``.
 
     ``parent_ref``: the image it builds FROM (the parent node's content tag, or the base reference).
     ``wheels``: component -> its built wheel (assemble only); missing ones render as placeholders,
     as a dry run before any compile does. ``built``: "name==version" -> sha256 of the wheel the host
     built from a locked sdist (python and compile-env); missing ones render as placeholders too.
+    ``installer``: locked wheels go through images/install.py before pip (``_pip_step``); False renders pip
+    alone, as a hand-written Dockerfile has it (bench/baselines.py's multi-stage file).
     """
     built = built or {}
     spec = node.spec
@@ -341,16 +384,24 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
             replace = (" --replace " + quoting.sh_join(spec.replace)) if spec.replace else ""
             check = [f"{python} {PROTECT_PATH} check /tmp/buildctl-protected.json{replace}; \\",
                      "rm -f /tmp/buildctl-protected.json; \\"]
+        lines, hashed = _lines(spec.pins, built)
+        step = _pip_step(t, spec.python, spec.constraint, lines, hashed=hashed, find_links=[f'"${WHEELHOUSE_ARG}"'],
+                         before=snapshot, after=check, others=bool(spec.cleanup), installer=installer)
+        ctx += step.context
         return Rendered(dockerfile=fill("python.Dockerfile.in", t.text("python.Dockerfile.in"), {
-            "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH), "protect_snapshot": snapshot,
-            "pip": _pip(spec.python, spec.constraint, spec.pins, built), "protect_check": check,
-            "cleanup": _cleanup(spec.cleanup), "settle": _settle(t)}), context=tuple(ctx), wheelhouse=True)
+            "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH), "stamp": step.stamp, "pip": step.block,
+            "cleanup": _cleanup(spec.cleanup), "settle": step.settle}), context=tuple(ctx), wheelhouse=True)
     if isinstance(spec, CompileEnvNodeSpec):
         ctx = _rootfs(spec.files)
+        apt = _apt(t, spec.sources, spec.files, spec.apt)
+        lines, hashed = _lines(spec.pins, built)
+        step = _pip_step(t, spec.python, spec.constraint, lines, hashed=hashed, find_links=[f'"${WHEELHOUSE_ARG}"'],
+                         others=bool(apt or spec.cleanup), installer=installer)
+        ctx += step.context
         return Rendered(dockerfile=fill("compile-env.Dockerfile.in", t.text("compile-env.Dockerfile.in"), {
-            "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH), "apt": _apt(t, spec.sources, spec.files, spec.apt),
-            "pip": _pip(spec.python, spec.constraint, spec.pins, built), "cleanup": _cleanup(spec.cleanup),
-            "settle": _settle(t)}), context=tuple(ctx), wheelhouse=True)
+            "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH), "stamp": step.stamp, "apt": apt,
+            "pip": step.block, "cleanup": _cleanup(spec.cleanup), "settle": step.settle}), context=tuple(ctx),
+            wheelhouse=True)
     if isinstance(spec, WheelNodeSpec):
         env = [f"export {quoting.env_name(k)}={quoting.sh(v)}" for k, v in sorted(spec.env.items())]
         if spec.parallel_env:
@@ -374,10 +425,12 @@ def render(node: Node, *, templates: Templates, parent_ref: str,
                 name, version, _, _ = parse_wheel_filename(wf.filename)
                 lines.append(quoting.sh(f"{name}=={version} --hash=sha256:{wf.sha256}"))
         env = [f"ENV {quoting.env_name(k)}={quoting.dockerfile(v)}" for k, v in sorted(spec.env.items())]
+        step = _pip_step(t, spec.python, spec.constraint, lines, hashed=True, find_links=links,
+                         others=bool(spec.cleanup), installer=installer)
+        ctx += step.context
         return Rendered(dockerfile=fill("assemble.Dockerfile.in", t.text("assemble.Dockerfile.in"), {
-            "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH),
-            "pip": _pip_install(spec.python, spec.constraint, lines, hashed=True, find_links=links),
-            "cleanup": _cleanup(spec.cleanup), "settle": _settle(t), "env": env}),
+            "from": parent_ref, "copy": _copy(ctx), "epoch": str(EPOCH), "stamp": step.stamp, "pip": step.block,
+            "cleanup": _cleanup(spec.cleanup), "settle": step.settle, "env": env}),
             context=tuple(ctx), wheelhouse=bool(lines))
     if isinstance(spec, EntrypointNodeSpec):
         ctx = [ContextFile(path="rootfs" + spec.script_path, mode=spec.script_mode, text=spec.script)]

@@ -43,3 +43,16 @@ def test_the_check_sees_what_3_10_lacks() -> None:
     assert found.minimum_versions()[1] == (3, 11)
     with pytest.raises(SyntaxError):
         ast.parse("try:\n    pass\nexcept* ValueError:\n    pass\n", feature_version=OLDEST)
+
+
+# images/protect.py and images/install.py run in the images too, with the image's own Python: they say 3.8 and
+# later (install.py declines below 3.10, so it must still run there to say so)
+IMAGE_SCRIPTS = [SMOKE.parent / "images" / "protect.py", SMOKE.parent / "images" / "install.py"]
+
+
+@pytest.mark.parametrize("path", IMAGE_SCRIPTS, ids=lambda p: p.name)
+def test_image_scripts_run_on_python_3_8(path: Path) -> None:
+    ast.parse(path.read_text(), filename=str(path), feature_version=(3, 8))
+    found = vermin.visit(path.read_text(), vermin.Config(), str(path))
+    py3 = found.minimum_versions()[1]
+    assert py3 is None or py3 <= (3, 8), found.output_text()

@@ -103,7 +103,8 @@ def test_system_unlocked_renders_patterns_for_review(gs: Any) -> None:
 
 
 def test_python(gs: Any) -> None:
-    out = r(gs, "python")
+    # installer=False: pip alone, as a hand-written Dockerfile has it (and the RUN's fallback below)
+    out = r(gs, "python", installer=False)
     assert out.dockerfile == f"""\
 # python: pinned pip packages from the host's wheelhouse, protected base packages checked
 # (rendered by buildctl/graph/render.py)
@@ -125,9 +126,64 @@ RUN set -eu; \\
     rm -f /tmp/buildctl-protected.json; \\
     rm -rf /root/.cache /tmp/*; \\
 """ + SETTLE
+    assert out.context == (ContextFile(path="rootfs/usr/local/lib/buildctl-protect.py", text=T.text("protect.py")),)
+    # the default: images/install.py first (no pip, no protect snapshot: it declines for any installed name),
+    # pip as before when it declines (exit 3); any other failure fails the RUN
+    out = r(gs, "python")
+    assert out.dockerfile == f"""\
+# python: pinned pip packages from the host's wheelhouse, protected base packages checked
+# (rendered by buildctl/graph/render.py)
+FROM reg/stack/python-parent:k
+ARG BUILDCTL_WHEELHOUSE
+COPY rootfs/ /
+RUN set -eu; \\
+    touch /tmp/.buildctl-stamp; \\
+    export PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "$BUILDCTL_WHEELHOUSE" -- \\
+        'black==24.4.2 --hash={HB}' \\
+        'click==8.1.7 --hash={HC}' \\
+        'einops==0.8.0 --hash={HD}' \\
+      ; then :; else \\
+      rc=$?; [ "$rc" -eq 3 ] || exit "$rc"; \\
+      python3 /usr/local/lib/buildctl-protect.py snapshot torch 'nvidia-*' > /tmp/buildctl-protected.json; \\
+      printf '%s\\n' \\
+        'black==24.4.2 --hash={HB}' \\
+        'click==8.1.7 --hash={HC}' \\
+        'einops==0.8.0 --hash={HD}' \\
+        > /tmp/buildctl-requirements.txt; \\
+      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
+      rm -f /tmp/buildctl-requirements.txt; \\
+      python3 /usr/local/lib/buildctl-protect.py check /tmp/buildctl-protected.json; \\
+      rm -f /tmp/buildctl-protected.json; \\
+    fi; \\
+    rm -rf /root/.cache /tmp/*; \\
+""" + SETTLE
     assert out.wheelhouse
-    assert out.context == (ContextFile(path="rootfs/usr/local/lib/buildctl-protect.py",
-                                       text=T.text("protect.py")),)
+    assert out.context == (ContextFile(path="rootfs/usr/local/lib/buildctl-protect.py", text=T.text("protect.py")),
+                           ContextFile(path="rootfs/usr/local/lib/buildctl-install.py", text=T.text("install.py")))
+
+
+def test_python_without_cleanup_settles_only_after_pip(gs: Any) -> None:
+    # nothing else in the RUN writes: the stamp and the settle scan happen only when install.py declined
+    node = g(gs, True).node("python")
+    node = replace(node, spec=replace(node.spec, cleanup=()))  # type: ignore[arg-type]
+    text = render.render(node, templates=T, parent_ref="p").dockerfile
+    run = text.split("RUN ", 1)[1]
+    assert run.startswith("set -eu; \\\n    export PYTHONDONTWRITEBYTECODE=1")
+    assert "      rc=$?; [ \"$rc\" -eq 3 ] || exit \"$rc\"; \\\n      touch /tmp/.buildctl-stamp; \\\n" in run
+    assert run.endswith("""\
+    fi; \\
+    if [ -e /tmp/.buildctl-stamp ]; then \\
+      find / -xdev -newer /tmp/.buildctl-stamp -exec touch -h -d @315532800 {} +; \\
+      rm -f /tmp/.buildctl-stamp; \\
+      touch -h -d @315532800 /tmp; \\
+    fi
+""")
+
+
+def test_python_unhashed_pins_go_to_pip(gs: Any) -> None:
+    text = r(gs, "python", locked=False).dockerfile
+    assert "buildctl-install.py" not in text and "touch /tmp/.buildctl-stamp" in text
 
 
 def test_python_policies(gs: Any) -> None:
@@ -137,12 +193,14 @@ def test_python_policies(gs: Any) -> None:
     gr = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(),
                      extras=Extras(entrypoint=gs.ENTRY))
     text = render.render(gr.node("python"), templates=T, parent_ref="p").dockerfile
-    assert "    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index" in text  # keep: no PIP_CONSTRAINT=
+    assert "      PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index" in text  # keep: no PIP_CONSTRAINT=
+    assert "    if PIP_BREAK_SYSTEM_PACKAGES=1 python3 -B /usr/local/lib/buildctl-install.py" in text
     assert "protect.py check /tmp/buildctl-protected.json --replace torch; \\\n" in text
     none = replace(m, protect=replace(m.protect, packages=(), replace=()))
     gr = graph.build(none, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(entrypoint=gs.ENTRY))
     out = render.render(gr.node("python"), templates=T, parent_ref="p")
-    assert "protect.py" not in out.dockerfile and "COPY" not in out.dockerfile and out.context == ()
+    assert "protect.py" not in out.dockerfile
+    assert out.context == (ContextFile(path="rootfs/usr/local/lib/buildctl-install.py", text=T.text("install.py")),)
 
 
 def test_python_without_lock_has_no_hash_mode(gs: Any) -> None:
@@ -164,14 +222,20 @@ def test_compile_env(gs: Any) -> None:
 # runtime layers (rendered by buildctl/graph/render.py)
 FROM reg/stack/compile-env:engine-parent:k
 ARG BUILDCTL_WHEELHOUSE
+COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
-    printf '%s\\n' \\
-      'mathdx==25.1.1 --hash={HE}' \\
-      > /tmp/buildctl-requirements.txt; \\
-    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
-    rm -f /tmp/buildctl-requirements.txt; \\
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "$BUILDCTL_WHEELHOUSE" -- \\
+        'mathdx==25.1.1 --hash={HE}' \\
+      ; then :; else \\
+      rc=$?; [ "$rc" -eq 3 ] || exit "$rc"; \\
+      printf '%s\\n' \\
+        'mathdx==25.1.1 --hash={HE}' \\
+        > /tmp/buildctl-requirements.txt; \\
+      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
+      rm -f /tmp/buildctl-requirements.txt; \\
+    fi; \\
     rm -rf /root/.cache /tmp/*; \\
 """ + SETTLE
     out = r(gs, "compile-env:kernels")
@@ -234,18 +298,25 @@ COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
-    printf '%s\\n' \\
-      'engine-core==2.10.0 --hash=sha256:{"ab" * 32}' \\
-      'kernels==<built by wheel:kernels> --hash=sha256:<known after the compile>' \\
-      > /tmp/buildctl-requirements.txt; \\
-    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
-    rm -f /tmp/buildctl-requirements.txt; \\
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" -- \\
+        'engine-core==2.10.0 --hash=sha256:{"ab" * 32}' \\
+        'kernels==<built by wheel:kernels> --hash=sha256:<known after the compile>' \\
+      ; then :; else \\
+      rc=$?; [ "$rc" -eq 3 ] || exit "$rc"; \\
+      printf '%s\\n' \\
+        'engine-core==2.10.0 --hash=sha256:{"ab" * 32}' \\
+        'kernels==<built by wheel:kernels> --hash=sha256:<known after the compile>' \\
+        > /tmp/buildctl-requirements.txt; \\
+      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
+      rm -f /tmp/buildctl-requirements.txt; \\
+    fi; \\
     rm -rf /root/.cache /tmp/*; \\
 """ + SETTLE + """\
 ENV CUDA_DEVICE_MAX_CONNECTIONS="1"
 ENV NVTE_FUSED_ATTN="1"
 """
-    assert out.context == (ContextFile(path="rootfs/opt/trainer", tree="trainer"),)
+    assert out.context == (ContextFile(path="rootfs/opt/trainer", tree="trainer"),
+                           ContextFile(path="rootfs/usr/local/lib/buildctl-install.py", text=T.text("install.py")))
     assert out.wheelhouse
 
 
@@ -389,3 +460,4 @@ def test_deepseek_wheel_scripts_carry_what_their_compiles_need() -> None:
     assert "export TORCH_CUDA_ARCH_LIST=9.0\n" in deepep
     te_env = render.render(gr.node("compile-env:transformer-engine"), templates=T, parent_ref="p:k").dockerfile
     assert "nvidia-mathdx==25.1.1" in te_env
+

@@ -1,0 +1,480 @@
+"""Install locked, hash-pinned wheels the way `pip install --no-deps` would, without pip, or decline.
+
+buildctl copies this file into the python, compile-env and assemble nodes and runs it with the image's
+own Python (standard library only: any base with Python 3.10 or later; older ones decline) before pip:
+
+    install.py --epoch SECONDS [--find-links URL]... -- 'name==version --hash=sha256:HEX' ...
+
+Exit 0: every wheel is installed. Exit 3: it declined before writing anything, saying why on one line,
+and the build runs pip exactly as before. Any other exit: a real failure (a download or a write).
+
+Why: importing pip costs about 0.5 s per step; installing a locked wheel, whose file, hash and target
+are all known, is unzipping it into the interpreter's scheme and writing RECORD. Anything beyond that
+case goes to pip: a requirement without an exact version and hash, a distribution already installed
+(pip would replace it), a file that already exists, pip configuration that changes an install (a
+constraint file, a target, a user install, a config file), Python before 3.10 (pip used distutils'
+schemes there), a wheel with headers, a Requires-Python or a tag this code cannot decide, more than one
+matching wheel, a wheel whose RECORD does not list each file with its sha256. What it writes is what pip writes for the same wheel: the files at the same places, modes
+0644 (0755 where the wheel marks them executable, and console scripts), console scripts from pip's template with
+the interpreter's path, REQUESTED, RECORD (sorted, every file hashed); INSTALLER says "buildctl".
+
+Every path it creates, and every folder it adds an entry to, gets the mtime SECONDS (what the settle
+step of the other RUNs does with `find -newer`), so the layer is the same from build to build.
+"""
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import platform
+import re
+import sys
+import sysconfig
+import urllib.parse
+import urllib.request
+import zipfile
+from email.parser import Parser
+
+DECLINE = 3
+_REQ = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)((?: --hash=sha256:[0-9a-f]{64})+)$")
+_WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$")
+_HREF = re.compile(r"""href=["']([^"']+)["']""", re.I)
+# pip settings by environment that do not change where or what an install of hashed wheels writes
+_PIP_ENV_OK = {"PIP_BREAK_SYSTEM_PACKAGES", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_NO_CACHE_DIR", "PIP_NO_INPUT",
+               "PIP_ROOT_USER_ACTION", "PIP_DEFAULT_TIMEOUT", "PIP_PROGRESS_BAR", "PIP_NO_COLOR", "PIP_INDEX_URL",
+               "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_CERT", "PIP_RETRIES", "PIP_TIMEOUT", "PIP_CONSTRAINT"}
+_SCRIPT = """#!%s
+# -*- coding: utf-8 -*-
+import re
+import sys
+from %s import %s
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(%s())
+"""
+
+
+class Decline(Exception):
+    """pip should do this install (said before anything is written)."""
+
+
+def canon(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def version_key(v):
+    """A comparable form of a plain release version (1.2.3); None for anything else."""
+    m = re.match(r"^v?(\d+(?:\.\d+)*)$", v.strip())
+    if not m:
+        return None
+    parts = [int(x) for x in m.group(1).split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def same_version(a, b):
+    ka, kb = version_key(a), version_key(b)
+    return ka == kb if ka is not None and kb is not None else a.lower() == b.lower()
+
+
+def _pad(t, n):
+    return tuple(t[:n]) + (0,) * (n - len(t[:n]))
+
+
+def satisfies(spec, version, what):
+    """Whether ``version`` (a tuple like (3, 11, 2)) meets a version range like '>=3.8,!=3.9.*'; Decline if
+    the range is more than plain release numbers (``what`` names it in the reason)."""
+    for clause in [c.strip() for c in spec.split(",") if c.strip()]:
+        m = re.match(r"^(~=|==|!=|<=|>=|<|>)\s*v?(\d+(?:\.\d+)*)(\.\*)?$", clause)
+        if not m:
+            raise Decline("%s %r is not a plain version range" % (what, spec))
+        op, v, star = m.group(1), tuple(int(x) for x in m.group(2).split(".")), bool(m.group(3))
+        if (star and op not in ("==", "!=")) or (op == "~=" and len(v) < 2):
+            raise Decline("%s %r is not a plain version range" % (what, spec))
+        if star:
+            match = _pad(version, len(v)) == v
+            ok = match if op == "==" else not match
+        elif op == "~=":
+            ok = _pad(version, max(len(v), len(version))) >= _pad(v, max(len(v), len(version))) \
+                and _pad(version, len(v) - 1) == v[:-1]
+        else:
+            width = max(len(v), len(version))
+            have, want = _pad(version, width), _pad(v, width)
+            ok = {"==": have == want, "!=": have != want, "<": have < want, "<=": have <= want, ">": have > want,
+                  ">=": have >= want}[op]
+        if not ok:
+            return False
+    return True
+
+
+def requires_python(spec, version):
+    return satisfies(spec, version, "Requires-Python")
+
+
+def constraints(environ):
+    """Canonical name -> version range of every line of the PIP_CONSTRAINT files; Decline past plain lines."""
+    out = {}
+    for path in (environ.get("PIP_CONSTRAINT") or "").split():
+        if "://" in path:
+            raise Decline("PIP_CONSTRAINT names %s" % path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError as e:
+            raise Decline("PIP_CONSTRAINT file %s: %s" % (path, e.strerror)) from None
+        for raw in lines:
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*((?:(?:~=|==|!=|<=|>=|<|>)\s*[\w.*+!-]+\s*,?\s*)+)$", line)
+            if not m:
+                raise Decline("constraint line %r in %s" % (line, path))
+            out.setdefault(canon(m.group(1)), []).append(m.group(2).strip().rstrip(","))
+    return out
+
+
+def glibc():
+    try:
+        name, ver = os.confstr("CS_GNU_LIBC_VERSION").split()
+    except (AttributeError, ValueError, OSError):
+        return None
+    m = re.match(r"^(\d+)\.(\d+)", ver)
+    return (int(m.group(1)), int(m.group(2))) if name == "glibc" and m else None
+
+
+def supported(py, abi, plat, *, version, arch, libc):
+    """Whether this interpreter (CPython ``version``, Linux ``arch``, glibc ``libc``) can load a wheel tag."""
+    major, minor = version[0], version[1]
+    cp = "cp%d%d" % (major, minor)
+    if plat == "any":
+        plat_ok = True
+    elif plat == "linux_" + arch:
+        plat_ok = True
+    else:
+        legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+        m = re.match(r"^manylinux_(\d+)_(\d+)_(.+)$", plat)
+        if m:
+            need, tail = (int(m.group(1)), int(m.group(2))), m.group(3)
+        else:
+            head, _, tail = plat.partition("_")
+            need = legacy.get(head)
+            if need is None:
+                return False
+        plat_ok = tail == arch and libc is not None and libc >= need
+    if not plat_ok:
+        return False
+    if abi == cp:
+        return py == cp
+    if abi == "abi3":
+        m = re.match(r"^cp(\d)(\d+)$", py)
+        return bool(m) and int(m.group(1)) == major and int(m.group(2)) <= minor
+    if abi == "none":
+        if py == cp:
+            return True
+        m = re.match(r"^py(\d)(\d*)$", py)
+        return bool(m) and int(m.group(1)) == major and (not m.group(2) or int(m.group(2)) <= minor)
+    return False
+
+
+def wheel_ok(filename, *, version, arch, libc):
+    m = _WHEEL.match(filename)
+    if not m:
+        return False
+    return any(supported(py, abi, plat, version=version, arch=arch, libc=libc)
+               for py in m.group("py").split(".") for abi in m.group("abi").split(".")
+               for plat in m.group("plat").split("."))
+
+
+def parse_requirements(lines):
+    reqs = []
+    for line in lines:
+        m = _REQ.match(line.strip())
+        if not m:
+            raise Decline("%r is not an exact version with hashes" % line)
+        hashes = set(re.findall(r"sha256:([0-9a-f]{64})", m.group(3)))
+        reqs.append((m.group(1), m.group(2), hashes))
+    names = [canon(n) for n, _, _ in reqs]
+    if len(set(names)) != len(names):
+        raise Decline("a distribution is named twice")
+    return reqs
+
+
+def config_files(environ, home):
+    """The pip configuration files pip would read (any of them could change what an install does)."""
+    dirs = [d for d in (environ.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":") if d]
+    files = ["/etc/pip.conf", os.path.join(sys.prefix, "pip.conf"), os.path.join(home, ".pip", "pip.conf"),
+             os.path.join(environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf")]
+    files += [os.path.join(d, "pip", "pip.conf") for d in dirs]
+    if environ.get("PIP_CONFIG_FILE"):
+        files.append(environ["PIP_CONFIG_FILE"])
+    return files
+
+
+def check_settings(environ, files):
+    for k, v in sorted(environ.items()):
+        if k.startswith("PIP_") and v and k not in _PIP_ENV_OK:
+            raise Decline("%s is set" % k)
+    for f in files:
+        if os.path.exists(f):
+            raise Decline("pip reads %s" % f)
+
+
+def scheme():
+    """The paths pip (on Python 3.10+, where it follows sysconfig) installs into."""
+    if sys.version_info < (3, 10):
+        raise Decline("Python %d.%d: pip's install scheme there comes from distutils" % sys.version_info[:2])
+    if sys.implementation.name != "cpython":
+        raise Decline("not CPython")
+    paths = sysconfig.get_paths(scheme=sysconfig.get_default_scheme())  # novermin (3.10+, checked above)
+    for key in ("purelib", "platlib"):
+        p = os.path.realpath(paths[key])
+        if p not in {os.path.realpath(s) for s in sys.path if s}:
+            raise Decline("%s %s is not on sys.path" % (key, paths[key]))
+        if not os.access(p, os.W_OK):
+            raise Decline("%s %s is not writable (pip would install for the user)" % (key, paths[key]))
+    return paths
+
+
+def installed():
+    from importlib import metadata
+
+    out = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name and canon(name) not in out:
+            out[canon(name)] = dist.version
+    return out
+
+
+def links(url):
+    with urllib.request.urlopen(url, timeout=120) as r:
+        page = r.read().decode("utf-8", "replace")
+    out = []
+    for href in _HREF.findall(page):
+        full = urllib.parse.urljoin(url, href)
+        name = urllib.parse.unquote(urllib.parse.urlsplit(full).path.rsplit("/", 1)[-1])
+        if name.endswith(".whl"):
+            out.append((name, full))
+    return out
+
+
+def fetch(url, hashes):
+    with urllib.request.urlopen(url, timeout=600) as r:
+        data = r.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest not in hashes:
+        raise Decline("%s has sha256 %s, which the lock does not allow" % (url, digest))
+    return data
+
+
+def choose(req, found, *, version, arch, libc):
+    name, ver, _ = req
+    match = []
+    for filename, url in found:
+        m = _WHEEL.match(filename)
+        if m and canon(m.group("name")) == canon(name) and same_version(m.group("ver"), ver) \
+                and wheel_ok(filename, version=version, arch=arch, libc=libc):
+            match.append((filename, url))
+    if len(match) != 1:
+        raise Decline("%d wheels of %s==%s fit this interpreter" % (len(match), name, ver))
+    return match[0]
+
+
+def _record_hash(data):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+
+
+class Plan:
+    """Every file one wheel writes: dest -> (bytes, mode), and its dist-info folder."""
+
+    def __init__(self, filename, data, paths, python):
+        self.files = {}
+        self.filename = filename
+        zf = zipfile.ZipFile(io.BytesIO(data))
+        names = [i for i in zf.infolist() if not i.filename.endswith("/")]
+        infos = {n.split("/", 1)[0] for n in (i.filename for i in names) if n.split("/", 1)[0].endswith(".dist-info")}
+        if len(infos) != 1:
+            raise Decline("%s has %d .dist-info folders" % (filename, len(infos)))
+        self.info = infos.pop()
+        meta = {i.filename: i for i in names}
+
+        def text(member):
+            info = meta.get("%s/%s" % (self.info, member))
+            return None if info is None else zf.read(info).decode("utf-8")
+
+        wheel = Parser().parsestr(text("WHEEL") or "")
+        if not (wheel.get("Wheel-Version") or "").startswith("1."):
+            raise Decline("%s: Wheel-Version %r" % (filename, wheel.get("Wheel-Version")))
+        metadata = Parser().parsestr(text("METADATA") or "")
+        rp = metadata.get("Requires-Python")
+        if rp and not requires_python(rp, tuple(sys.version_info[:3])):
+            raise Decline("%s needs Python %s" % (filename, rp))
+        listed = _wheel_record(text("RECORD"), filename)
+        root = paths["purelib"] if (wheel.get("Root-Is-Purelib") or "").strip().lower() == "true" else paths["platlib"]
+        self.root = root
+        data_dir = self.info[: -len(".dist-info")] + ".data"
+        for info in names:
+            name = info.filename
+            parts = name.split("/")
+            if name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
+                raise Decline("%s: member %r" % (filename, name))
+            if parts[0] == self.info and parts[-1] in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json"):
+                continue
+            body = zf.read(info)
+            if listed.get(name) != (_record_hash(body), str(len(body))):
+                raise Decline("%s: its RECORD does not list %s with its sha256 and size" % (filename, name))
+            executable = bool((info.external_attr >> 16) & 0o111)
+            if parts[0] == data_dir:
+                if len(parts) < 3 or parts[1] not in ("purelib", "platlib", "scripts", "data"):
+                    raise Decline("%s: %s" % (filename, name))
+                if parts[1] == "scripts" and body.startswith(b"#!python"):
+                    body = b"#!" + python.encode() + b"\n" + body.partition(b"\n")[2]  # as pip's fix_script
+                dest = os.path.join(paths[parts[1]], *parts[2:])
+            else:
+                dest = os.path.join(root, *parts)
+            self.add(dest, body, executable)
+        entry = text("entry_points.txt")
+        if entry:
+            for section in ("console_scripts", "gui_scripts"):
+                for script, target in _entries(entry, section):
+                    module, _, attr = target.partition(":")
+                    if not re.match(r"^[\w.]+$", module) or not re.match(r"^[\w.]+$", attr or ""):
+                        raise Decline("%s: entry point %s = %s" % (filename, script, target))
+                    head = attr.split(".")[0]
+                    body = (_SCRIPT % (python, module, head, attr)).encode()
+                    self.add(os.path.join(paths["scripts"], script), body, True)
+        self.add(os.path.join(root, self.info, "INSTALLER"), b"buildctl\n", False)
+        self.add(os.path.join(root, self.info, "REQUESTED"), b"", False)
+
+    def add(self, dest, body, executable):
+        if dest in self.files:
+            raise Decline("%s writes %s twice" % (self.filename, dest))
+        self.files[dest] = (body, 0o755 if executable else 0o644)
+
+    def record(self):
+        rows = []
+        for dest, (body, _) in self.files.items():
+            rows.append((os.path.relpath(dest, self.root), _record_hash(body), str(len(body))))
+        rows.append((os.path.join(self.info, "RECORD"), "", ""))
+        out = io.StringIO()
+        w = csv.writer(out)  # "\r\n" line ends, as pip writes RECORD
+        for row in sorted(rows):
+            w.writerow(row)
+        return out.getvalue().encode()
+
+
+def _wheel_record(text, filename):
+    """The wheel's own RECORD: path -> (hash, size). pip copies its rows, so a file it does not list with
+    the file's own sha256 would make pip's RECORD differ from this one's: such a wheel goes to pip."""
+    if text is None:
+        raise Decline("%s has no RECORD" % filename)
+    out = {}
+    for row in csv.reader(io.StringIO(text)):
+        if row:
+            if len(row) != 3:
+                raise Decline("%s: RECORD row %r" % (filename, row))
+            out[row[0]] = (row[1], row[2])
+    return out
+
+
+def _entries(text, section):
+    out, current = [], None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            current = line.strip("[]").strip()
+            continue
+        if current == section:
+            key, _, value = line.partition("=")
+            if not value or " " in key.strip() or "/" in key:
+                raise Decline("entry point line %r" % line)
+            out.append((key.strip(), value.split("[")[0].strip()))
+    return out
+
+
+def write(plans, epoch):
+    """Write every plan's files (none may exist yet), then give what changed the mtime ``epoch``."""
+    created_dirs, parents, files = set(), set(), []
+    todo = []
+    for plan in plans:
+        todo += list(plan.files.items())
+        todo.append((os.path.join(plan.root, plan.info, "RECORD"), (plan.record(), 0o644)))
+    for dest, _ in todo:
+        if os.path.lexists(dest):
+            raise Decline("%s exists already" % dest)
+    for dest, (body, mode) in todo:
+        d = os.path.dirname(dest)
+        missing = []
+        while not os.path.isdir(d):
+            missing.append(d)
+            d = os.path.dirname(d)
+        parents.add(d)
+        for m in reversed(missing):
+            os.mkdir(m, 0o755)
+            os.chmod(m, 0o755)
+            created_dirs.add(m)
+        with open(dest, "xb") as f:
+            f.write(body)
+        os.chmod(dest, mode)
+        files.append(dest)
+    for p in files + sorted(created_dirs, key=len, reverse=True) + sorted(parents - created_dirs):
+        os.utime(p, (epoch, epoch), follow_symlinks=False)
+
+
+def main(argv):
+    epoch, find_links = None, []
+    args = list(argv)
+    while args and args[0] != "--":
+        flag = args.pop(0)
+        if flag == "--epoch" and args:
+            epoch = int(args.pop(0))
+        elif flag == "--find-links" and args:
+            find_links.append(args.pop(0))
+        else:
+            sys.stderr.write(__doc__)
+            return 2
+    if epoch is None or not args:
+        sys.stderr.write(__doc__)
+        return 2
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # not the folder of this file
+    try:
+        reqs = parse_requirements(args[1:])
+        check_settings(os.environ, config_files(os.environ, os.path.expanduser("~")))
+        paths = scheme()
+        have = installed()
+        limits = constraints(os.environ)
+        for name, ver, _ in reqs:
+            if canon(name) in ("pip", "setuptools"):
+                raise Decline("pip writes %s's scripts its own way" % name)
+            if canon(name) in have:
+                raise Decline("%s %s is installed (pip replaces it)" % (name, have[canon(name)]))
+            for spec in limits.get(canon(name), ()):
+                key = version_key(ver)
+                if key is None or not satisfies(spec, key, "the constraint of %s" % name):
+                    raise Decline("%s==%s and the constraint %s%s: pip decides" % (name, ver, name, spec))
+        python = sys.executable
+        if not python or len(python) > 120 or not re.match(r"^/[\w./+-]+$", python):
+            raise Decline("interpreter path %r" % python)
+        version, arch, libc = tuple(sys.version_info[:2]), platform.machine(), glibc()
+        found = [item for url in find_links for item in links(url)]
+        plans = []
+        for req in reqs:
+            filename, url = choose(req, found, version=version, arch=arch, libc=libc)
+            plans.append(Plan(filename, fetch(url, req[2]), paths, python))
+        write(plans, epoch)
+    except Decline as e:
+        sys.stdout.write("buildctl-install: pip installs these instead: %s\n" % e)
+        sys.stdout.flush()
+        return DECLINE
+    names = ", ".join("%s %s" % (n, v) for n, v, _ in reqs)
+    sys.stdout.write("buildctl-install: installed %s (without pip)\n" % names)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

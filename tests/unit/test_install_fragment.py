@@ -1,0 +1,252 @@
+"""images/install.py, the wheel installer the python, compile-env and assemble RUNs try before pip.
+
+Pure parts (tags, version ranges, requirement lines, settings, constraints) and the install itself into a
+scheme of folders under tmp_path, from wheels this test writes with zipfile (made-up distributions). What
+pip writes for the same wheels, compared file by file in a container of the demo base, is the engine test
+tests/engine/test_install_fragment_engine.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import os
+import stat
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+IMAGES = Path(__file__).resolve().parents[2] / "images"
+EPOCH = 315532800
+
+
+def _module() -> Any:
+    spec = importlib.util.spec_from_file_location("install_fragment", IMAGES / "install.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+inst = _module()
+
+
+def make_wheel(folder: Path, name: str, version: str, *, tag: str = "py3-none-any", purelib: bool = True,
+               requires_python: str | None = None, extra: dict[str, tuple[bytes, int]] | None = None,
+               entry_points: str | None = None, broken: dict[str, bytes] | None = None) -> Path:
+    """A wheel of made-up distribution ``name``: files (path -> (bytes, mode)) plus its dist-info, and a
+    RECORD that lists them with their hashes; ``broken``: files written after RECORD (as bytes it lists
+    otherwise, or not at all)."""
+    info = f"{name}-{version}.dist-info"
+    files: dict[str, tuple[bytes, int]] = {f"{name}/__init__.py": (b"VALUE = 1\n", 0o644), **(extra or {})}
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    if requires_python:
+        meta += f"Requires-Python: {requires_python}\n"
+    files[f"{info}/METADATA"] = (meta.encode(), 0o644)
+    files[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: {'true' if purelib else 'false'}\n"
+                              f"Tag: {tag}\n".encode(), 0o644)
+    if entry_points:
+        files[f"{info}/entry_points.txt"] = (entry_points.encode(), 0o644)
+    rows = [f"{m},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).decode().rstrip('=')},{len(b)}"
+            for m, (b, _) in files.items()]
+    files[f"{info}/RECORD"] = ("\n".join([*rows, f"{info}/RECORD,,", ""]).encode(), 0o644)
+    for member, body in (broken or {}).items():
+        files[member] = (body, 0o644)
+    path = folder / f"{name}-{version}-{tag}.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for member, (body, mode) in files.items():
+            zi = zipfile.ZipInfo(member, date_time=(2020, 1, 1, 0, 0, 0))
+            zi.external_attr = (stat.S_IFREG | mode) << 16
+            zf.writestr(zi, body)
+    return path
+
+
+def scheme(root: Path) -> dict[str, str]:
+    paths = {"purelib": root / "lib/site", "platlib": root / "lib64/site", "scripts": root / "bin", "data": root}
+    for p in paths.values():
+        p.mkdir(parents=True, exist_ok=True)
+    return {k: str(v) for k, v in paths.items()}
+
+
+# ------------------------------------------------------------------------------------- deciding
+
+
+@pytest.mark.parametrize(("filename", "ok"), [
+    ("six-1.16.0-py2.py3-none-any.whl", True),
+    ("a-1-cp311-cp311-linux_x86_64.whl", True),
+    ("a-1-cp310-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
+    ("a-1-cp311-cp311-manylinux_2_28_x86_64.whl", True),
+    ("a-1-cp311-cp311-manylinux_2_39_x86_64.whl", False),  # newer glibc than (2, 36)
+    ("a-1-cp312-cp312-linux_x86_64.whl", False),
+    ("a-1-cp312-abi3-linux_x86_64.whl", False),  # abi3 from a newer minor
+    ("a-1-cp311-cp311-musllinux_1_1_x86_64.whl", False),
+    ("a-1-cp311-cp311-linux_aarch64.whl", False),
+    ("a-1-py3-none-manylinux1_x86_64.whl", True),
+    ("a-1-py312-none-any.whl", False),
+    ("a-1-pp310-pypy310_pp73-linux_x86_64.whl", False),
+    ("not-a-wheel.whl", False),
+])
+def test_wheel_tags(filename: str, ok: bool) -> None:
+    assert inst.wheel_ok(filename, version=(3, 11), arch="x86_64", libc=(2, 36)) is ok
+
+
+@pytest.mark.parametrize(("spec", "ok"), [
+    (">=3.8", True), (">=3.12", False), ("<3.11", False), ("<4", True), ("!=3.11.*", False),
+    ("==3.11.*", True), ("~=3.9", True), ("~=3.12", False), (">=3.7, !=3.8.*", True), ("==3.11.2", True),
+    ("==3.11", False), ("~=3.11.1", True), ("~=3.11.3", False), (">2.7, !=3.0.*, !=3.1.*", True),
+])
+def test_requires_python(spec: str, ok: bool) -> None:
+    assert inst.requires_python(spec, (3, 11, 2)) is ok
+
+
+@pytest.mark.parametrize("spec", [">=3.8a1", "===3.11", ">=3.*", "~=3", "python>=3"])
+def test_requires_python_it_cannot_read_goes_to_pip(spec: str) -> None:
+    with pytest.raises(inst.Decline, match="not a plain version range"):
+        inst.requires_python(spec, (3, 11, 2))
+
+
+def test_requirements() -> None:
+    h = "ab" * 32
+    assert inst.parse_requirements([f"six==1.16.0 --hash=sha256:{h} --hash=sha256:{'cd' * 32}"]) == [
+        ("six", "1.16.0", {h, "cd" * 32})]
+    for bad in ["six", "six>=1.0 --hash=sha256:" + h, "six==1.16.0", "six==<built by wheel:x> --hash=sha256:" + h]:
+        with pytest.raises(inst.Decline, match="not an exact version with hashes"):
+            inst.parse_requirements([bad])
+    with pytest.raises(inst.Decline, match="named twice"):
+        inst.parse_requirements([f"Six==1 --hash=sha256:{h}", f"six==2 --hash=sha256:{h}"])
+
+
+def test_pip_settings_that_change_an_install_go_to_pip(tmp_path: Path) -> None:
+    inst.check_settings({"PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_CONSTRAINT": "", "PIP_NO_CACHE_DIR": "1"}, [])
+    for key in ("PIP_TARGET", "PIP_PREFIX", "PIP_USER", "PIP_CONFIG_FILE", "PIP_INSTALL_OPTION"):
+        with pytest.raises(inst.Decline, match=f"{key} is set"):
+            inst.check_settings({key: "x"}, [])
+    conf = tmp_path / "home/.config/pip/pip.conf"
+    files = inst.config_files({}, str(tmp_path / "home"))
+    assert "/etc/pip.conf" in files and str(conf) in files and "/etc/xdg/pip/pip.conf" in files
+    inst.check_settings({}, [str(conf)])
+    conf.parent.mkdir(parents=True)
+    conf.write_text("[install]\ntarget = /x\n")
+    with pytest.raises(inst.Decline, match="pip reads"):
+        inst.check_settings({}, [str(conf)])
+
+
+def test_constraints(tmp_path: Path) -> None:
+    f = tmp_path / "constraint.txt"
+    f.write_text("# NGC's\nPyYAML==6.0\ntorch >= 2.4, <3  # comment\n\n")
+    assert inst.constraints({"PIP_CONSTRAINT": str(f)}) == {"pyyaml": ["==6.0"], "torch": [">= 2.4, <3"]}
+    assert inst.constraints({"PIP_CONSTRAINT": ""}) == {}
+    assert inst.satisfies(">= 2.4, <3", inst.version_key("2.6.0"), "c")
+    assert not inst.satisfies("==6.0", inst.version_key("6.0.1"), "c")
+    for line in ("-c other.txt", "torch @ https://x/y.whl", "numpy; python_version<'3.12'"):
+        f.write_text(line + "\n")
+        with pytest.raises(inst.Decline, match="constraint line"):
+            inst.constraints({"PIP_CONSTRAINT": str(f)})
+    with pytest.raises(inst.Decline, match="PIP_CONSTRAINT names"):
+        inst.constraints({"PIP_CONSTRAINT": "https://x/c.txt"})
+
+
+def test_choose_needs_exactly_one_wheel() -> None:
+    req: tuple[str, str, set[str]] = ("six", "1.16.0", set())
+    one = [("six-1.16.0-py2.py3-none-any.whl", "u1"), ("six-1.15.0-py2.py3-none-any.whl", "u0"),
+           ("tomli-2.0.1-py3-none-any.whl", "u2")]
+    env = {"version": (3, 11), "arch": "x86_64", "libc": (2, 36)}
+    assert inst.choose(req, one, **env) == ("six-1.16.0-py2.py3-none-any.whl", "u1")
+    with pytest.raises(inst.Decline, match="2 wheels"):
+        inst.choose(req, [*one, ("six-1.16-py3-none-any.whl", "u3")], **env)
+    with pytest.raises(inst.Decline, match="0 wheels"):
+        inst.choose(("six", "9.0", set()), one, **env)
+
+
+# ------------------------------------------------------------------------------------- installing
+
+
+def test_install_writes_what_pip_writes(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    paths = scheme(root)
+    before = {p for p in root.rglob("*")} | {root}
+    for p in before:
+        os.utime(p, (1_700_000_000, 1_700_000_000))
+    wheel = make_wheel(tmp_path, "demo_pure", "1.0", requires_python=">=3.8", extra={
+        "demo_pure/tool.sh": (b"#!/bin/sh\n", 0o755),
+        "demo_pure-1.0.data/scripts/demo-run": (b"#!python -u\nprint(1)\n", 0o755),
+        "demo_pure-1.0.data/data/share/demo/x.txt": (b"x\n", 0o644)},
+        entry_points="[console_scripts]\ndemo-pure = demo_pure.cli:main.run [extra]\n[other]\nx = y\n")
+    plan = inst.Plan(wheel.name, wheel.read_bytes(), paths, "/usr/bin/python3")
+    inst.write([plan], EPOCH)
+    site = Path(paths["purelib"])
+    info = site / "demo_pure-1.0.dist-info"
+    assert (site / "demo_pure/__init__.py").read_bytes() == b"VALUE = 1\n"
+    mode = {p: stat.S_IMODE(p.stat().st_mode) for p in root.rglob("*")}
+    assert mode[site / "demo_pure/__init__.py"] == 0o644 and mode[site / "demo_pure/tool.sh"] == 0o755
+    assert mode[site / "demo_pure"] == 0o755
+    # a script of the wheel's data: '#!python' becomes the interpreter (pip's fix_script), mode from the wheel
+    assert (root / "bin/demo-run").read_bytes() == b"#!/usr/bin/python3\nprint(1)\n"
+    assert mode[root / "bin/demo-run"] == 0o755
+    assert (root / "share/demo/x.txt").read_bytes() == b"x\n"
+    # a console script from pip's template (distlib's), executable
+    assert (root / "bin/demo-pure").read_text() == (
+        "#!/usr/bin/python3\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom demo_pure.cli import main\n"
+        "if __name__ == '__main__':\n    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+        "    sys.exit(main.run())\n")
+    assert mode[root / "bin/demo-pure"] == 0o755
+    assert (info / "INSTALLER").read_bytes() == b"buildctl\n" and (info / "REQUESTED").read_bytes() == b""
+    # RECORD: every file with its hash and size, relative to the site folder, sorted, CRLF, itself last-less
+    record = (info / "RECORD").read_bytes().decode()
+    rows = record.split("\r\n")
+    assert rows[-1] == "" and "demo_pure-1.0.dist-info/RECORD,," in rows
+    body = (root / "bin/demo-pure").read_bytes()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).decode().rstrip("=")
+    assert f"../../bin/demo-pure,sha256={digest},{len(body)}" in rows
+    assert rows[:-1] == sorted(rows[:-1])
+    listed = {r.split(",")[0] for r in rows if r}
+    written = {os.path.relpath(p, site) for p in root.rglob("*") if p.is_file()}
+    assert listed == written
+    # every path written, every folder made and every folder that gained an entry: mtime EPOCH; no other
+    gained = {Path(paths["purelib"]), root / "bin", root}  # root: gained share/
+    for p in {*root.rglob("*"), root}:
+        assert p.lstat().st_mtime == (EPOCH if p not in before or p in gained else 1_700_000_000), p
+    assert not list(root.rglob("__pycache__"))
+
+
+def test_platlib_root_and_an_existing_file(tmp_path: Path) -> None:
+    paths = scheme(tmp_path / "root")
+    wheel = make_wheel(tmp_path, "demo_plat", "2.0", purelib=False)
+    plan = inst.Plan(wheel.name, wheel.read_bytes(), paths, "/usr/bin/python3")
+    assert all(dest.startswith(paths["platlib"]) for dest in plan.files)
+    (Path(paths["platlib"]) / "demo_plat").mkdir()
+    (Path(paths["platlib"]) / "demo_plat/__init__.py").write_text("theirs")
+    with pytest.raises(inst.Decline, match="exists already"):
+        inst.write([plan], EPOCH)
+    # nothing of the wheel was written: pip gets the whole install
+    assert sorted(p.name for p in Path(paths["platlib"]).rglob("*")) == ["__init__.py", "demo_plat"]
+
+
+def test_wheels_it_leaves_to_pip(tmp_path: Path) -> None:
+    paths = scheme(tmp_path / "root")
+    cases = [
+        (make_wheel(tmp_path, "old", "1.0", requires_python=">=3.99"), "needs Python"),
+        (make_wheel(tmp_path, "hdr", "1.0", extra={"hdr-1.0.data/headers/h.h": (b"", 0o644)}), "hdr-1.0.data/headers"),
+        (make_wheel(tmp_path, "esc", "1.0", extra={"../evil.py": (b"", 0o644)}), "member"),
+        (make_wheel(tmp_path, "ep", "1.0", entry_points="[console_scripts]\nx = os:system('id')\n"), "entry point"),
+        (make_wheel(tmp_path, "rec", "1.0", broken={"rec/__init__.py": b"changed"}), "RECORD does not list rec/__init__"),
+        (make_wheel(tmp_path, "unl", "1.0", broken={"unl/extra.py": b""}), "RECORD does not list unl/extra"),
+    ]
+    for wheel, why in cases:
+        with pytest.raises(inst.Decline, match=why.replace(".", r"\.")):
+            inst.Plan(wheel.name, wheel.read_bytes(), paths, "/usr/bin/python3")
+
+
+def test_main_declines_without_writing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    for key in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("PIP_TARGET", "/somewhere")
+    assert inst.main(["--epoch", str(EPOCH), "--", f"six==1.16.0 --hash=sha256:{'ab' * 32}"]) == inst.DECLINE
+    assert capsys.readouterr().out == "buildctl-install: pip installs these instead: PIP_TARGET is set\n"
+    assert inst.main(["--", "x"]) == 2  # no --epoch: a usage error, not a decline
+    assert sys.path  # main() leaves the interpreter usable
