@@ -253,6 +253,15 @@ def test_build_every_node_then_nothing(demo: Demo, engine: Engine, registry: str
     assert version.endswith("+" + lock["components"]["fastmath"]["tree"][:7])  # TE-style version suffix
     printed = engine.run(first.final, ["--print-command"], timeout=60)
     assert printed.ok and "--recompute-granularity selective" in printed.stdout
+    # who installed what (a dist-info's INSTALLER; the layers say it even where the engine's step cache gave
+    # the RUN): images/install.py the runtime pins and the compiled wheel, pip the compile environment's
+    # setuptools and wheel (install.py leaves pip and setuptools to pip, and the base has wheel)
+    who = ("import importlib.metadata as m, sys; "
+           "print(' '.join(m.distribution(n).read_text('INSTALLER').strip() for n in sys.argv[1:]))")
+    out = engine.run(first.final, ["python3", "-c", who, "six", "tomli", "fastmath"], entrypoint=[], timeout=60)
+    assert out.ok and out.stdout.split() == ["buildctl", "buildctl", "buildctl"], out.stdout + out.stderr
+    out = engine.run(t.refs["compile-env:fastmath"], ["python3", "-c", who, "setuptools", "wheel"], timeout=60)
+    assert out.ok and out.stdout.split() == ["pip", "pip"], out.stdout + out.stderr
     # the wheel is kept under its key
     wheel_key = t.graph.node("wheel:fastmath").key
     assert [p.name for p in (demo.config().cache.wheels / "fastmath" / wheel_key).iterdir()] == [
