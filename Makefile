@@ -31,10 +31,9 @@ install:
 
 # --durations=25: CI logs name the slowest cases (set-up and teardown counted apart); -n 2 --dist loadfile:
 # two workers, each test file in one of them (its module fixtures made once), engine files beside each other
-# (tests/conftest.py says what makes that safe); --no-loadscope-reorder: files start longest first
-# (tests/conftest.py's LONGEST_FIRST), not most tests first
+# (tests/conftest.py says what makes that safe)
 test:
-	bash scripts/testenv.sh run -- $(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+	bash scripts/testenv.sh run -- $(PYTHON) -m pytest -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 unit: install
 	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)

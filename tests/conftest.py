@@ -31,27 +31,6 @@ def pytest_configure(config: pytest.Config) -> None:
 # base by digest).
 
 
-# The order files start in under `make test` (`--no-loadscope-reorder`: xdist then hands out files in this order,
-# each to the first free worker): the longest first, so that the last to start are short and the two workers end
-# together (xdist's default, most tests first, started the one-test bench file last). Seconds per file from a
-# `.ci/run` on an emptied engine (ci20, 3a10ccf, `--durations`); a file not listed goes after these, in its tier's
-# order (engine, integration, unit). Only the order: what runs is the same.
-LONGEST_FIRST = ("test_build.py", "test_buildkit.py", "test_repro.py", "test_bench.py", "test_nightly_engine.py",
-                 "test_interrupts.py", "test_bump_bisect.py", "test_evidence_engine.py", "test_engine.py",
-                 "test_downloads_sdists.py", "test_whiteout_fastpath.py")
-
-
-def _start_order(item: pytest.Item) -> tuple[int, int]:
-    try:
-        parts = Path(str(item.path)).resolve().relative_to(TESTS).parts
-    except ValueError:
-        return (len(LONGEST_FIRST), len(TIERS))
-    name = parts[-1]
-    if parts[0] == "engine" and name in LONGEST_FIRST:
-        return (LONGEST_FIRST.index(name), 0)
-    return (len(LONGEST_FIRST), ("engine", "integration", "unit").index(parts[0]) if parts[0] in TIERS else len(TIERS))
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         try:
@@ -61,7 +40,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = parts[0]
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
-    items.sort(key=_start_order)  # stable: a file's tests keep their order
 
 
 @pytest.fixture(scope="session")
