@@ -403,9 +403,13 @@ def write(plans, epoch):
     for plan in plans:
         todo += list(plan.files.items())
         todo.append((os.path.join(plan.root, plan.info, "RECORD"), (plan.record(), 0o644)))
+    seen = set()
     for dest, _ in todo:
         if os.path.lexists(dest):
             raise Decline("%s exists already" % dest)
+        if dest in seen:  # two of the wheels write one file: pip lets the later win; leave that to pip
+            raise Decline("%s is written by two wheels" % dest)
+        seen.add(dest)
     for dest, (body, mode) in todo:
         d = os.path.dirname(dest)
         missing = []

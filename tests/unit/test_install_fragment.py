@@ -226,6 +226,16 @@ def test_platlib_root_and_an_existing_file(tmp_path: Path) -> None:
     assert sorted(p.name for p in Path(paths["platlib"]).rglob("*")) == ["__init__.py", "demo_plat"]
 
 
+def test_two_wheels_that_write_one_file_go_to_pip(tmp_path: Path) -> None:
+    paths = scheme(tmp_path / "root")
+    a = make_wheel(tmp_path, "one", "1.0", extra={"shared/__init__.py": (b"a", 0o644)})
+    b = make_wheel(tmp_path, "two", "1.0", extra={"shared/__init__.py": (b"b", 0o644)})
+    plans = [inst.Plan(w.name, w.read_bytes(), paths, "/usr/bin/python3") for w in (a, b)]
+    with pytest.raises(inst.Decline, match="written by two wheels"):
+        inst.write(plans, EPOCH)
+    assert not list(Path(paths["purelib"]).iterdir())  # nothing written
+
+
 def test_wheels_it_leaves_to_pip(tmp_path: Path) -> None:
     paths = scheme(tmp_path / "root")
     cases = [
