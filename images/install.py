@@ -6,7 +6,9 @@ own Python (standard library only: any base with Python 3.10 or later; older one
     install.py --epoch SECONDS [--find-links URL]... -- 'name==version --hash=sha256:HEX' ...
 
 Exit 0: every wheel is installed. Exit 3: it declined before writing anything, saying why on one line,
-and the build runs pip exactly as before. Any other exit: a real failure (a download or a write).
+and the build runs pip exactly as before (also for anything unexpected before the first write: a page or
+a download that fails, a wheel that does not open: pip then gives its own error). Any other exit: a write
+that failed.
 
 Why: importing pip costs about 0.5 s per step; installing a locked wheel, whose file, hash and target
 are all known, is unzipping it into the interpreter's scheme and writing RECORD. Anything beyond that
@@ -429,6 +431,12 @@ def write(plans, epoch):
         os.utime(p, (epoch, epoch), follow_symlinks=False)
 
 
+def _decline(why):
+    sys.stdout.write("buildctl-install: pip installs these instead: %s\n" % why)
+    sys.stdout.flush()
+    return DECLINE
+
+
 def main(argv):
     epoch, find_links = None, []
     args = list(argv)
@@ -470,11 +478,14 @@ def main(argv):
         for req in reqs:
             filename, url = choose(req, found, version=version, arch=arch, libc=libc)
             plans.append(Plan(filename, fetch(url, req[2]), paths, python))
-        write(plans, epoch)
     except Decline as e:
-        sys.stdout.write("buildctl-install: pip installs these instead: %s\n" % e)
-        sys.stdout.flush()
-        return DECLINE
+        return _decline(str(e))
+    except Exception as e:  # anything else before a byte is written (a page, a download, a wheel): pip's case
+        return _decline("%s: %s" % (type(e).__name__, e))
+    try:
+        write(plans, epoch)  # declines before its first write; a failure after it fails the RUN
+    except Decline as e:
+        return _decline(str(e))
     names = ", ".join("%s %s" % (n, v) for n, v, _ in reqs)
     sys.stdout.write("buildctl-install: installed %s (without pip)\n" % names)
     return 0

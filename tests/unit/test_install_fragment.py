@@ -259,4 +259,19 @@ def test_main_declines_without_writing(tmp_path: Path, monkeypatch: pytest.Monke
     assert inst.main(["--epoch", str(EPOCH), "--", f"six==1.16.0 --hash=sha256:{'ab' * 32}"]) == inst.DECLINE
     assert capsys.readouterr().out == "buildctl-install: pip installs these instead: PIP_TARGET is set\n"
     assert inst.main(["--", "x"]) == 2  # no --epoch: a usage error, not a decline
+    # anything unexpected before the first write (here: a find-links page that cannot be read) is pip's case
+    monkeypatch.delenv("PIP_TARGET")
+    monkeypatch.setattr(inst, "check_settings", lambda environ, files: None)
+    monkeypatch.setattr(inst, "scheme", lambda: {"purelib": "/nowhere", "platlib": "/nowhere"})
+    monkeypatch.setattr(inst, "installed", lambda: {})
+    monkeypatch.setattr(inst, "constraints", lambda environ: {})
+
+    def unreadable(url: str) -> list[tuple[str, str]]:
+        raise OSError(f"cannot read {url}")
+
+    monkeypatch.setattr(inst, "links", unreadable)
+    assert inst.main(["--epoch", str(EPOCH), "--find-links", "http://127.0.0.1:9/",
+                      "--", f"six==1.16.0 --hash=sha256:{'ab' * 32}"]) == inst.DECLINE
+    assert capsys.readouterr().out == (
+        "buildctl-install: pip installs these instead: OSError: cannot read http://127.0.0.1:9/\n")
     assert sys.path  # main() leaves the interpreter usable
