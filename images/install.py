@@ -150,9 +150,7 @@ def supported(py, abi, plat, *, version, arch, libc):
     """Whether this interpreter (CPython ``version``, Linux ``arch``, glibc ``libc``) can load a wheel tag."""
     major, minor = version[0], version[1]
     cp = "cp%d%d" % (major, minor)
-    if plat == "any":
-        plat_ok = True
-    elif plat == "linux_" + arch:
+    if plat in ("any", "linux_" + arch):
         plat_ok = True
     else:
         legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}

@@ -267,6 +267,12 @@ def _requirement(p: PipPin, built: Mapping[str, str]) -> str:
     return " ".join([f"{p.name}=={p.version}", *(f"--hash={h}" for h in p.hashes)])
 
 
+def _pip_env(constraint: PipConstraintPolicy) -> str:
+    """The environment pip (and images/install.py, which reads the same) runs with. Debian-style bases mark the
+    system Python externally managed (PEP 668); the image is ours to install into."""
+    return "PIP_BREAK_SYSTEM_PACKAGES=1 " + ("PIP_CONSTRAINT= " if constraint is PipConstraintPolicy.UNSET else "")
+
+
 def _pip_install(python: str, constraint: PipConstraintPolicy, lines: Sequence[str], *, hashed: bool,
                  find_links: Sequence[str]) -> list[str]:
     if not lines:
@@ -274,8 +280,7 @@ def _pip_install(python: str, constraint: PipConstraintPolicy, lines: Sequence[s
     out = ["printf '%s\\n' \\"]
     out += [f"  {line} \\" for line in lines]
     out += ["  > /tmp/buildctl-requirements.txt; \\"]
-    # Debian-style bases mark the system Python externally managed (PEP 668); the image is ours to install into.
-    env = "PIP_BREAK_SYSTEM_PACKAGES=1 " + ("PIP_CONSTRAINT= " if constraint is PipConstraintPolicy.UNSET else "")
+    env = _pip_env(constraint)
     opts = ["--no-index", *(f"--find-links {link}" for link in find_links), "--only-binary=:all:"]
     opts += ["--no-deps", "--no-cache-dir", "--no-compile"]
     if hashed:
@@ -317,7 +322,7 @@ def _pip_step(t: Templates, python: str, constraint: PipConstraintPolicy, lines:
     plain = [*before, *_pip_install(python, constraint, lines, hashed=hashed, find_links=find_links), *after]
     if not (installer and lines and hashed):
         return _PipStep(stamp=stamp, block=plain, settle=_settle(t), context=[])
-    env = "PIP_BREAK_SYSTEM_PACKAGES=1 " + ("PIP_CONSTRAINT= " if constraint is PipConstraintPolicy.UNSET else "")
+    env = _pip_env(constraint)
     links = "".join(f" --find-links {link}" for link in find_links)
     block = [f"if {env}{quoting.sh(python)} -B {INSTALL_PATH} --epoch {EPOCH}{links} -- \\"]
     block += [f"    {line} \\" for line in lines]

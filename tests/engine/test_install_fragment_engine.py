@@ -12,7 +12,6 @@ to pip (exit 3) with nothing written.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from buildctl.build import wheelhouse
@@ -43,10 +42,6 @@ done
 """
 
 
-def _hash(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
-
-
 def test_install_py_writes_what_pip_writes(engine: Engine, demo_base: str, tmp_path: Path) -> None:
     house = tmp_path / "house"
     house.mkdir()
@@ -57,7 +52,8 @@ def test_install_py_writes_what_pip_writes(engine: Engine, demo_base: str, tmp_p
         "demo_pure-1.0.data/data/share/demo/x.txt": (b"x\n", 0o644)},
         entry_points="[console_scripts]\ndemo-pure = demo_pure.cli:main\n")
     plat = make_wheel(house, "demo_plat", "2.0", purelib=False)
-    reqs = [f"demo_pure==1.0 --hash=sha256:{_hash(pure)}", f"demo-plat==2.0 --hash=sha256:{_hash(plat)}"]
+    reqs = [f"demo_pure==1.0 --hash=sha256:{wheelhouse.sha256_file(pure)}",
+            f"demo-plat==2.0 --hash=sha256:{wheelhouse.sha256_file(plat)}"]
     files = {"/list.sh": LIST.encode(), "/inst.py": (IMAGES / "install.py").read_bytes()}
     out = {}
     with wheelhouse.serve(house, port=0) as url:
@@ -99,7 +95,8 @@ def test_what_install_py_installed_runs(engine: Engine, demo_base: str, tmp_path
               'python3 -m pip uninstall -y -q --break-system-packages demo_pure 2>&1 | grep -v WARNING || true; '
               'test ! -e /usr/local/bin/demo-pure && echo uninstalled')
     with wheelhouse.serve(house, port=0) as url:
-        res = engine.run(demo_base, ["sh", "-c", script, url, f"demo_pure==1.0 --hash=sha256:{_hash(pure)}"],
+        req = f"demo_pure==1.0 --hash=sha256:{wheelhouse.sha256_file(pure)}"
+        res = engine.run(demo_base, ["sh", "-c", script, url, req],
                          files={"/inst.py": (IMAGES / "install.py").read_bytes()}, network_mode="host", timeout=120)
     assert res.ok, res.stdout + res.stderr
     lines = res.stdout.splitlines()
