@@ -25,16 +25,18 @@ from dataclasses import dataclass
 
 from buildctl.errors import ManifestError, UsageError
 from buildctl.manifest.model import Arg, Entrypoint, Manifest, Profile, Variant
+from buildctl.manifest.profiles import (
+    BASE_PROFILE,
+    arg_key,
+    effective_args,
+    lay_over,
+)
 
 SCRIPT_PATH = "/usr/local/bin/buildctl-launch"
 CONTEXT_NAME = "buildctl-launch"
 SCRIPT_MODE = 0o755
-BASE_PROFILE = "base"  # the run-time name of "no profile": the entrypoint's (and variant's) own arguments
 PROFILE_ENV = "BUILDCTL_PROFILE"
 LAUNCHER_ARGS_ENV = "BUILDCTL_LAUNCHER_ARGS"
-# Options of torchrun that the profile decides (gpus / nodes) or that come from the environment.
-TORCHRUN_OWNED = ("--nproc_per_node", "--nproc-per-node", "--nnodes", "--node_rank", "--node-rank",
-                  "--master_addr", "--master-addr", "--master_port", "--master-port")
 
 # ${NAME}: the only form of variable reference an argument may hold (plain $NAME stays literal text).
 PATH_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -46,10 +48,6 @@ _PYTHONS = frozenset({"python", "python3"})
 
 # --------------------------------------------------------------------------------------- arguments
 
-
-def arg_key(flag: str) -> str:
-    """The option a manifest flag names (``--x=1`` names ``--x``)."""
-    return flag.split("=", 1)[0]
 
 def entrypoint_of(manifest: Manifest) -> Entrypoint:
     if manifest.entrypoint is None:
@@ -67,7 +65,7 @@ def variant_entrypoint(manifest: Manifest, variant: Variant) -> Entrypoint:
     dropped = set(o.drop)
     base = tuple(a for a in e.args if arg_key(a.flag) not in dropped)
     return dataclasses.replace(
-        e, args=_lay_over(base, o.args),
+        e, args=lay_over(base, o.args),
         gpus=o.gpus if o.gpus is not None else e.gpus,
         nodes=o.nodes if o.nodes is not None else e.nodes,
         default_profile=o.default_profile if o.default_profile is not None else e.default_profile)
@@ -86,44 +84,6 @@ def select_profile(entrypoint: Entrypoint, name: str | None) -> tuple[str | None
             + f"profiles: {', '.join([*entrypoint.profiles, BASE_PROFILE])}",
         )
     return chosen, entrypoint.profiles[chosen]
-
-
-def _lay_over(base: tuple[Arg, ...], over: tuple[Arg, ...]) -> tuple[Arg, ...]:
-    """``over`` laid over ``base``: an argument replaces the first base argument naming the same option
-    (keeping its position, so the command reads like the guide's) and drops later repeats of it; an
-    argument for an option the base lacks is appended."""
-    if not over:
-        return base
-    overrides = {arg_key(a.flag): a for a in over}
-    out: list[Arg] = []
-    placed: set[str] = set()
-    for a in base:
-        key = arg_key(a.flag)
-        if key not in overrides:
-            out.append(a)
-        elif key not in placed:
-            out.append(overrides[key])
-            placed.add(key)
-    out.extend(a for a in over if arg_key(a.flag) not in placed)
-    return tuple(out)
-
-
-def profile_start(entrypoint: Entrypoint, profile: Profile) -> tuple[Arg, ...]:
-    """The arguments a profile starts from: the entrypoint's, or those of the profile it ``extends``."""
-    parent = profile.extends
-    if parent is None or parent == BASE_PROFILE or parent not in entrypoint.profiles:
-        return entrypoint.args  # an unknown parent is the loader's error (pins._check_derived)
-    return effective_args(entrypoint, entrypoint.profiles[parent])
-
-
-def effective_args(entrypoint: Entrypoint, profile: Profile | None) -> tuple[Arg, ...]:
-    """The entrypoint's arguments with a profile laid over them: what it starts from (``profile_start``),
-    less the options it drops, with its arguments laid over the rest (see ``_lay_over``)."""
-    if profile is None:
-        return entrypoint.args
-    dropped = set(profile.drop)
-    start = tuple(a for a in profile_start(entrypoint, profile) if arg_key(a.flag) not in dropped)
-    return _lay_over(start, profile.args)
 
 
 def gpu_count(entrypoint: Entrypoint, profile: Profile | None) -> int | None:

@@ -26,13 +26,11 @@ and the keys of every node below them, will change once the stack is locked.
 from __future__ import annotations
 
 import fnmatch
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from buildctl.graph.keys import key_inputs, node_key
@@ -69,6 +67,7 @@ from buildctl.manifest.model import (
     Platform,
     Variant,
 )
+from buildctl.manifest.requirements import download_wheel, runtime_requirements
 
 # ------------------------------------------------------------------------------------------- nodes
 
@@ -193,28 +192,6 @@ def _satisfies(version: str, specifier: str) -> bool:
         return SpecifierSet(specifier).contains(Version(version), prereleases=True)
     except (InvalidSpecifier, InvalidVersion):
         return False
-
-
-def runtime_requirements(manifest: Manifest) -> tuple[PipRequirement, ...]:
-    """The runtime pip requirements: the manifest's, then the compiled wheels' own (install.requires)."""
-    out = list(manifest.pip.requirements)
-    seen = {r.name for r in out}
-    for c in manifest.components:
-        for r in c.install.requires:
-            if r.name not in seen:
-                out.append(r)
-                seen.add(r.name)
-    return tuple(out)
-
-
-def download_wheel(d: Download, platform: str) -> tuple[str, str, str, str] | None:
-    """(canonical name, version, file name, url) of an ``install: pip`` download's wheel for ``platform``."""
-    u = d.for_platform(platform)
-    if u is None:
-        return None
-    path = urllib.parse.unquote(urllib.parse.urlsplit(u.url).path.rsplit("/", 1)[-1])
-    name, version, _, _ = parse_wheel_filename(path)  # the loader checked it parses
-    return str(name), str(version), path, u.url
 
 
 def _download_pin(d: Download, platform: str, vl: VariantLock | None) -> tuple[PipPin, str | None]:

@@ -17,15 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from buildctl.errors import Location, ManifestError, UsageError
-from buildctl.graph.entrypoint import (
-    PATH_REF,
-    SCRIPT_PATH,
-    arg_key,
-    effective_args,
-    launches,
-    select_profile,
-    variant_entrypoint,
-)
+from buildctl.graph.entrypoint import PATH_REF, SCRIPT_PATH, launches, select_profile, variant_entrypoint
 from buildctl.graph.render import PIP_CHECK_BASE
 from buildctl.lock.lockfile import VariantLock, canonical
 from buildctl.manifest.model import (
@@ -38,6 +30,7 @@ from buildctl.manifest.model import (
     TrainSpec,
     Variant,
 )
+from buildctl.manifest.profiles import arg_key, effective_args
 
 EXPECT_LABEL = "io.buildctl.smoke.expect"  # the expectation, canonical JSON (or base64 of it)
 PYTHON_LABEL = "io.buildctl.smoke.python"  # the interpreter the training runs with (default python3)

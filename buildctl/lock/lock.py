@@ -28,7 +28,6 @@ from pathlib import Path
 
 from buildctl.config import Config
 from buildctl.errors import BuildctlError, EngineError, LockError, UnreachableError
-from buildctl.graph import graph
 from buildctl.lock.drift import NONE, Drift, diff_variant
 from buildctl.lock.lockfile import (
     Lock,
@@ -56,6 +55,7 @@ from buildctl.manifest.model import (
     Manifest,
     Variant,
 )
+from buildctl.manifest.requirements import runtime_requirements
 
 # ------------------------------------------------------------------------------------------ base
 
@@ -175,7 +175,7 @@ def resolve(m: Manifest, v: Variant, resolvers: Resolvers, config: Config, *,
                 raise LockError(f"{m.stack}/{v.name}: the base's python is {result.python}, the variant says {v.python}",
                                 fix=f"set variants.{v.name}.python: \"{'.'.join(result.python.split('.')[:2])}\"")
             check_protected(m, result.pip, result.installed, where=where)
-            pip = pip_pins(graph.runtime_requirements(m), result.pip, result.installed_after_remove, result.tags,
+            pip = pip_pins(runtime_requirements(m), result.pip, result.installed_after_remove, result.tags,
                            resolvers.index, where=where, downloads={n: sha for n, (_, sha) in wheels.items()})
             for c in m.components:
                 if c.build.requires:

@@ -14,7 +14,6 @@ from packaging.utils import canonicalize_name
 
 from buildctl.config import mirror_url
 from buildctl.errors import BuildctlError, LockDrift, LockError, SourceError, UnreachableError
-from buildctl.graph import graph
 from buildctl.imageref import ImageRef
 from buildctl.lock.lockfile import (
     DraggedCommit,
@@ -43,6 +42,7 @@ from buildctl.manifest.model import (
     PipRequirement,
     Variant,
 )
+from buildctl.manifest.requirements import download_wheel, runtime_requirements
 
 
 def mirror_for(ref: ImageRef, mirrors: Mapping[str, str]) -> str | None:
@@ -233,7 +233,7 @@ def download_wheels(m: Manifest, v: Variant, downloads: Mapping[str, LockedDownl
     for d in m.downloads:
         if d.install != "pip" or d.name not in downloads:
             continue
-        w = graph.download_wheel(d, v.platform)
+        w = download_wheel(d, v.platform)
         if w is None:
             continue
         name, _version, _filename, url = w
@@ -266,7 +266,7 @@ def probe_request(m: Manifest, v: Variant, keyrings: Mapping[str, bytes],
                 if dest.endswith(".deb"):
                     debs.append(dest)
     return ProbeRequest(
-        pip=(*(r.text for r in graph.runtime_requirements(m)), *(line for line, _ in (wheels or {}).values())),
+        pip=(*(r.text for r in runtime_requirements(m)), *(line for line, _ in (wheels or {}).values())),
         build_pip={c.name: tuple(r.text for r in c.build.requires) for c in m.components if c.build.requires},
         apt=tuple(dict.fromkeys(apt_names)),
         apt_sources=sources, files=files, apt_debs=tuple(debs),

@@ -13,7 +13,6 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion
 
 from buildctl.errors import Location, ManifestError
-from buildctl.graph.entrypoint import BASE_PROFILE, TORCHRUN_OWNED, arg_key, profile_start
 from buildctl.manifest import model
 from buildctl.manifest.fields import PLATFORMS
 from buildctl.manifest.loader import Loader
@@ -24,6 +23,7 @@ from buildctl.manifest.model import (
     InstallKind,
     Manifest,
 )
+from buildctl.manifest.profiles import BASE_PROFILE, TORCHRUN_OWNED, arg_key, profile_start
 
 # ------------------------------------------------------------------------------------ semantic checks
 

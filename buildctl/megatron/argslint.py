@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from buildctl.graph.entrypoint import PATH_REF, effective_args, gpu_count, select_profile, variant_entrypoint
+from buildctl.graph.entrypoint import PATH_REF, gpu_count, select_profile, variant_entrypoint
 from buildctl.manifest.model import Arg, Manifest, Variant
+from buildctl.manifest.profiles import effective_args
 from buildctl.megatron.asserts import _Consistency
 from buildctl.megatron.flags import FlagSpec, FlagTable, NotMegatronSource, replacement_in
 from buildctl.megatron.report import Finding as Finding

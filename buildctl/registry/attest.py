@@ -3,7 +3,7 @@
 One mechanism for every kind of evidence: an ``Evidence`` (its artifact type, the media type of its
 one payload blob, annotations) is attached to the image manifest digest through the registry client
 (registry.py: the artifact manifest, then the referrers API or the ``sha256-<hex>`` referrers tag), and
-found again with ``find``. Provenance (an in-toto statement) is the first kind; smoke evidence can be
+found again with ``find``. Provenance (an in-toto statement, made evidence by ship/provenance.py) is the first kind; smoke evidence can be
 attached the same way with its own artifact type.
 """
 
@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from buildctl.errors import PushError
 from buildctl.imageref import ImageRef
 from buildctl.registry.registry import Descriptor, referrers_tag
-from buildctl.ship import provenance
 
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"  # what docker buildx, cosign and oras annotate with
 KIND_ANNOTATION = "io.buildctl.evidence"
@@ -40,12 +39,6 @@ class Evidence:
     media_type: str
     payload: bytes
     annotations: Mapping[str, str] = field(default_factory=dict)
-
-
-def provenance_evidence(statement: Mapping[str, Any]) -> Evidence:
-    return Evidence(kind="provenance", artifact_type=provenance.MEDIA_TYPE, media_type=provenance.MEDIA_TYPE,
-                    payload=provenance.to_text(statement).encode(),
-                    annotations={PREDICATE_ANNOTATION: str(statement.get("predicateType", ""))})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -59,7 +59,7 @@ def _attacher(project: Path, config: Config, engine: Engine, registry: str, reda
             found = provenance.lock_for_image(project / "pins", info.labels, source)
             stmt = provenance.statement(subject_name=ImageRef.parse(pushed.target).name(), subject_digest=pushed.digest,
                                         found=found, labels=info.labels, image_id=info.id, project=project)
-            out.append(attest.attach(client, pushed.target, pushed.digest, attest.provenance_evidence(stmt)))
+            out.append(attest.attach(client, pushed.target, pushed.digest, provenance.evidence(stmt)))
         return out
 
     return attach

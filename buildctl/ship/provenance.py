@@ -48,6 +48,7 @@ from buildctl.lock.lockfile import (
     VariantLock,
 )
 from buildctl.manifest import pins
+from buildctl.registry import attest
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -324,3 +325,10 @@ def statement(*, subject_name: str, subject_digest: str, found: ImageLock, label
 def to_text(stmt: Mapping[str, Any]) -> str:
     """Canonical JSON text (sorted keys), as it is written and attached."""
     return json.dumps(stmt, indent=2, sort_keys=True) + "\n"
+
+
+def evidence(statement: Mapping[str, Any]) -> attest.Evidence:
+    """The statement as evidence to attach beside the image (registry/attest.py)."""
+    return attest.Evidence(kind="provenance", artifact_type=MEDIA_TYPE, media_type=MEDIA_TYPE,
+                           payload=to_text(statement).encode(),
+                           annotations={attest.PREDICATE_ANNOTATION: str(statement.get("predicateType", ""))})

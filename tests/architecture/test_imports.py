@@ -6,6 +6,8 @@
 - a command module parses, calls a service, prints: it imports no other command module;
 - the build (buildctl/build/*) takes the plan and what the graph gives: it never imports the manifest model
   or pins, the lock file module or the locker;
+- stages run downhill where their order is settled: the manifest and the lock read no graph (the graph is
+  made from them), the registry client reads nothing of ship/ (shipping uses the registry);
 - docker only in buildctl/engine/, rich only in buildctl/ui.py, yaml only in buildctl/manifest/ and
   buildctl/config.py (bench/ and smoke/ included).
 
@@ -30,6 +32,10 @@ BUILD_MAY_NOT = ("buildctl.manifest.model", "buildctl.manifest.pins", "buildctl.
 # The smoke runner lives in build/ for now and reads the manifest's smoke section and the lock (what the image
 # must contain): it is the lead's, to move to a room of its own. Named here so that nothing else slips in.
 BUILD_EXCEPTIONS: set[str] = set()
+# (stage, the stages it may not import): the order of the stages that is settled
+DOWNHILL = (("buildctl.manifest", ("buildctl.graph", "buildctl.lock", "buildctl.build")),
+            ("buildctl.lock", ("buildctl.graph", "buildctl.build")),
+            ("buildctl.registry", ("buildctl.ship",)))
 
 
 def module_name(path: Path) -> str:
@@ -85,7 +91,7 @@ def under(mod: str, prefix: str) -> bool:
 def violations() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {"upward": [], "command imports command": [], "build reads manifest or lock": [],
                                    "docker outside engine/": [], "rich outside ui.py": [],
-                                   "yaml outside manifest/": []}
+                                   "yaml outside manifest/": [], "stage imports a stage above it": []}
     for path in sources("buildctl"):
         me = module_name(path)
         mine = layer(me)
@@ -101,6 +107,8 @@ def violations() -> dict[str, list[str]]:
             if (mine == "commands" and theirs == "commands" and mod.count(".") >= 2
                     and mod.split(".")[2] != me.split(".")[2] and mod.split(".")[2] != "__init__"):
                 found["command imports command"].append(where)
+            if any(under(me, low) and any(under(mod, high) for high in above) for low, above in DOWNHILL):
+                found["stage imports a stage above it"].append(where)
             if (rel(path).startswith("buildctl/build/") and rel(path) not in BUILD_EXCEPTIONS
                     and any(under(mod, banned) for banned in BUILD_MAY_NOT)):
                 found["build reads manifest or lock"].append(where)
@@ -117,7 +125,8 @@ def violations() -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("rule", ["upward", "command imports command", "build reads manifest or lock",
-                                  "docker outside engine/", "rich outside ui.py", "yaml outside manifest/"])
+                                  "docker outside engine/", "rich outside ui.py", "yaml outside manifest/",
+                                  "stage imports a stage above it"])
 def test_import_rule(rule: str) -> None:
     bad = sorted(set(violations()[rule]))
     assert not bad, f"{rule}:\n  " + "\n  ".join(bad)

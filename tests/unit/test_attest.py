@@ -15,7 +15,7 @@ from buildctl.labels import SMOKE_LABEL
 from buildctl.registry import attest, credentials
 from buildctl.registry.credentials import Login, Redactor
 from buildctl.registry.registry import Descriptor, referrers_tag
-from buildctl.ship import push
+from buildctl.ship import provenance, push
 from tests.unit.fakes_ship import Event, FakeEngine, Image
 
 REG = "127.0.0.1:5999"
@@ -104,7 +104,7 @@ class FakeRegistry:
 def test_attach_names_the_subject_by_its_registry_descriptor() -> None:
     reg = FakeRegistry()
     stmt = {"_type": "https://in-toto.io/Statement/v1", "predicateType": "https://slsa.dev/provenance/v1"}
-    got = attest.attach(reg, f"{REG}/demo:default-k1", D1, attest.provenance_evidence(stmt))
+    got = attest.attach(reg, f"{REG}/demo:default-k1", D1, provenance.evidence(stmt))
     assert got == attest.Attached(kind="provenance", repository=f"{REG}/demo", subject=D1, artifact=ART,
                                   artifact_type="application/vnd.in-toto+json", referrers_tag="sha256-" + "a" * 64)
     [(repo, atype, subject, ann)] = reg.calls
@@ -113,7 +113,7 @@ def test_attach_names_the_subject_by_its_registry_descriptor() -> None:
     assert json.loads(ann) == {"in-toto.io/predicate-type": "https://slsa.dev/provenance/v1",
                                "io.buildctl.evidence": "provenance"}
     with pytest.raises(PushError, match="no such manifest"):
-        attest.attach(reg, f"{REG}/other:t", D1, attest.provenance_evidence(stmt))
+        attest.attach(reg, f"{REG}/other:t", D1, provenance.evidence(stmt))
 
 
 def test_registry_login_from_the_environment_then_dockers_config(tmp_path: Path) -> None:

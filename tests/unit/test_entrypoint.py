@@ -15,7 +15,6 @@ from buildctl.graph.entrypoint import (
     CONTEXT_NAME,
     SCRIPT_PATH,
     command_words,
-    effective_args,
     launch_argv,
     launcher_words,
     select_profile,
@@ -23,6 +22,7 @@ from buildctl.graph.entrypoint import (
 from buildctl.graph.launch_script import render_entrypoint_fragment, render_launch_script
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
+from buildctl.manifest.profiles import effective_args
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -13,9 +13,10 @@ import pytest
 
 from buildctl.errors import ManifestErrors
 from buildctl.graph import smoke_expect
-from buildctl.graph.entrypoint import effective_args, launches, variant_entrypoint
+from buildctl.graph.entrypoint import launches, variant_entrypoint
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
+from buildctl.manifest.profiles import effective_args
 
 PROJECT = Path(__file__).resolve().parents[2]
 

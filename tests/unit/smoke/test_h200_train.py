@@ -15,8 +15,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from buildctl.graph.entrypoint import effective_args, variant_entrypoint
+from buildctl.graph.entrypoint import variant_entrypoint
 from buildctl.manifest import pins
+from buildctl.manifest.profiles import effective_args
 from buildctl.megatron.argslint import lint
 from smoke import trainlog
 
