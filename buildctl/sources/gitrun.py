@@ -66,6 +66,20 @@ def parse_gitmodules(text: str) -> dict[str, str]:
     return {e["path"].strip("/"): e["url"] for e in entries.values() if "path" in e and "url" in e}
 
 
+def parse_nul_records(text: str, width: int) -> list[tuple[str, ...]]:
+    """Output of ``git show -s -z --format=F1%x00F2%x00...`` (``width`` fields a commit) -> one tuple a commit.
+
+    Every field ends in NUL (``-z`` ends each commit's record with one too), so a field may hold any other
+    character: a subject's CR, FF, VT, FS/GS/RS, NEL, U+2028 or U+2029 (that ``str.splitlines`` would split at)
+    stays inside its field. Output that does not come in whole records is refused, not half-read."""
+    fields = text.split("\0")
+    if fields and fields[-1] in ("", "\n"):
+        fields.pop()
+    if len(fields) % width:
+        raise ValueError(f"git printed {len(fields)} NUL-separated field(s), not records of {width}")
+    return [tuple(fields[i:i + width]) for i in range(0, len(fields), width)]
+
+
 def parse_ls_tree_gitlinks(text: str) -> dict[str, str]:
     """``git ls-tree -r -z`` output -> {path: commit} of the gitlinks (mode 160000) in it."""
     out: dict[str, str] = {}

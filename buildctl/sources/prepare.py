@@ -375,7 +375,7 @@ def _touches(cache: Mirrors, mirror: Path, base: str, ch: Change) -> set[str]:
     """The files a change modifies."""
     if isinstance(ch, PatchFile):
         r = cache.git.run(["apply", "--numstat", "--", str(ch.path)], check=False, what="read patch")
-        return {line.split("\t", 2)[2] for line in r.out.splitlines() if line.count("\t") >= 2}
+        return {line.split("\t", 2)[2] for line in r.out.split("\n") if line.count("\t") >= 2}
     if isinstance(ch, PrChange) and ch.mode == "merge":
         mb = cache.git.run(["merge-base", base, ch.head], git_dir=mirror, check=False, what="merge-base").out.strip()
         shas = [f"{mb}..{ch.head}"] if mb else []
