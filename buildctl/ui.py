@@ -48,7 +48,7 @@ def safe_text(text: object, *, one_line: bool = False) -> str:
 def _json_safe(text: str) -> str:
     if text.isascii() and text.isprintable():
         return text
-    out = []
+    out: list[str] = []
     for c in text:
         if c not in "\n\t" and unicodedata.category(c) in _UNSAFE_CATEGORIES:
             b = c.encode("utf-16-be", "surrogatepass")

@@ -40,6 +40,7 @@ from email.message import Message
 from pathlib import Path
 from typing import Any
 
+from buildctl import untrusted
 from buildctl.errors import BuildctlError, PushError, UnreachableError
 from buildctl.registry.credentials import Login, Redactor
 
@@ -219,9 +220,9 @@ class RegistryClient:
         if answer.status != 200:
             return None
         try:
-            data = json.loads(answer.body)
+            data = untrusted.obj(untrusted.loads(answer.body), "the token answer")
             token = data.get("token") or data.get("access_token")
-        except (ValueError, AttributeError):
+        except ValueError:
             token = None
         if not isinstance(token, str) or not token:
             return None
@@ -411,7 +412,7 @@ def _check(repo: str, reference: str) -> None:
 def _media_type(body: bytes) -> str:
     """The manifest's own mediaType field (what a descriptor of it must say), or ""."""
     try:
-        data = json.loads(body)
+        data = untrusted.loads(body)
     except ValueError:
         return ""
     media = data.get("mediaType") if isinstance(data, dict) else None
@@ -420,9 +421,9 @@ def _media_type(body: bytes) -> str:
 
 def _index_entries(body: bytes, where: str) -> list[Descriptor]:
     try:
-        data = json.loads(body)
+        data = untrusted.loads(body)
     except ValueError as exc:
-        raise PushError(f"{where}: not JSON ({exc})", fix="check the registry") from exc
+        raise PushError(f"{where}: not an image index ({exc})", fix="check the registry") from None
     manifests = data.get("manifests") if isinstance(data, dict) else None
     if not isinstance(manifests, list):
         raise PushError(f"{where}: not an image index (no manifests list)",

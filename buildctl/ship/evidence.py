@@ -22,10 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from buildctl import untrusted
 from buildctl.errors import BuildctlError, SmokeFailed
 
 ARTIFACT_TYPE = "application/vnd.buildctl.smoke.evidence.v1+json"
 SCHEMA = 1
+MAX_DEPTH = 32  # a smoke report nests 6 levels (checks[i].details.x ...)
 MAX_REPORT = 4 << 20  # a GPU tier's report with every TE log line is ~100 KB; refuse what is far past that
 TIER_ANNOTATION = "io.buildctl.smoke.tier"
 SUITE_ANNOTATION = "io.buildctl.smoke.suite"
@@ -187,15 +189,22 @@ def from_report(report: Any, *, where: str, subject: str, suite_hash: str, stack
                          gpu=_gpu(report, where) if tier == "gpu" else None, failed=failed, report=report)
 
 
+def parse_json(data: bytes, where: str) -> Any:
+    """A report's or a payload's JSON through the bounded reader: EvidenceRefused (exit 15) when it is not UTF-8
+    JSON or nests deeper than any report does (a 100,000-deep ``[[[`` under the size cap)."""
+    try:
+        return untrusted.loads(data, max_depth=MAX_DEPTH)
+    except ValueError as exc:
+        msg = str(exc) if isinstance(exc, untrusted.Malformed) else f"not JSON ({exc})"
+        raise _refuse(where, msg) from None
+
+
 def from_payload(data: bytes, *, where: str, subject: str, artifact: str = "") -> SmokeEvidence:
     """An artifact's payload read back from the registry, checked as a report is (its own suite hash kept:
     ``decide`` tells another suite's evidence apart)."""
     if len(data) > MAX_REPORT:
         raise _refuse(where, f"larger than {MAX_REPORT} bytes")
-    try:
-        doc = json.loads(data)
-    except ValueError as exc:
-        raise _refuse(where, f"not JSON ({exc})") from exc
+    doc = parse_json(data, where)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("kind") != "smoke":
         raise _refuse(where, f"not smoke evidence of schema {SCHEMA}")
     by, suite = doc.get("attached_by"), doc.get("suite_hash")

@@ -53,7 +53,7 @@ def test_every_odd_character_and_bytes_that_are_not_utf8(tmp_path: Path) -> None
 
 
 # any character but NUL (git cannot store it) and LF (it ends the subject line): surrogates cannot be encoded
-_subject = st.text(st.characters(blacklist_characters="\x00\n", blacklist_categories=("Cs",)), min_size=1,
+_subject = st.text(st.characters(blacklist_characters="\x00\n", blacklist_categories=["Cs"]), min_size=1,
                    max_size=40)
 
 
