@@ -140,3 +140,32 @@ def test_labels_of_a_good_config_are_read() -> None:
     ref = _image(reg, {"config": {"Labels": {"io.buildctl.lock": "abc"}}})
     labels, digest = lockarchive._labels_from_registry(reg, ref)  # type: ignore[arg-type]
     assert labels == {"io.buildctl.lock": "abc"} and digest == sha256_digest(reg.manifests["v1"])
+
+
+@pytest.mark.parametrize("config, named", [
+    (["a", "list"], "the config blob: expected an object, got a list"),
+    ({"rootfs": "x"}, "rootfs: expected an object, got a string"),
+    ({"rootfs": {"diff_ids": {}}}, "rootfs.diff_ids: expected a list, got an object"),
+    ({"rootfs": {"diff_ids": []}, "config": "a string"}, "config: expected an object, got a string"),
+    ({"rootfs": {"diff_ids": []}, "config": {"Labels": ["a=b"]}}, "config.Labels: expected an object, got a list"),
+    ({"rootfs": {"diff_ids": []}, "history": ["x"]}, "history[0]: expected an object, got a string"),
+])
+def test_the_image_evidence_and_promotion_read_is_refused_by_name(config: Any, named: str) -> None:
+    from buildctl.errors import PushError
+    from buildctl.ship import sizes
+
+    reg = FakeRegistry()
+    _image(reg, config)
+    with pytest.raises(PushError, match="its config is not an image config") as caught:
+        sizes.remote_image(reg, f"{REG}/demo", "v1")  # type: ignore[arg-type]
+    assert named in caught.value.what
+
+
+def test_an_image_manifest_that_is_a_list_is_refused_by_name() -> None:
+    from buildctl.errors import PushError
+    from buildctl.ship import sizes
+
+    reg = FakeRegistry()
+    reg.put(["x"], tag="v1")
+    with pytest.raises(PushError, match=r"not an image manifest \(the manifest: expected an object, got a list\)"):
+        sizes.remote_image(reg, f"{REG}/demo", "v1")  # type: ignore[arg-type]

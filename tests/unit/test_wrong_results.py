@@ -74,3 +74,63 @@ def test_pins_show_refuses_a_hand_edited_lock_as_plan_does(tmp_path: Path, monke
     out = capsys.readouterr().out
     assert "matches the manifest" not in out and edited not in out
     assert "lock: refused, as plan, build and lock refuse it" in out and "edited by hand" in out
+
+
+# -- item 7: a manifest with CRLF line ends can be bumped (one hashing of the manifest's bytes everywhere)
+
+CRLF = MINIMAL.replace("\n", "\r\n") + ("components:\r\n  lib:\r\n    repo: ../up.git\r\n"
+                                        "    commit: 0123456789abcdef0123456789abcdef01234567 # keep me\r\n"
+                                        "    branch: main\r\n")
+
+
+def test_a_crlf_manifest_locked_as_lock_does_is_current_for_bump(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from buildctl.services import bumping
+
+    manifest, lock = _project(tmp_path, monkeypatch, CRLF.encode())
+    _write_lock(manifest, lock)  # manifest_sha256: what `lock` records, of the file's bytes
+    text = pins.read_text_exact(manifest)
+    assert text == CRLF and pins.text_sha256(text) == pins.manifest_sha256(manifest)
+    assert bumping._current(manifest, text, "t").manifest_sha256 == pins.manifest_sha256(manifest)  # no LockError
+
+
+def test_bumps_edit_of_a_crlf_manifest_keeps_crlf_and_hashes_as_lock_will(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from buildctl.manifest import edit
+    from buildctl.safepath import write_atomic_both
+
+    manifest, lock = _project(tmp_path, monkeypatch, CRLF.encode())
+    text = pins.read_text_exact(manifest)
+    new = edit.apply(text, [edit.Edit(path=("components", "lib", "commit"), value="f" * 40)], str(manifest))
+    assert new == CRLF.replace("0123456789abcdef0123456789abcdef01234567", "f" * 40)
+    assert edit.changed_lines(text, new) == [9]
+    write_atomic_both((lock, "{}\n"), (manifest, new))  # what bump writes
+    assert manifest.read_bytes() == new.encode() and manifest.read_bytes().count(b"\r\n") == CRLF.count("\n")
+    assert pins.manifest_sha256(manifest) == pins.text_sha256(new)  # what the bumped lock records
+    assert pins.load(manifest).component("lib").commit == "f" * 40
+
+
+# -- item 8: files buildctl writes get the mode a plain write gives (0644 under umask 022), not mkstemp's 0600
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)])
+def test_lock_and_bump_writes_get_the_mode_a_plain_write_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               umask: int, mode: int) -> None:
+    import os
+
+    from buildctl.safepath import write_atomic, write_atomic_both
+
+    manifest, lock = _project(tmp_path, monkeypatch)
+    old = os.umask(umask)
+    try:
+        _write_lock(manifest, lock)  # lockfile.write -> write_atomic, as `buildctl lock` writes
+        assert lock.stat().st_mode & 0o777 == mode
+        a, b = tmp_path / "pins" / "a.yaml", tmp_path / "pins" / "b.lock.json"
+        write_atomic_both((a, "x\n"), (b, "{}\n"))  # as `buildctl bump` writes
+        assert a.stat().st_mode & 0o777 == mode and b.stat().st_mode & 0o777 == mode
+        a.chmod(0o600)  # a file that exists keeps its own mode, as a plain write keeps it
+        write_atomic(a, "y\n")
+        assert a.stat().st_mode & 0o777 == 0o600 and a.read_text() == "y\n"
+    finally:
+        os.umask(old)
+    assert not list((tmp_path / "pins").glob(".*.tmp"))
