@@ -85,7 +85,7 @@ def _short(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 sha1 = _str(syntax.full_sha)
 sha1_or_empty = _str(syntax.full_sha, empty=True)
 hex64 = _str(syntax.sha256_hex)
@@ -101,7 +101,7 @@ def _pep440(v: str) -> str | None:
 
 
 pip_version = _str(_pep440)
-apt_exact = _str(syntax.regex(re.compile(r"^[A-Za-z0-9.+~:-]+$"), "an exact apt version (no '*')"))
+apt_exact = _str(syntax.regex(re.compile(r"^[A-Za-z0-9.+~:-]+\Z"), "an exact apt version (no '*')"))
 text = _str()
 text_or_empty = _str(empty=True)
 
@@ -141,7 +141,7 @@ _VARIANT: Spec = {
     "missing": (False, ("map", text, _str(syntax.prose))),
     "resolved_at": (False, text_or_empty)}
 _INTEGRITY: Spec = {"sha256": (True, hex64),
-                    "entries": (True, ("map", text, _str(syntax.regex(re.compile(r"^[0-9a-f]{12}$"), "12 hex digits"))))}
+                    "entries": (True, ("map", text, _str(syntax.regex(re.compile(r"^[0-9a-f]{12}\Z"), "12 hex digits"))))}
 LOCK: Spec = {"schema": (True, _int(2, 2)), "stack": (True, _str(syntax.name)), "manifest_sha256": (True, hex64),
               "variants": (True, ("map", _str(syntax.name), _VARIANT)), "integrity": (False, _INTEGRITY)}
 

@@ -28,7 +28,7 @@ from buildctl.manifest.model import (
 # ------------------------------------------------------------------------------------ semantic checks
 
 
-DIST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+DIST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?\Z")
 
 
 def wheel_of_url(url: str) -> tuple[str, str, str] | None:
@@ -54,7 +54,7 @@ def _pip_download(d: model.Download, err: Any) -> None:
                       "file name (name-version-python-abi-platform.whl)",
                 fix="point the URL at the .whl file itself, or use install: file")
             continue
-        if not re.match(r"^[A-Za-z0-9._+-]+\.whl$", w[2]):
+        if not re.match(r"^[A-Za-z0-9._+-]+\.whl\Z", w[2]):
             err(u.at, f"download {d.name}: wheel file name {w[2]!r} holds characters pip would not write")
         names.add(w[0])
     if len(names) > 1:
@@ -82,7 +82,7 @@ def semantic_checks(m: Manifest, ld: Loader, base_dir: Path) -> None:
 
     for v in m.variants:
         for arch in v.gpu_archs:
-            if not re.match(r"^\d+\.\d+a?$", arch):
+            if not re.match(r"^\d+\.\d+a?\Z", arch):
                 err(at(v, "gpu_archs"), f"variant {v.name}: gpu arch {arch!r} is not a compute capability like '10.0'")
         for cname in v.components:
             if cname not in component_names:

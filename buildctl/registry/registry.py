@@ -53,9 +53,9 @@ MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
 EMPTY_CONFIG = b"{}"
 MAX_MANIFEST = 4 << 20  # the size distribution itself accepts for a manifest
 MAX_BLOB = 64 << 20  # what we read back (attestations are small)
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_REPO = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_REPO = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*\Z")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}\Z")
 _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
 
 

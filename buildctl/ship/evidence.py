@@ -37,11 +37,11 @@ Tier = Literal["build", "gpu"]
 AttachedBy = Literal["smoke gate", "buildctl push", "buildctl evidence attach"]
 ATTACHED_BY: tuple[AttachedBy, ...] = ("smoke gate", "buildctl push", "buildctl evidence attach")
 STATUSES = ("pass", "fail", "unsupported", "skipped")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_DRIVER = re.compile(r"^[0-9]{1,4}(\.[0-9]{1,4}){1,3}$")
-_CAPABILITY = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}$")
-_TEXT = re.compile(r"^[\x20-\x7e]{1,120}$")  # a GPU's name as torch gives it: printable, one short line
-_TIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{5,15}Z$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_DRIVER = re.compile(r"^[0-9]{1,4}(\.[0-9]{1,4}){1,3}\Z")
+_CAPABILITY = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}\Z")
+_TEXT = re.compile(r"^[\x20-\x7e]{1,120}\Z")  # a GPU's name as torch gives it: printable, one short line
+_TIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{5,15}Z\Z")
 
 
 class EvidenceRefused(BuildctlError):

@@ -21,7 +21,7 @@ from buildctl import untrusted
 from buildctl.errors import PushError
 from buildctl.registry.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Descriptor
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 LayerStatus = Literal["same", "shared", "rewritten", "added"]
 MAX_CONFIG = 8 << 20
 

@@ -60,7 +60,7 @@ def parse_gitmodules(text: str) -> dict[str, str]:
     entries: dict[str, dict[str, str]] = {}
     for item in filter(None, text.split("\0")):
         key, _, value = item.partition("\n")
-        m = re.match(r"^submodule\.(.+)\.(path|url)$", key)
+        m = re.match(r"^submodule\.(.+)\.(path|url)\Z", key)
         if m:
             entries.setdefault(m.group(1), {})[m.group(2)] = value
     return {e["path"].strip("/"): e["url"] for e in entries.values() if "path" in e and "url" in e}

@@ -142,9 +142,9 @@ def conflict_files_from_apply(stderr: str) -> list[str]:
     """The files `git apply` names in its errors (``patch failed: F:L``, ``F: does not exist``...)."""
     files: list[str] = []
     for line in stderr.splitlines():
-        m = (re.match(r"^error: patch failed: (.+):\d+$", line)
+        m = (re.match(r"^error: patch failed: (.+):\d+\Z", line)
              or re.match(r"^error: (.+): (?:does not exist in index|patch does not apply|already exists in index"
-                         r"|does not match index|No such file or directory|already exists in working directory)$",
+                         r"|does not match index|No such file or directory|already exists in working directory)\Z",
                          line))
         if m and m.group(1) not in files:
             files.append(m.group(1))

@@ -134,3 +134,20 @@ def test_lock_and_bump_writes_get_the_mode_a_plain_write_gives(tmp_path: Path, m
     finally:
         os.umask(old)
     assert not list((tmp_path / "pins").glob(".*.tmp"))
+
+
+# -- item 10: no validation pattern ends in `$` (it matches before a final "\n"): \Z, or fullmatch
+
+
+def test_no_pattern_in_buildctl_ends_in_a_dollar_that_lets_a_trailing_newline_through() -> None:
+    import re
+
+    from buildctl import syntax
+
+    root = Path(__file__).resolve().parents[2] / "buildctl"
+    literal = re.compile(r'\b(?:r|rf|fr)"[^"\n]*?(?<!\\)\$"')
+    found = [f"{p.relative_to(root.parent)}:{n}" for p in sorted(root.rglob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
+    assert found == []
+    for value in ("0123456789abcdef0123456789abcdef01234567\n", "ok-name\n", "1.2.3\n"):
+        assert not (syntax.FULL_SHA_RE.match(value) or syntax.NAME_RE.match(value) or syntax.VERSION_RE.match(value))
