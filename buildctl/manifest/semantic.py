@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import hashlib
 import re
@@ -239,13 +240,38 @@ def _check_entrypoint(m: Manifest, e: model.Entrypoint, err: Any, at: Any, downl
         for option in o.drop:
             if option not in base_options:
                 err(at(o, "drop"), f"variant {v.name}: entrypoint.drop: {option} is not in entrypoint.args",
-                    fix=Loader._closest(option, base_options))
+                    fix=_drop_hint(option, {k: "entrypoint.args" for k in base_options}))
         if o.default_profile is not None and o.default_profile != BASE_PROFILE and o.default_profile not in e.profiles:
             err(at(o, "default_profile"), f"variant {v.name}: default_profile {o.default_profile!r} is not in profiles",
                 fix=Loader._closest(o.default_profile, e.profiles))
         if o.gpus is not None or o.nodes is not None:
             _check_topology(err, at(o, "gpus" if o.gpus is not None else "nodes"), f"variant {v.name} entrypoint",
                             o.gpus if o.gpus is not None else e.gpus, o.nodes if o.nodes is not None else e.nodes)
+
+
+def _set_where(e: model.Entrypoint, p: model.Profile, option: str) -> str:
+    """Where the option a profile starts from is written: the nearest profile it extends that sets it, else the
+    entrypoint's (or a variant's) args."""
+    parent, seen = p.extends, set()
+    while parent is not None and parent != BASE_PROFILE and parent in e.profiles and parent not in seen:
+        seen.add(parent)
+        if any(arg_key(a.flag) == option for a in e.profiles[parent].args):
+            return f"entrypoint.profiles.{parent}.args"
+        parent = e.profiles[parent].extends
+    return "entrypoint.args" if any(arg_key(a.flag) == option for a in e.args) else "a variant's entrypoint.args"
+
+
+def _drop_hint(option: str, where: dict[str, str]) -> str:
+    """The fix for a ``drop`` of an option that is not there. The close option found may be the misspelled one
+    (a typo in the base launch): the hint names where it is written and says so, instead of steering the user to
+    copy the typo into ``drop``."""
+    match = difflib.get_close_matches(option, sorted(where), n=1, cutoff=0.6)
+    if not match:
+        return ""
+    close = match[0]
+    return (f"{where[close]} has {close!r}: if that is the option meant, drop it under that name; if {option!r} is "
+            f"the right spelling, the typo is in {where[close]}: correct it there (`buildctl lint-args` checks every "
+            "option against Megatron's own parser)")
 
 
 def _check_derived(err: Any, at: Any, e: model.Entrypoint, name: str, p: model.Profile,
@@ -269,7 +295,7 @@ def _check_derived(err: Any, at: Any, e: model.Entrypoint, name: str, p: model.P
     for option in p.drop:
         if option not in start:
             err(at(p, "drop"), f"profile {name}: drop: {option} is not in the arguments it starts from",
-                fix=Loader._closest(option, start))
+                fix=_drop_hint(option, {k: _set_where(e, p, k) for k in start}))
     changed = {*p.drop, *(arg_key(a.flag) for a in p.args)}
     for option in p.reasons:
         if option not in changed:

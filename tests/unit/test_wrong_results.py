@@ -151,3 +151,38 @@ def test_no_pattern_in_buildctl_ends_in_a_dollar_that_lets_a_trailing_newline_th
     assert found == []
     for value in ("0123456789abcdef0123456789abcdef01234567\n", "ok-name\n", "1.2.3\n"):
         assert not (syntax.FULL_SHA_RE.match(value) or syntax.NAME_RE.match(value) or syntax.VERSION_RE.match(value))
+
+
+# -- item 11: the "did you mean" of a profile's drop does not steer the user to copy a typo of the base launch
+
+
+@pytest.mark.parametrize("edit, where, typo", [
+    (("    - --data-path: /data/x", "    - --data-pth: /data/x"), "entrypoint.args", "--data-pth"),  # typo in the base
+    (("full-8: {gpus: 8, args: [--lr: \"1e-4\"]}", "full-8: {gpus: 8, args: [--lr: \"1e-4\", --data-pth: /d]}"),
+     None, None),  # the base is right and the profile drops it by name: no error at all
+])
+def test_a_drop_whose_close_match_is_a_typo_in_the_base_says_where_the_typo_is(
+        edit: tuple[str, str], where: str | None, typo: str | None) -> None:
+    from tests.unit.test_profiles_derived import BASE, errors_of, load
+
+    assert edit[0] in BASE
+    text = BASE.replace(*edit)
+    if where is None:
+        load(text)
+        return
+    errors = errors_of(text)
+    [drop] = [e for e in errors if "drop: --data-path is not in the arguments it starts from" in e]
+    assert f"{where} has {typo!r}" in drop and f"the typo is in {where}: correct it there" in drop
+    assert f"did you mean {typo!r}?" not in drop  # the bare hint that told the user to copy the typo
+
+
+def test_a_typo_in_an_extended_profile_is_named_with_that_profile() -> None:
+    from tests.unit.test_profiles_derived import BASE, errors_of
+
+    text = BASE.replace('full-8: {gpus: 8, args: [--lr: "1e-4"]}',
+                        'full-8: {gpus: 8, args: [--lr: "1e-4", --mock-dta]}').replace(
+        "drop: [--data-path]", "drop: [--data-path, --mock-data]").replace(
+        "--data-path: replaced by --mock-data", "--data-path: replaced by --mock-data\n        --mock-data: x")
+    errors = errors_of(text)
+    [drop] = [e for e in errors if "drop: --mock-data is not in the arguments it starts from" in e]
+    assert "entrypoint.profiles.full-8.args has '--mock-dta'" in drop
