@@ -10,11 +10,17 @@ from __future__ import annotations
 import io
 import json
 import unicodedata
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from buildctl import cli
+from buildctl.lock import lockfile
+from buildctl.lock.lockfile import Lock, VariantLock
+from buildctl.manifest import pins
 from buildctl.ui import UI, NodeProgress, safe_text
 
 OSC52 = "\x1b]52;c;cm0gLXJmIH4K\x07"
@@ -93,3 +99,25 @@ def test_safe_text_never_lets_a_control_format_or_separator_character_through(s:
     assert "\n" not in safe_text(s, one_line=True)
     # nothing else changes: the safe characters of the input are all there
     assert all(c in shown for c in s if c == "\n" or unicodedata.category(c) not in _UNSAFE)
+
+
+def test_pins_show_prints_a_dragged_subject_with_escapes_and_brackets_as_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pins show`'s "drags in" line: a subject from the repository is outside text (issue 33 item 2)."""
+    from tests.unit.test_provenance import LOCK
+
+    (tmp_path / "pins").mkdir()
+    manifest = tmp_path / "pins" / "demo.yaml"
+    manifest.write_bytes((Path(__file__).resolve().parents[2] / "pins" / "demo.yaml").read_bytes())
+    subject = f"Support [/dev/shm] paths [link=https://evil.invalid]x[/link] {OSC52}\u202eend"
+    comps = dict(LOCK["components"])  # type: ignore[call-overload]
+    comps["fastmath"] = {**comps["fastmath"], "dragged": [{"sha": "c" * 40, "subject": subject, "by": "PR #7"}]}
+    lockfile.write(tmp_path / "pins" / "demo.lock.json",
+                   Lock(stack="demo", manifest_sha256=pins.manifest_sha256(manifest),
+                        variants={"default": VariantLock.from_json({**LOCK, "components": comps})}))
+    monkeypatch.setenv("BUILDCTL_CACHE", str(tmp_path / "cache"))
+    assert cli.main(["--project", str(tmp_path), "pins", "show", "demo"]) == 0
+    out = capsys.readouterr().out
+    assert _no_unsafe(out)
+    assert ("fastmath: PR #7 drags in cccccccccccc Support [/dev/shm] paths [link=https://evil.invalid]x[/link] "
+            "\\x1b]52;c;cm0gLXJmIH4K\\x07\\u202eend") in out
