@@ -157,7 +157,7 @@ def test_the_image_evidence_and_promotion_read_is_refused_by_name(config: Any, n
     reg = FakeRegistry()
     _image(reg, config)
     with pytest.raises(PushError, match="its config is not an image config") as caught:
-        sizes.remote_image(reg, f"{REG}/demo", "v1")  # type: ignore[arg-type]
+        sizes.remote_image(reg, f"{REG}/demo", "v1")
     assert named in caught.value.what
 
 
@@ -168,4 +168,4 @@ def test_an_image_manifest_that_is_a_list_is_refused_by_name() -> None:
     reg = FakeRegistry()
     reg.put(["x"], tag="v1")
     with pytest.raises(PushError, match=r"not an image manifest \(the manifest: expected an object, got a list\)"):
-        sizes.remote_image(reg, f"{REG}/demo", "v1")  # type: ignore[arg-type]
+        sizes.remote_image(reg, f"{REG}/demo", "v1")
