@@ -169,3 +169,20 @@ def test_an_image_manifest_that_is_a_list_is_refused_by_name() -> None:
     reg.put(["x"], tag="v1")
     with pytest.raises(PushError, match=r"not an image manifest \(the manifest: expected an object, got a list\)"):
         sizes.remote_image(reg, f"{REG}/demo", "v1")
+
+
+@pytest.mark.parametrize("page, named", [
+    (["x"], "the project page: expected an object, got a list"),
+    ({"files": "x"}, "files: expected a list, got a string"),
+    ({"files": [["x"]]}, "files[0]: expected an object, got a list"),
+    ({"files": [{"filename": 5, "url": "u"}]}, "files[0].filename: expected a string, got a number"),
+    ({"files": [{"filename": "a.whl", "url": None}]}, "files[0].url: expected a string, got null"),
+    ({"files": [{"filename": "a.whl", "url": "u", "hashes": ["sha256"]}]}, "files[0].hashes: expected an object"),
+])
+def test_a_package_index_page_of_other_types_is_refused_by_name(page: Any, named: str) -> None:
+    from buildctl.sources.index import parse_project_page
+
+    with pytest.raises(LockError, match="is not a PEP 691 project page") as caught:
+        parse_project_page(json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json",
+                           "https://user:s3cret@index.invalid/simple/x/")
+    assert named in caught.value.what and "s3cret" not in caught.value.what
