@@ -345,11 +345,12 @@ class RegistryClient:
         answer = self.request("GET", f"/v2/{repo}/referrers/{subject}{query}", repo=repo,
                               headers={"Accept": OCI_INDEX})
         ctype = (answer.headers.get("Content-Type") or "").split(";")[0].strip()
+        # reading: an entry that is not a descriptor is left out (one odd entry never hides the others)
         if answer.status == 200 and ctype == OCI_INDEX:
-            found = _index_entries(answer.body, f"referrers of {subject}")
+            found = _index_entries(answer.body, f"referrers of {subject}", skip_malformed=True)
         else:
             got = self.manifest(repo, referrers_tag(subject))
-            found = _index_entries(got[0], f"{repo}:{referrers_tag(subject)}") if got else []
+            found = _index_entries(got[0], f"{repo}:{referrers_tag(subject)}", skip_malformed=True) if got else []
         return [d for d in found if not artifact_type or d.artifact_type == artifact_type]
 
     def attach(self, repo: str, subject: Descriptor, *, artifact_type: str, payload: bytes, media_type: str,
@@ -419,7 +420,9 @@ def _media_type(body: bytes) -> str:
     return media if isinstance(media, str) else ""
 
 
-def _index_entries(body: bytes, where: str) -> list[Descriptor]:
+def _index_entries(body: bytes, where: str, *, skip_malformed: bool = False) -> list[Descriptor]:
+    """The descriptors an image index lists. An entry that is not a descriptor: PushError naming it, or with
+    ``skip_malformed`` (reading referrers) left out; adding to a referrers tag keeps every entry or refuses."""
     try:
         data = untrusted.loads(body)
     except ValueError as exc:
@@ -428,4 +431,11 @@ def _index_entries(body: bytes, where: str) -> list[Descriptor]:
     if not isinstance(manifests, list):
         raise PushError(f"{where}: not an image index (no manifests list)",
                         fix="the tag is used for something else; remove it from the registry")
-    return [Descriptor.from_json(m, where) for m in manifests]
+    out = []
+    for i, m in enumerate(manifests):
+        try:
+            out.append(Descriptor.from_json(m, f"{where}: manifests[{i}]"))
+        except PushError:
+            if not skip_malformed:
+                raise
+    return out

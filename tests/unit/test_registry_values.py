@@ -186,3 +186,17 @@ def test_a_package_index_page_of_other_types_is_refused_by_name(page: Any, named
         parse_project_page(json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json",
                            "https://user:s3cret@index.invalid/simple/x/")
     assert named in caught.value.what and "s3cret" not in caught.value.what
+
+
+def test_a_referrers_index_entry_that_is_no_descriptor_is_left_out_when_reading_only() -> None:
+    from buildctl.errors import PushError
+    from buildctl.registry.registry import _index_entries
+
+    good = {"mediaType": OCI_MANIFEST, "digest": SUBJECT, "size": 3, "artifactType": ev.ARTIFACT_TYPE}
+    body = json.dumps({"manifests": ["x", {"digest": 5}, good, None]}).encode()
+    assert [d.digest for d in _index_entries(body, "r", skip_malformed=True)] == [SUBJECT]
+    with pytest.raises(PushError, match=r"r: manifests\[0\]: a descriptor is not an object"):
+        _index_entries(body, "r")  # adding to the tag keeps every entry or refuses
+    for odd in (b"[1]", b'{"manifests": "x"}', b"[" * 10_000):
+        with pytest.raises(PushError, match="r: not an image index"):
+            _index_entries(odd, "r", skip_malformed=True)
