@@ -101,3 +101,31 @@ def test_strict_refuses_what_python_json_accepts(text: str, said: str) -> None:
     assert untrusted.loads(text) is not None
     with pytest.raises(ValueError, match=said):
         untrusted.loads(text, strict=True)
+
+
+# what a process in an image prints, and its labels, are outside content too: the same bounded reader
+
+
+@pytest.mark.parametrize("answer", ["[" * 100_000, "[1, 2]", '{"build_pip": "x"}', '{"pip": 5}',
+                                    '{"apt": {"offered": ["x"]}}', "{'not': 'json'}"])
+def test_the_lock_probes_answer_from_a_base_image_is_checked(answer: str) -> None:
+    from buildctl.config import load_config
+    from buildctl.engine.values import RunResult
+    from buildctl.errors import LockError
+    from buildctl.lock import inbase
+
+    run = RunResult(exit_code=0, stdout=f"noise\n{inbase.MARK}{answer}\n", stderr="")
+    with pytest.raises(LockError, match="the lock probe inside img:1 answered something that is not its answer"):
+        inbase.parse_output(run, "img:1", load_config({}))
+
+
+def test_a_smoke_report_and_an_expectation_label_of_100000_brackets_are_refused() -> None:
+    from buildctl.build import smoke
+    from buildctl.errors import SmokeFailed, UsageError
+    from buildctl.graph import smoke_expect
+
+    with pytest.raises(SmokeFailed, match="not JSON") as caught:
+        smoke.parse_report("[" * 100_000, image="img:1", image_id="sha256:" + "1" * 64, exit_code=0)
+    assert "nested more than" in str(caught.value)
+    with pytest.raises(UsageError, match="nested more than"):
+        smoke_expect.decode_label("{" + "[" * 100_000)
