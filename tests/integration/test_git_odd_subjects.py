@@ -57,7 +57,7 @@ _subject = st.text(st.characters(blacklist_characters="\x00\n", blacklist_catego
                    max_size=40)
 
 
-@settings(max_examples=20, deadline=None, derandomize=True,
+@settings(max_examples=12, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(subjects=st.lists(_subject, min_size=1, max_size=3))
 def test_any_subject_is_read_back_as_written(subjects: list[str]) -> None:
