@@ -94,7 +94,7 @@ def parse_ls_tree_gitlinks(text: str) -> dict[str, str]:
 def parse_ls_remote(text: str, *, pulls: bool) -> dict[str, str]:
     """``git ls-remote --refs`` output -> {ref: sha} of the refs a mirror keeps."""
     out: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):  # git ends lines with LF only: a ref may hold U+2028, CR, ...
         sha, _, ref = line.partition("\t")
         if ref.endswith("^{}"):  # a peeled tag (ls-remote without --refs): the tag itself is listed too
             continue
