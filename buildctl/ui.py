@@ -103,7 +103,7 @@ class UI:
         self.out.file.flush()
 
     def print(self, text: str = "") -> None:
-        self.out.print(safe_text(text), markup=False)
+        self.out.print(safe_text(text), markup=False, emoji=False)
 
     def table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
         from rich.table import Table
@@ -121,13 +121,13 @@ class UI:
 
     def info(self, text: str) -> None:
         if not self.quiet:
-            self.err.print(safe_text(text), markup=False)
+            self.err.print(safe_text(text), markup=False, emoji=False)
 
     def warn(self, text: str) -> None:
-        self.err.print(f"warning: {safe_text(text)}", style="yellow", markup=False)
+        self.err.print(f"warning: {safe_text(text)}", style="yellow", markup=False, emoji=False)
 
     def error(self, text: str) -> None:
-        self.err.print(f"error: {safe_text(text)}", style="red", markup=False)
+        self.err.print(f"error: {safe_text(text)}", style="red", markup=False, emoji=False)
 
 
 class NodeProgress:
@@ -174,7 +174,7 @@ class NodeProgress:
         if self._live is not None:
             self._live.update(self._render())
         elif not self.ui.quiet:
-            self.ui.err.print(safe_text(line, one_line=True), markup=False, highlight=False)
+            self.ui.err.print(safe_text(line, one_line=True), markup=False, highlight=False, emoji=False)
 
     def log(self, name: str, line: str) -> None:
         line = line.strip()

@@ -121,3 +121,12 @@ def test_pins_show_prints_a_dragged_subject_with_escapes_and_brackets_as_written
     assert _no_unsafe(out)
     assert ("fastmath: PR #7 drags in cccccccccccc Support [/dev/shm] paths [link=https://evil.invalid]x[/link] "
             "\\x1b]52;c;cm0gLXJmIH4K\\x07\\u202eend") in out
+
+
+def test_emoji_codes_in_outside_text_are_shown_as_written() -> None:
+    ui, out, err = _ui()
+    ui.print("subject :thumbs_up: x")
+    ui.error("fix :warning: y")
+    ui.table("t", ["c"], [[":smile:"]])
+    assert "subject :thumbs_up: x" in out.getvalue() and ":smile:" in out.getvalue()
+    assert "error: fix :warning: y" in err.getvalue()
