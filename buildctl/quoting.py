@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Iterable
 
 # What a shell word may hold unquoted: the set shlex.quote leaves alone.
-_SAFE = re.compile(r"^[A-Za-z0-9@%+=:,./_-]+$")
+_SAFE = re.compile(r"^[A-Za-z0-9@%+=:,./_-]+\Z")
 
 
 def _checked(value: str) -> str:
@@ -58,7 +58,7 @@ def comment(value: str) -> str:
     return " ".join(value.replace("\x00", " ").split())
 
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def env_name(name: str) -> str:

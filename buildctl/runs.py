@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 
 OWNER_LABEL = "org.buildctl.owner"
-_OWNER = re.compile(r"^(?P<host>[a-z0-9-]{1,40})\.(?P<pid>[0-9]{1,10})\.(?P<start>[0-9]{1,20})$")
+_OWNER = re.compile(r"^(?P<host>[a-z0-9-]{1,40})\.(?P<pid>[0-9]{1,10})\.(?P<start>[0-9]{1,20})\Z")
 
 
 def _host() -> str:

@@ -46,12 +46,35 @@ def inside(root: Path, rel: str) -> Path:
     return target
 
 
+def _umask() -> int:
+    try:  # Linux 4.7+: read without changing it (os.umask sets it, for a moment, for every thread)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def _mode_for(path: Path) -> int:
+    """The mode a plain write would leave: the file's own when it exists, else 0666 less the umask (0644
+    usually). mkstemp makes 0600: a lock renamed into place from it was unreadable to a CI user or a viewer."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new file, never a part."""
+    """Write ``text`` to ``path`` (UTF-8, line ends as they are in ``text``) so that readers see the old or the
+    new file, never a part; with the mode a plain write would leave (``_mode_for``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            os.fchmod(f.fileno(), _mode_for(path))
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -73,12 +96,13 @@ def write_atomic_both(first: tuple[Path, str], second: tuple[Path, str]) -> None
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             staged.append(tmp)
-            with os.fdopen(fd, "w") as f:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                os.fchmod(f.fileno(), _mode_for(path))
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
         path1, path2 = first[0], second[0]
-        old1 = path1.read_text() if path1.exists() else None
+        old1 = path1.read_bytes().decode("utf-8") if path1.exists() else None
         os.replace(staged[0], path1)
         try:
             os.replace(staged[1], path2)

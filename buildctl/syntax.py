@@ -20,33 +20,33 @@ Rule = Callable[[str], "str | None"]
 
 # Control characters end lines in Dockerfiles and shell scripts, and NUL truncates C strings.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
-FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-APT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
-APT_VERSION_RE = re.compile(r"^[A-Za-z0-9.+~:*-]+$")
-PIP_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
-PIP_PATTERN_RE = re.compile(r"^[A-Za-z0-9._*?\[\]-]+$")
-MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*$")
-MODE_RE = re.compile(r"^0?[0-7]{3}$")
-FLAG_RE = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*(=.*)?$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+SHA_RE = re.compile(r"^[0-9a-f]{7,40}\Z")
+FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
+APT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
+APT_VERSION_RE = re.compile(r"^[A-Za-z0-9.+~:*-]+\Z")
+PIP_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?\Z")
+PIP_PATTERN_RE = re.compile(r"^[A-Za-z0-9._*?\[\]-]+\Z")
+MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*\Z")
+MODE_RE = re.compile(r"^0?[0-7]{3}\Z")
+FLAG_RE = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*(=.*)?\Z")
 # host[:port]: a DNS name or IPv4 address, or [IPv6]
 HOST_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*)"
-                     r"(:[0-9]{1,5})?$")
+                     r"(:[0-9]{1,5})?\Z")
 # docker's reference grammar (distribution/reference), narrowed to what we use
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-REPOSITORY_RE = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
+REPOSITORY_RE = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*\Z")
 IMAGE_RE = re.compile(
     r"^(?:(?P<host>[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?)/)?"
     rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?\Z")
 # git check-ref-format, narrowed: no leading '-', no '..', no '//', no '@{', no trailing '.lock' or '/'
-_REF_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$")
-_URL_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>[^\s]*)$")
-_SCP_RE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*):(?P<path>[^\s]*)$")
+_REF_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*\Z")
+_URL_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>[^\s]*)\Z")
+_SCP_RE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*):(?P<path>[^\s]*)\Z")
 REPO_SCHEMES = ("https", "ssh", "file")
 DOWNLOAD_SCHEMES = ("https", "http")
 MIRROR_SCHEMES = ("https", "http", "ssh", "file", "git")
@@ -226,7 +226,7 @@ def apt_line(value: str) -> str | None:
     bad = control(value)
     if bad:
         return bad
-    if not re.match(r"^deb(-src)? (\[[^\]'\"\\]*\] )?[a-z][a-z0-9+.-]*://\S+( [^\s'\"\\]+)+$", value):
+    if not re.match(r"^deb(-src)? (\[[^\]'\"\\]*\] )?[a-z][a-z0-9+.-]*://\S+( [^\s'\"\\]+)+\Z", value):
         return "is not a sources.list line ('deb [options] URL SUITE COMPONENT...')"
     return None
 
@@ -236,7 +236,7 @@ def interpreter(value: str) -> str | None:
     bad = control(value)
     if bad:
         return bad
-    if not re.match(r"^(/[A-Za-z0-9_.+-]+)*/?[A-Za-z0-9_.+-]+$", value) or value.startswith("-"):
+    if not re.match(r"^(/[A-Za-z0-9_.+-]+)*/?[A-Za-z0-9_.+-]+\Z", value) or value.startswith("-"):
         return "is not an interpreter name or absolute path such as python3 or /usr/bin/python3.12"
     return None
 
@@ -252,8 +252,8 @@ def finite(value: float, *, low: float, high: float) -> str | None:
 # A BuildKit builder's endpoint: the engine (and its BuildKit) behind a docker CLI's -H / DOCKER_HOST.
 ENDPOINT_SCHEMES = ("unix", "tcp", "ssh")
 LOCAL_ENDPOINT = "local"  # DOCKER_HOST, else the local socket: the engine every other command talks to
-_SOCKET_PATH_RE = re.compile(r"^(/[A-Za-z0-9_.+@-]+)+$")
-_SSH_USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+_SOCKET_PATH_RE = re.compile(r"^(/[A-Za-z0-9_.+@-]+)+\Z")
+_SSH_USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*\Z")
 
 
 def builder_endpoint(value: str) -> str | None:

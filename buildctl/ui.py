@@ -10,6 +10,7 @@ import json
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,43 @@ if TYPE_CHECKING:  # rich is imported when first used: a quiet no-op build print
     from rich.console import Console
     from rich.live import Live
     from rich.table import Table
+
+
+def _escape_char(c: str) -> str:
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
+# Cc: C0, DEL and C1 controls (ESC starts CSI/OSC sequences: colours, hyperlinks, OSC 52 clipboard writes; CR
+# and backspace overwrite what is shown); Cf: bidi overrides and isolates, zero-width marks; Zl/Zp: U+2028 and
+# U+2029; Cs: lone surrogates; Co/Cn: private use and unassigned.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+
+
+def safe_text(text: object, *, one_line: bool = False) -> str:
+    """Text from outside (commit subjects, registry values, file content, error messages quoting them) made
+    harmless for a terminal: every control, format or separator character is shown as a Python-style escape
+    (``\\x1b``, ``\\u202e``) instead of acting on the terminal. Newlines and tabs are kept, newlines not with
+    ``one_line``. Markup is never interpreted: everything UI prints goes out with markup off (tables as Text).
+    Every UI method that prints text passes it through here: the one path from outside text to the terminal."""
+    s = text if isinstance(text, str) else str(text)
+    if s.isascii() and s.isprintable():
+        return s
+    return "".join(_escape_char(c) if (c == "\n" and one_line) or (
+        c not in "\n\t" and unicodedata.category(c) in _UNSAFE_CATEGORIES) else c for c in s)
+
+
+def _json_safe(text: str) -> str:
+    if text.isascii() and text.isprintable():
+        return text
+    out: list[str] = []
+    for c in text:
+        if c not in "\n\t" and unicodedata.category(c) in _UNSAFE_CATEGORIES:
+            b = c.encode("utf-16-be", "surrogatepass")
+            out.extend(f"\\u{int.from_bytes(b[i:i + 2], 'big'):04x}" for i in range(0, len(b), 2))
+        else:
+            out.append(c)
+    return "".join(out)
 
 
 def _console(file: Any) -> Console:
@@ -48,7 +86,7 @@ class UI:
     def line(self, text: str) -> None:
         """One line of plain text to stdout, as it is (no markup, no emoji codes, no wrapping)."""
         f = self._out.file if self._out is not None else sys.stdout
-        f.write(text + "\n")
+        f.write(safe_text(text) + "\n")
         f.flush()
 
     # -- results (stdout)
@@ -58,34 +96,38 @@ class UI:
         self.out.file.flush()
 
     def document(self, text: str) -> None:
-        """A document (JSON of a standard format) exactly as given: no markup, emoji codes or wrapping."""
+        """A document (JSON of a standard format) as given: no markup, emoji codes or wrapping; a control or
+        format character in it (only possible inside a JSON string) as its JSON escape, same meaning."""
+        text = _json_safe(text)
         self.out.file.write(text if text.endswith("\n") else text + "\n")
         self.out.file.flush()
 
     def print(self, text: str = "") -> None:
-        self.out.print(text, markup=False)
+        self.out.print(safe_text(text), markup=False, emoji=False)
 
     def table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
         from rich.table import Table
+        from rich.text import Text
 
-        t = Table(title=title, title_justify="left", show_lines=False)
+        # Text cells, never markup: a subject "Support [/dev/shm] paths" or "[link=...]" is shown as it is
+        t = Table(title=Text(safe_text(title)), title_justify="left", show_lines=False)
         for c in columns:
-            t.add_column(c, overflow="fold")
+            t.add_column(Text(safe_text(c)), overflow="fold")
         for r in rows:
-            t.add_row(*("" if v is None else str(v) for v in r))
+            t.add_row(*(Text("" if v is None else safe_text(v)) for v in r))
         self.out.print(t)
 
     # -- diagnostics (stderr)
 
     def info(self, text: str) -> None:
         if not self.quiet:
-            self.err.print(text, markup=False)
+            self.err.print(safe_text(text), markup=False, emoji=False)
 
     def warn(self, text: str) -> None:
-        self.err.print(f"warning: {text}", style="yellow", markup=False)
+        self.err.print(f"warning: {safe_text(text)}", style="yellow", markup=False, emoji=False)
 
     def error(self, text: str) -> None:
-        self.err.print(f"error: {text}", style="red", markup=False)
+        self.err.print(f"error: {safe_text(text)}", style="red", markup=False, emoji=False)
 
 
 class NodeProgress:
@@ -132,7 +174,7 @@ class NodeProgress:
         if self._live is not None:
             self._live.update(self._render())
         elif not self.ui.quiet:
-            self.ui.err.print(line, markup=False, highlight=False)
+            self.ui.err.print(safe_text(line, one_line=True), markup=False, highlight=False, emoji=False)
 
     def log(self, name: str, line: str) -> None:
         line = line.strip()
@@ -165,6 +207,6 @@ class NodeProgress:
         with self._lock:
             for name, row in self._rows.items():
                 # Text cells: log lines often hold [brackets] that rich would read as markup
-                t.add_row(Text(name), Text(row[0], style=styles.get(row[0], "")), Text(self._elapsed(row)),
-                          Text((row[3] or "")[:100]))
+                t.add_row(Text(safe_text(name)), Text(row[0], style=styles.get(row[0], "")),
+                          Text(self._elapsed(row)), Text(safe_text((row[3] or "")[:100], one_line=True)))
         return t

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from xml.etree import ElementTree as ET
 
+from buildctl import untrusted
 from buildctl.engine.imageview import RunOutcome
 from buildctl.errors import SmokeFailed, UsageError
 from buildctl.graph.smoke_expect import (
@@ -102,11 +103,12 @@ def _bad_report(what: str, image: str, detail: str) -> SmokeFailed:
 
 def parse_report(text: str, *, image: str, image_id: str, exit_code: int) -> SmokeReport:
     """The suite's stdout as a typed report. Raises SmokeFailed when it is not one."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    try:  # the suite's output from inside the image: through the bounded reader
+        data = untrusted.loads(text)
+    except ValueError as exc:
         first = text.strip().splitlines()[0][:200] if text.strip() else "(nothing on stdout)"
-        raise _bad_report("its output is not JSON", image, f"{exc.msg}; output began: {first}") from exc
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise _bad_report("its output is not JSON", image, f"{msg}; output began: {first}") from None
     if not isinstance(data, dict) or data.get("suite") != "smoke" or data.get("schema") != REPORT_SCHEMA:
         raise _bad_report("not a smoke report of schema 1", image, str(data)[:300])
     try:

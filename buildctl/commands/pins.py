@@ -6,8 +6,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from buildctl.errors import ManifestError, ManifestErrors
-from buildctl.lock import lockfile
+from buildctl import untrusted
+from buildctl.errors import LockError, ManifestError, ManifestErrors
+from buildctl.lock import lockcheck, lockfile
 from buildctl.manifest import pins
 from buildctl.manifest.model import Change, Download, Manifest, Variant
 
@@ -60,11 +61,22 @@ def check(args: argparse.Namespace, ctx: Context) -> int:
     return 0 if failed == 0 else ManifestErrors.exit_code
 
 
-def _lock_for(path: Path) -> dict[str, Any] | None:
+def _lock_for(path: Path) -> tuple[dict[str, Any] | None, lockfile.LockHandEdited | None]:
+    """(the lock's data, None), or (None, the refusal) for a lock edited by hand: plan, build and lock refuse
+    such a lock by its integrity hash, so `pins show` does not show its values as locked either."""
     lock_path = path.with_name(path.stem + ".lock.json")
     if not lock_path.is_file():
-        return None
-    return lockfile.parse(lock_path.read_bytes(), str(lock_path))
+        return None, None
+    try:
+        data = lockfile.parse(untrusted.read_capped(lock_path, lockfile.MAX_BYTES), str(lock_path))
+    except OSError as exc:
+        raise LockError(f"{lock_path}: cannot read the lock: {exc.strerror or exc}") from None
+    except untrusted.Malformed as exc:
+        raise LockError(f"{lock_path}: {exc}: not a lock file") from None
+    edited = lockcheck.edited_entries(data)
+    if edited:
+        return None, lockfile.LockHandEdited(lock_path, edited)
+    return data, None
 
 
 def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None,
@@ -190,7 +202,9 @@ def show(args: argparse.Namespace, ctx: Context) -> int:
     path = pins.find(ctx.pins_dir, args.stack)
     m = pins.load(path)
     v = pins.select_variant(m, args.variant)
-    info = describe(m, v, _lock_for(path), pins.manifest_sha256(path))
+    lock, refused = _lock_for(path)
+    info = describe(m, v, lock, pins.manifest_sha256(path))
+    info["lock_refused"] = None if refused is None else refused.what
     if args.json:
         ctx.ui.json(info)
         return 0
@@ -198,7 +212,10 @@ def show(args: argparse.Namespace, ctx: Context) -> int:
     b = info["base"]
     ui.print(f"{m.stack} / {v.name}: {info['description']}")
     lk = info["lock"]
-    if lk is None:
+    if refused is not None:
+        ui.print(f"lock: refused, as plan, build and lock refuse it: {refused.what} "
+                 "(values as written in the manifest)")
+    elif lk is None:
         ui.print("lock: not locked (values as written in the manifest)")
     else:
         state = "matches the manifest" if lk["matches_manifest"] else \

@@ -85,10 +85,10 @@ SHARED_FILES = ("_settle.sh.in", "_apt-keep.sh.in", "_apt-clean.sh.in")
 # the single ``COPY rootfs/ /`` applies each copied folder's mode to the folder it lands on.
 DIR_MODES: Mapping[str, int] = {"tmp": 0o1777, "var/tmp": 0o1777, "root": 0o700}
 _PLACEHOLDER = re.compile(r"@@([a-z_]+)@@")
-_BLOCK_LINE = re.compile(r"^(\s*)@@([a-z_]+)@@\s*$")
-_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./*?+-]*$")
+_BLOCK_LINE = re.compile(r"^(\s*)@@([a-z_]+)@@\s*\Z")
+_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./*?+-]*\Z")
 # what a FROM line may hold: reference characters only (no space, quote, '$' or '#')
-_FROM_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
+_FROM_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*\Z")
 
 
 class TemplateError(BuildctlError):

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from buildctl import untrusted
 from buildctl.errors import Location, ManifestError, UsageError
 from buildctl.graph.entrypoint import PATH_REF, SCRIPT_PATH, launches, select_profile, variant_entrypoint
 from buildctl.graph.render import PIP_CHECK_BASE
@@ -117,10 +118,11 @@ def decode_label(value: str, source: str = EXPECT_LABEL) -> Expectation:
             text = base64.b64decode(text, validate=True).decode()
         except (binascii.Error, UnicodeDecodeError) as exc:
             raise UsageError(f"{source}: neither JSON nor base64 JSON", fix="rebuild the image") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{source}: not valid JSON ({exc.msg})", fix="rebuild the image") from exc
+    try:  # an image label (outside content): through the bounded reader
+        data = untrusted.loads(text)
+    except ValueError as exc:
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise UsageError(f"{source}: not valid JSON ({msg})", fix="rebuild the image") from None
     return Expectation.from_json(data, source)
 
 

@@ -38,7 +38,8 @@ class Ref:
     value: str
 
     def __str__(self) -> str:
-        return f"{self.kind}:{self.value}"
+        """The REF as it is written (parse_ref reads it back as this Ref: a hash is ``lock:HEX``)."""
+        return f"{'lock' if self.kind == 'hash' else self.kind}:{self.value}"
 
 
 def parse_ref(text: str, *, cwd: Path) -> Ref:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from buildctl import untrusted
 from buildctl.config import Config
 from buildctl.engine.values import Mount, RunResult
 from buildctl.errors import LockError, UnreachableError
@@ -118,7 +119,17 @@ def parse_output(run: RunResult, image: str, config: Config) -> ProbeResult:
         raise LockError(f"the lock probe inside {image} " +
                         ("did not finish in time" if run.timed_out else f"failed (exit {run.exit_code})"),
                         why=tail or "no output", fix="the base image needs python3 on its PATH")
-    data = json.loads(line[len(MARK):])
+    try:  # output of a process in the base image (outside content): bounded, and its shape checked
+        data = untrusted.obj(untrusted.loads(line[len(MARK):]), "the probe's answer")
+        return _probe_result(data, image, config)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LockError(f"the lock probe inside {image} answered something that is not its answer",
+                        why=f"{type(exc).__name__}: {str(exc)[:300]}",
+                        fix="check that the base image's python3 is a real CPython (the probe is "
+                            "buildctl/inimage/inbase_probe.py)") from None
+
+
+def _probe_result(data: dict[str, Any], image: str, config: Config) -> ProbeResult:
     if data.get("remove_error"):
         raise LockError(f"removing the manifest's remove.pip packages inside {image} failed",
                         why=str(data["remove_error"])[-2000:])

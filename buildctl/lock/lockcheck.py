@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from buildctl import syntax
+from buildctl import syntax, untrusted
 
 MAX_DEPTH = 12  # the deepest schema-2 lock nests 8 levels (variants.v.components.c.changes[i].merged_upstream.x)
 MAX_PROBLEMS = 20
@@ -86,7 +85,7 @@ def _short(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 sha1 = _str(syntax.full_sha)
 sha1_or_empty = _str(syntax.full_sha, empty=True)
 hex64 = _str(syntax.sha256_hex)
@@ -102,7 +101,7 @@ def _pep440(v: str) -> str | None:
 
 
 pip_version = _str(_pep440)
-apt_exact = _str(syntax.regex(re.compile(r"^[A-Za-z0-9.+~:-]+$"), "an exact apt version (no '*')"))
+apt_exact = _str(syntax.regex(re.compile(r"^[A-Za-z0-9.+~:-]+\Z"), "an exact apt version (no '*')"))
 text = _str()
 text_or_empty = _str(empty=True)
 
@@ -142,7 +141,7 @@ _VARIANT: Spec = {
     "missing": (False, ("map", text, _str(syntax.prose))),
     "resolved_at": (False, text_or_empty)}
 _INTEGRITY: Spec = {"sha256": (True, hex64),
-                    "entries": (True, ("map", text, _str(syntax.regex(re.compile(r"^[0-9a-f]{12}$"), "12 hex digits"))))}
+                    "entries": (True, ("map", text, _str(syntax.regex(re.compile(r"^[0-9a-f]{12}\Z"), "12 hex digits"))))}
 LOCK: Spec = {"schema": (True, _int(2, 2)), "stack": (True, _str(syntax.name)), "manifest_sha256": (True, hex64),
               "variants": (True, ("map", _str(syntax.name), _VARIANT)), "integrity": (False, _INTEGRITY)}
 
@@ -219,53 +218,9 @@ def validate(data: Any) -> list[str]:
 
 
 def loads(text: str) -> Any:
-    """JSON without the extensions Python's json accepts (NaN, Infinity, duplicate keys), and bounded in depth."""
-    def constant(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in items:
-            if k in out:
-                raise ValueError(f"duplicate key {k!r}")
-            out[k] = v
-        return out
-
-    depth = 0
-    deepest = 0
-    in_string = False
-    escaped = False
-    for c in text:  # a scan before parsing: a 100,000-deep document must not reach the parser's recursion
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > MAX_DEPTH:
-                raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
-        elif c in "]}":
-            depth -= 1
-    data = json.loads(text, parse_constant=constant, object_pairs_hook=pairs)
-    _finite(data)
-    return data
-
-
-def _finite(v: Any) -> None:
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        raise ValueError(f"{v} is not a finite number")
-    if isinstance(v, dict):
-        for x in v.values():
-            _finite(x)
-    elif isinstance(v, list):
-        for x in v:
-            _finite(x)
+    """JSON without the extensions Python's json accepts (NaN, Infinity, duplicate keys), and bounded in depth
+    (the one bounded reader, buildctl/untrusted.py)."""
+    return untrusted.loads(text, max_depth=MAX_DEPTH, strict=True)
 
 
 # -------------------------------------------------------------------------------------------- integrity

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from buildctl import untrusted
 from buildctl.errors import LockError
 from buildctl.lock import lockcheck
 from buildctl.safepath import write_atomic
@@ -361,6 +362,9 @@ def lock_path(manifest_path: Path) -> Path:
     return manifest_path.with_name(manifest_path.name.removesuffix(".yaml") + ".lock.json")
 
 
+MAX_BYTES = 16 << 20  # the seed stacks' locks are 10 to 200 KB; a REF file:/dev/zero must not be read without bound
+
+
 class LockHandEdited(LockError):
     """The lock's content no longer matches the hash buildctl recorded when it wrote it."""
 
@@ -407,11 +411,13 @@ def read(path: Path, *, allow_hand_edit: bool = False) -> Lock | None:
     by hand since buildctl wrote it raises LockHandEdited, unless ``allow_hand_edit`` (re-locking: the edit is
     reported in ``Lock.hand_edited`` and replaced)."""
     try:
-        raw = path.read_bytes()
+        raw = untrusted.read_capped(path, MAX_BYTES)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise LockError(f"{path}: cannot read the lock: {exc}") from None
+    except untrusted.Malformed as exc:
+        raise LockError(f"{path}: {exc}: not a lock file") from None
     data = parse(raw, str(path))
     edited = lockcheck.edited_entries(data)
     if edited and not allow_hand_edit:

@@ -14,7 +14,7 @@ from buildctl.manifest.model import (
 SHA_RE = syntax.SHA_RE
 SHA256_RE = syntax.SHA256_RE
 NAME_RE = syntax.NAME_RE
-OPTION_RE = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*$")  # an option as entrypoint.drop names it (no '=value')
+OPTION_RE = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*\Z")  # an option as entrypoint.drop names it (no '=value')
 PLATFORMS = ("linux/amd64", "linux/arm64")
 MAX_DEPTH = 40
 # YAML aliases let a small file stand for a huge document (a 10,000-item list aliased 10,000 times is

@@ -370,9 +370,9 @@ class Loader:
         if not isinstance(text, str) or not text.strip():
             return self.error(node, key, f"expected an apt package 'name' or 'name=version', got {text!r}")
         name, _, version = text.partition("=")
-        if not re.match(r"^[a-z0-9][a-z0-9+.-]+$", name):
+        if not re.match(r"^[a-z0-9][a-z0-9+.-]+\Z", name):
             return self.error(node, key, f"invalid apt package name {name!r}")
-        if "=" in text and not re.match(r"^[A-Za-z0-9.+~:*-]+$", version):
+        if "=" in text and not re.match(r"^[A-Za-z0-9.+~:*-]+\Z", version):
             return self.error(node, key, f"invalid apt version {version!r} for {name}")
         return AptPackage(name=name, version=version or "*", at=self.loc(node, key))
 

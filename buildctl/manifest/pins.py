@@ -109,7 +109,7 @@ def load_text(text: str, filename: str = "<string>", base_dir: Path | None = Non
 
 def load(path: Path) -> Manifest:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_exact(path)
     except FileNotFoundError:
         raise ManifestErrors([ManifestError(Location(file=str(path)), "no such manifest")]) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -118,7 +118,19 @@ def load(path: Path) -> Manifest:
 
 
 def manifest_sha256(path: Path) -> str:
+    """The manifest's hash as every lock records it: of the file's bytes (CRLF line ends included)."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_text_exact(path: Path) -> str:
+    """The manifest's text exactly as its bytes are (no newline translation: CRLF stays CRLF), so that
+    ``text_sha256`` of it is ``manifest_sha256`` of the file and an edit written back keeps its line ends."""
+    return path.read_bytes().decode("utf-8")
+
+
+def text_sha256(text: str) -> str:
+    """``manifest_sha256`` of a manifest whose bytes are ``text`` in UTF-8 (the one hashing of a manifest)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def stacks(pins_dir: Path) -> dict[str, Path]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import hashlib
 import re
@@ -28,7 +29,7 @@ from buildctl.manifest.profiles import BASE_PROFILE, TORCHRUN_OWNED, arg_key, pr
 # ------------------------------------------------------------------------------------ semantic checks
 
 
-DIST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+DIST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?\Z")
 
 
 def wheel_of_url(url: str) -> tuple[str, str, str] | None:
@@ -54,7 +55,7 @@ def _pip_download(d: model.Download, err: Any) -> None:
                       "file name (name-version-python-abi-platform.whl)",
                 fix="point the URL at the .whl file itself, or use install: file")
             continue
-        if not re.match(r"^[A-Za-z0-9._+-]+\.whl$", w[2]):
+        if not re.match(r"^[A-Za-z0-9._+-]+\.whl\Z", w[2]):
             err(u.at, f"download {d.name}: wheel file name {w[2]!r} holds characters pip would not write")
         names.add(w[0])
     if len(names) > 1:
@@ -82,7 +83,7 @@ def semantic_checks(m: Manifest, ld: Loader, base_dir: Path) -> None:
 
     for v in m.variants:
         for arch in v.gpu_archs:
-            if not re.match(r"^\d+\.\d+a?$", arch):
+            if not re.match(r"^\d+\.\d+a?\Z", arch):
                 err(at(v, "gpu_archs"), f"variant {v.name}: gpu arch {arch!r} is not a compute capability like '10.0'")
         for cname in v.components:
             if cname not in component_names:
@@ -239,13 +240,38 @@ def _check_entrypoint(m: Manifest, e: model.Entrypoint, err: Any, at: Any, downl
         for option in o.drop:
             if option not in base_options:
                 err(at(o, "drop"), f"variant {v.name}: entrypoint.drop: {option} is not in entrypoint.args",
-                    fix=Loader._closest(option, base_options))
+                    fix=_drop_hint(option, {k: "entrypoint.args" for k in base_options}))
         if o.default_profile is not None and o.default_profile != BASE_PROFILE and o.default_profile not in e.profiles:
             err(at(o, "default_profile"), f"variant {v.name}: default_profile {o.default_profile!r} is not in profiles",
                 fix=Loader._closest(o.default_profile, e.profiles))
         if o.gpus is not None or o.nodes is not None:
             _check_topology(err, at(o, "gpus" if o.gpus is not None else "nodes"), f"variant {v.name} entrypoint",
                             o.gpus if o.gpus is not None else e.gpus, o.nodes if o.nodes is not None else e.nodes)
+
+
+def _set_where(e: model.Entrypoint, p: model.Profile, option: str) -> str:
+    """Where the option a profile starts from is written: the nearest profile it extends that sets it, else the
+    entrypoint's (or a variant's) args."""
+    parent, seen = p.extends, set()
+    while parent is not None and parent != BASE_PROFILE and parent in e.profiles and parent not in seen:
+        seen.add(parent)
+        if any(arg_key(a.flag) == option for a in e.profiles[parent].args):
+            return f"entrypoint.profiles.{parent}.args"
+        parent = e.profiles[parent].extends
+    return "entrypoint.args" if any(arg_key(a.flag) == option for a in e.args) else "a variant's entrypoint.args"
+
+
+def _drop_hint(option: str, where: dict[str, str]) -> str:
+    """The fix for a ``drop`` of an option that is not there. The close option found may be the misspelled one
+    (a typo in the base launch): the hint names where it is written and says so, instead of steering the user to
+    copy the typo into ``drop``."""
+    match = difflib.get_close_matches(option, sorted(where), n=1, cutoff=0.6)
+    if not match:
+        return ""
+    close = match[0]
+    return (f"{where[close]} has {close!r}: if that is the option meant, drop it under that name; if {option!r} is "
+            f"the right spelling, the typo is in {where[close]}: correct it there (`buildctl lint-args` checks every "
+            "option against Megatron's own parser)")
 
 
 def _check_derived(err: Any, at: Any, e: model.Entrypoint, name: str, p: model.Profile,
@@ -269,7 +295,7 @@ def _check_derived(err: Any, at: Any, e: model.Entrypoint, name: str, p: model.P
     for option in p.drop:
         if option not in start:
             err(at(p, "drop"), f"profile {name}: drop: {option} is not in the arguments it starts from",
-                fix=Loader._closest(option, start))
+                fix=_drop_hint(option, {k: _set_where(e, p, k) for k in start}))
     changed = {*p.drop, *(arg_key(a.flag) for a in p.args)}
     for option in p.reasons:
         if option not in changed:

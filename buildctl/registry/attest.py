@@ -9,11 +9,11 @@ attached the same way with its own artifact type.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from buildctl import untrusted
 from buildctl.errors import PushError
 from buildctl.imageref import ImageRef
 from buildctl.registry.registry import Descriptor, referrers_tag
@@ -72,22 +72,36 @@ def attach(client: ArtifactRegistry, image: str, digest: str, evidence: Evidence
                     artifact_type=evidence.artifact_type, referrers_tag=referrers_tag(digest))
 
 
-def find(client: ArtifactRegistry, image: str, digest: str, artifact_type: str) -> list[tuple[Descriptor, bytes]]:
-    """Every artifact of ``artifact_type`` referring to ``digest``, with its payload (read back and checked)."""
+def find(client: ArtifactRegistry, image: str, digest: str, artifact_type: str,
+         problems: list[str] | None = None) -> list[tuple[Descriptor, bytes]]:
+    """Every artifact of ``artifact_type`` referring to ``digest``, with its payload (read back and checked).
+
+    Registry content buildctl did not write is checked by type before use (buildctl/untrusted.py): a referrer
+    whose manifest is not an object, whose ``subject`` is not a descriptor naming ``digest`` or whose
+    ``layers`` are not one descriptor is left out, with a line naming it in ``problems``: one odd referrer
+    never ends `evidence`, `push --promote` or `nightly`."""
     ref = ImageRef.parse(image.partition("@")[0])
     out = []
     for d in client.referrers(ref.path, digest, artifact_type):
+        where = f"{ref.name()}@{d.digest}"
         got = client.manifest(ref.path, d.digest)
         if got is None:
             continue
-        manifest = json.loads(got[0])
-        if (manifest.get("subject") or {}).get("digest") != digest:
-            raise PushError(f"{ref.name()}@{d.digest} is listed as referring to {digest} but names another subject",
-                            fix="remove the stale entry from the referrers tag")
-        layers = manifest.get("layers") or []
-        if len(layers) != 1:
+        try:
+            manifest = untrusted.obj(untrusted.loads(got[0]), "the manifest")
+            subject = untrusted.obj(manifest.get("subject"), "subject")
+            if subject.get("digest") != digest:
+                raise untrusted.Malformed(f"subject: names {str(subject.get('digest'))[:80]}, not {digest} "
+                                          "(a stale entry of the referrers tag?)")
+            layers = untrusted.array(manifest.get("layers", []), "layers")
+            if len(layers) != 1:
+                raise untrusted.Malformed(f"layers: {len(layers)} layer(s), not the one payload")
+            layer = Descriptor.from_json(layers[0], f"{where} layers[0]")
+        except (ValueError, PushError) as exc:
+            if problems is not None:
+                problems.append(f"{where}: referrer of {digest} left out: {exc}")
             continue
-        blob = client.get_blob(ref.path, Descriptor.from_json(layers[0], d.digest).digest)
+        blob = client.get_blob(ref.path, layer.digest)
         if blob is not None:
             out.append((d, blob))
     return out

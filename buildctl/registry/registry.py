@@ -40,6 +40,7 @@ from email.message import Message
 from pathlib import Path
 from typing import Any
 
+from buildctl import untrusted
 from buildctl.errors import BuildctlError, PushError, UnreachableError
 from buildctl.registry.credentials import Login, Redactor
 
@@ -52,9 +53,9 @@ MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
 EMPTY_CONFIG = b"{}"
 MAX_MANIFEST = 4 << 20  # the size distribution itself accepts for a manifest
 MAX_BLOB = 64 << 20  # what we read back (attestations are small)
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_REPO = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_REPO = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*\Z")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}\Z")
 _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
 
 
@@ -219,9 +220,9 @@ class RegistryClient:
         if answer.status != 200:
             return None
         try:
-            data = json.loads(answer.body)
+            data = untrusted.obj(untrusted.loads(answer.body), "the token answer")
             token = data.get("token") or data.get("access_token")
-        except (ValueError, AttributeError):
+        except ValueError:
             token = None
         if not isinstance(token, str) or not token:
             return None
@@ -344,11 +345,12 @@ class RegistryClient:
         answer = self.request("GET", f"/v2/{repo}/referrers/{subject}{query}", repo=repo,
                               headers={"Accept": OCI_INDEX})
         ctype = (answer.headers.get("Content-Type") or "").split(";")[0].strip()
+        # reading: an entry that is not a descriptor is left out (one odd entry never hides the others)
         if answer.status == 200 and ctype == OCI_INDEX:
-            found = _index_entries(answer.body, f"referrers of {subject}")
+            found = _index_entries(answer.body, f"referrers of {subject}", skip_malformed=True)
         else:
             got = self.manifest(repo, referrers_tag(subject))
-            found = _index_entries(got[0], f"{repo}:{referrers_tag(subject)}") if got else []
+            found = _index_entries(got[0], f"{repo}:{referrers_tag(subject)}", skip_malformed=True) if got else []
         return [d for d in found if not artifact_type or d.artifact_type == artifact_type]
 
     def attach(self, repo: str, subject: Descriptor, *, artifact_type: str, payload: bytes, media_type: str,
@@ -411,20 +413,29 @@ def _check(repo: str, reference: str) -> None:
 def _media_type(body: bytes) -> str:
     """The manifest's own mediaType field (what a descriptor of it must say), or ""."""
     try:
-        data = json.loads(body)
+        data = untrusted.loads(body)
     except ValueError:
         return ""
     media = data.get("mediaType") if isinstance(data, dict) else None
     return media if isinstance(media, str) else ""
 
 
-def _index_entries(body: bytes, where: str) -> list[Descriptor]:
+def _index_entries(body: bytes, where: str, *, skip_malformed: bool = False) -> list[Descriptor]:
+    """The descriptors an image index lists. An entry that is not a descriptor: PushError naming it, or with
+    ``skip_malformed`` (reading referrers) left out; adding to a referrers tag keeps every entry or refuses."""
     try:
-        data = json.loads(body)
+        data = untrusted.loads(body)
     except ValueError as exc:
-        raise PushError(f"{where}: not JSON ({exc})", fix="check the registry") from exc
+        raise PushError(f"{where}: not an image index ({exc})", fix="check the registry") from None
     manifests = data.get("manifests") if isinstance(data, dict) else None
     if not isinstance(manifests, list):
         raise PushError(f"{where}: not an image index (no manifests list)",
                         fix="the tag is used for something else; remove it from the registry")
-    return [Descriptor.from_json(m, where) for m in manifests]
+    out = []
+    for i, m in enumerate(manifests):
+        try:
+            out.append(Descriptor.from_json(m, f"{where}: manifests[{i}]"))
+        except PushError:
+            if not skip_malformed:
+                raise
+    return out

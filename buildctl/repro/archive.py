@@ -72,7 +72,7 @@ class Tree:
     headers: tuple[tuple[str, str], ...]  # (layer, fingerprint of headers + order): tells ARCHIVE apart
 
 
-_KEEP_TEXT = (re.compile(r"(^|/)var/lib/dpkg/status$"), re.compile(r"\.dist-info/METADATA$"))
+_KEEP_TEXT = (re.compile(r"(^|/)var/lib/dpkg/status\Z"), re.compile(r"\.dist-info/METADATA\Z"))
 _MAX_TEXT = 16 << 20
 
 

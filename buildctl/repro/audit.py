@@ -43,7 +43,7 @@ Rule = Literal[
     "lock-drift",
 ]
 
-_SHA = re.compile(r"^[0-9a-f]{40}$")
+_SHA = re.compile(r"^[0-9a-f]{40}\Z")
 _URL = re.compile(r"^(https?|ftp)://", re.I)
 _LOOPBACK = re.compile(r"^https?://(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:\d+)?/", re.I)
 _HEX_DIGEST = re.compile(r"\b[0-9a-f]{64}\b|\b[0-9a-f]{128}\b")
@@ -276,9 +276,9 @@ def _pip_args(cmd: list[str]) -> list[str] | None:
     """The arguments after `pip install` / `pip wheel` (any python -m pip spelling), else None."""
     for i, t in enumerate(cmd):
         base = t.rsplit("/", 1)[-1]
-        if re.match(r"^pip[0-9.]*$", base) and i + 1 < len(cmd) and cmd[i + 1] in ("install", "wheel", "download"):
+        if re.match(r"^pip[0-9.]*\Z", base) and i + 1 < len(cmd) and cmd[i + 1] in ("install", "wheel", "download"):
             return cmd[i + 2:]
-        if (re.match(r"^python[0-9.]*$", base) and cmd[i + 1:i + 3] == ["-m", "pip"] and i + 3 < len(cmd)
+        if (re.match(r"^python[0-9.]*\Z", base) and cmd[i + 1:i + 3] == ["-m", "pip"] and i + 3 < len(cmd)
                 and cmd[i + 3] in ("install", "wheel", "download")):
             return cmd[i + 4:]
     return None

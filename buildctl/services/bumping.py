@@ -20,7 +20,6 @@ check and each component's commit range (old..new).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -166,7 +165,7 @@ def candidate(path: Path, text: str, old: Lock, moved: Sequence[Moved], sources:
     now = datetime.now(UTC).isoformat(timespec="seconds")
     variants = {n: dataclasses.replace(v, components={**v.components, **locked}, resolved_at=now)
                 for n, v in old.variants.items()}
-    sha = hashlib.sha256(new_text.encode()).hexdigest()
+    sha = pins.text_sha256(new_text)
     lock = dataclasses.replace(old, manifest_sha256=sha, variants=variants, hand_edited=())
     return Candidate(text=new_text, manifest=manifest, sha256=sha, lock=lock,
                      changed_lines=tuple(edit.changed_lines(text, new_text)))
@@ -176,7 +175,7 @@ def _current(path: Path, text: str, stack: str) -> Lock:
     old = lockfile.read(lockfile.lock_path(path))
     if old is None:
         raise LockError(f"{stack} has no lock: a bump starts from one", fix=f"run `buildctl lock {stack} --all` first")
-    if old.manifest_sha256 != hashlib.sha256(text.encode()).hexdigest():
+    if old.manifest_sha256 != pins.text_sha256(text):
         raise LockError(f"the lock of {stack} is older than its manifest: a bump starts from a current lock",
                         fix=f"run `buildctl lock {stack} --all` (and review what it moves) first")
     for name in old.variants:
@@ -204,7 +203,10 @@ def bump(project: Path, config: Config, stack: str, names: Sequence[str], *, reg
          push: bool, ui: UI) -> BumpReport:
     """The gated bump of ``names`` (default: every component with a branch) of ``stack``; see the module doc."""
     path = pins.find(project / "pins", stack)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = pins.read_text_exact(path)  # CRLF kept: the hash is lock's (of the bytes), the edit keeps the ends
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockError(f"{path}: cannot read the manifest: {exc}") from None
     manifest = pins.load_text(text, str(path), path.parent)
     old = _current(path, text, manifest.stack)
     sources = wiring.sources(config, base_dir=path.parent)  # one view of each repository for the whole bump

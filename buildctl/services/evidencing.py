@@ -16,13 +16,13 @@ has it, the ``sha256-<hex>`` referrers tag where it has not). Three kinds reach 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from buildctl import untrusted
 from buildctl.build import smoke
 from buildctl.config import Config
 from buildctl.errors import PushError, UnreachableError, UsageError
@@ -46,8 +46,9 @@ def client(config: Config, host: str) -> RegistryClient:
 def read(reg: attest.ArtifactRegistry, repository: str, digest: str) -> tuple[list[ev.SmokeEvidence], list[str]]:
     """The smoke evidence attached to ``repository@digest`` that reads back as such, and a line per artifact
     that does not (never counted)."""
-    found, problems = [], []
-    for desc, blob in attest.find(reg, repository, digest, ev.ARTIFACT_TYPE):
+    found: list[ev.SmokeEvidence] = []
+    problems: list[str] = []
+    for desc, blob in attest.find(reg, repository, digest, ev.ARTIFACT_TYPE, problems):
         try:
             found.append(ev.from_payload(blob, where=f"{repository}@{desc.digest}", subject=digest,
                                          artifact=desc.digest))
@@ -100,20 +101,16 @@ def list_evidence(config: Config, image: str) -> Listing:
 def attach_report(config: Config, image: str, report_file: Path) -> tuple[str, ev.SmokeEvidence]:
     """Check the report in ``report_file`` against ``image`` (its digest, stack, variant) and this buildctl's
     suite, then attach it: (repository@digest, the evidence as attached)."""
-    reg = client(config, ImageRef.parse(image).host)
-    remote = _image(reg, image)
     where = str(report_file)
-    try:
-        with report_file.open("rb") as f:
-            raw = f.read(ev.MAX_REPORT + 1)
+    try:  # the report first: a file that is no report is refused before the registry is asked
+        raw = untrusted.read_capped(report_file, ev.MAX_REPORT)
     except OSError as exc:
         raise UsageError(f"cannot read the report {report_file}: {exc.strerror or exc}") from exc
-    if len(raw) > ev.MAX_REPORT:
-        raise ev.EvidenceRefused(f"{where}: larger than {ev.MAX_REPORT} bytes: not a smoke report")
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise ev.EvidenceRefused(f"{where}: not JSON ({exc})", fix="give the JSON `python3 -m smoke` printed") from exc
+    except untrusted.Malformed as exc:
+        raise ev.EvidenceRefused(f"{where}: {exc}: not a smoke report") from None
+    data = ev.parse_json(raw, where)
+    reg = client(config, ImageRef.parse(image).host)
+    remote = _image(reg, image)
     stack, variant = remote.labels.get(STACK_LABEL), remote.labels.get(VARIANT_LABEL)
     if not stack or not variant:
         raise ev.EvidenceRefused(f"{remote.repository}@{remote.digest} carries no {STACK_LABEL} / {VARIANT_LABEL} labels",

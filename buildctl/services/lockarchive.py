@@ -11,11 +11,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from buildctl import untrusted
 from buildctl.config import Config
 from buildctl.errors import BuildctlError, LockError, UsageError
 from buildctl.imageref import ImageRef
@@ -61,9 +61,11 @@ class Resolved:
 
 def _from_file(path: Path, variant: str) -> Resolved:
     try:
-        text = path.read_bytes()
+        text = untrusted.read_capped(path, lockfile.MAX_BYTES)
     except OSError as exc:
         raise UsageError(f"cannot read the lock file {path}: {exc.strerror or exc}") from None
+    except untrusted.Malformed as exc:
+        raise UsageError(f"the REF file:{path}: {exc}: not a lock file", fix="give a lock file") from None
     lock = archive.from_text(text, str(path))
     if variant not in lock.variants:
         raise LockError(f"{path} has no lock of variant {variant} (it has {', '.join(sorted(lock.variants))})")
@@ -76,16 +78,24 @@ def _labels_from_registry(client: RegistryClient, ref: ImageRef) -> tuple[dict[s
     if got is None:
         raise UsageError(f"{ref.with_tag()} is neither in this engine nor in its registry")
     body, desc = got
+    where = f"{ref.with_tag()} ({desc.digest})"
+    try:  # registry content: every value's type checked before use (buildctl/untrusted.py)
+        manifest = untrusted.obj(untrusted.loads(body), "manifest")
+        config_digest = untrusted.text(untrusted.obj(manifest.get("config"), "config").get("digest"),
+                                       "config.digest")
+    except ValueError as exc:
+        raise UsageError(f"{where} is not a single-platform image manifest: {exc}") from None
+    blob = client.get_blob(ref.path, config_digest)
+    if blob is None:
+        raise UsageError(f"{where}: the registry has no config blob {config_digest}", fix="push the image again")
     try:
-        config_digest = json.loads(body)["config"]["digest"]
-    except (ValueError, KeyError, TypeError):
-        raise UsageError(f"{ref.with_tag()} is not a single-platform image manifest") from None
-    blob = client.get_blob(ref.path, str(config_digest))
-    try:
-        labels = (json.loads(blob or b"{}").get("config") or {}).get("Labels") or {}
-    except ValueError:
-        labels = {}
-    return {str(k): str(v) for k, v in labels.items()}, desc.digest
+        image_config = untrusted.obj(untrusted.loads(blob), "the config blob")
+        labels = untrusted.str_map(untrusted.obj(image_config.get("config") or {}, "config").get("Labels"),
+                                   "config.Labels")
+    except ValueError as exc:
+        raise LockError(f"{where}: its config blob {config_digest} is not an image config: {exc}",
+                        fix="give the lock file or its hash instead") from None
+    return labels, desc.digest
 
 
 def _from_image(config: Config, stack: str, image: str) -> Resolved:

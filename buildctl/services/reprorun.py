@@ -23,9 +23,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -47,6 +45,7 @@ from buildctl.manifest.model import ReproLevel
 from buildctl.repro import audit, repro
 from buildctl.repro import levels as levels_of
 from buildctl.repro.archive import ImageConfig, SavedImages
+from buildctl.safepath import write_atomic
 from buildctl.services import building, target
 
 if TYPE_CHECKING:
@@ -176,10 +175,7 @@ def write_report(report: repro.Report, folder: Path, name: str) -> Path:
     """The report as canonical JSON, written whole or not at all."""
     folder.mkdir(parents=True, exist_ok=True)
     dest = folder / name
-    fd, tmp = tempfile.mkstemp(prefix=".repro-", dir=folder)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, dest)
+    write_atomic(dest, json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")  # whole, 0644 as a plain write
     return dest
 
 

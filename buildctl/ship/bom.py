@@ -9,7 +9,6 @@ entry that asks for it where there is one (a pip package to its requirement's fi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 from packaging.utils import canonicalize_name
 
+from buildctl import untrusted
 from buildctl.engine.imageview import ImageView, RunOutcome
 from buildctl.errors import EngineError, Location
 from buildctl.labels import (
@@ -122,8 +122,9 @@ def from_image(info: ImageView, image: str, result: RunOutcome) -> Bom:
     for line in reversed(result.stdout.splitlines()):
         if line.startswith("{"):
             try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
+                found = untrusted.loads(line)
+                data = found if isinstance(found, dict) else {}
+            except ValueError:
                 data = {}
             break
     if not data:

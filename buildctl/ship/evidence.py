@@ -22,10 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from buildctl import untrusted
 from buildctl.errors import BuildctlError, SmokeFailed
 
 ARTIFACT_TYPE = "application/vnd.buildctl.smoke.evidence.v1+json"
 SCHEMA = 1
+MAX_DEPTH = 32  # a smoke report nests 6 levels (checks[i].details.x ...)
 MAX_REPORT = 4 << 20  # a GPU tier's report with every TE log line is ~100 KB; refuse what is far past that
 TIER_ANNOTATION = "io.buildctl.smoke.tier"
 SUITE_ANNOTATION = "io.buildctl.smoke.suite"
@@ -35,11 +37,11 @@ Tier = Literal["build", "gpu"]
 AttachedBy = Literal["smoke gate", "buildctl push", "buildctl evidence attach"]
 ATTACHED_BY: tuple[AttachedBy, ...] = ("smoke gate", "buildctl push", "buildctl evidence attach")
 STATUSES = ("pass", "fail", "unsupported", "skipped")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_DRIVER = re.compile(r"^[0-9]{1,4}(\.[0-9]{1,4}){1,3}$")
-_CAPABILITY = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}$")
-_TEXT = re.compile(r"^[\x20-\x7e]{1,120}$")  # a GPU's name as torch gives it: printable, one short line
-_TIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{5,15}Z$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_DRIVER = re.compile(r"^[0-9]{1,4}(\.[0-9]{1,4}){1,3}\Z")
+_CAPABILITY = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}\Z")
+_TEXT = re.compile(r"^[\x20-\x7e]{1,120}\Z")  # a GPU's name as torch gives it: printable, one short line
+_TIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{5,15}Z\Z")
 
 
 class EvidenceRefused(BuildctlError):
@@ -187,15 +189,22 @@ def from_report(report: Any, *, where: str, subject: str, suite_hash: str, stack
                          gpu=_gpu(report, where) if tier == "gpu" else None, failed=failed, report=report)
 
 
+def parse_json(data: bytes, where: str) -> Any:
+    """A report's or a payload's JSON through the bounded reader: EvidenceRefused (exit 15) when it is not UTF-8
+    JSON or nests deeper than any report does (a 100,000-deep ``[[[`` under the size cap)."""
+    try:
+        return untrusted.loads(data, max_depth=MAX_DEPTH)
+    except ValueError as exc:
+        msg = str(exc) if isinstance(exc, untrusted.Malformed) else f"not JSON ({exc})"
+        raise _refuse(where, msg) from None
+
+
 def from_payload(data: bytes, *, where: str, subject: str, artifact: str = "") -> SmokeEvidence:
     """An artifact's payload read back from the registry, checked as a report is (its own suite hash kept:
     ``decide`` tells another suite's evidence apart)."""
     if len(data) > MAX_REPORT:
         raise _refuse(where, f"larger than {MAX_REPORT} bytes")
-    try:
-        doc = json.loads(data)
-    except ValueError as exc:
-        raise _refuse(where, f"not JSON ({exc})") from exc
+    doc = parse_json(data, where)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("kind") != "smoke":
         raise _refuse(where, f"not smoke evidence of schema {SCHEMA}")
     by, suite = doc.get("attached_by"), doc.get("suite_hash")

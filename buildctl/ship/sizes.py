@@ -12,16 +12,16 @@ manifest's budget.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from buildctl import untrusted
 from buildctl.errors import PushError
 from buildctl.registry.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Descriptor
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 LayerStatus = Literal["same", "shared", "rewritten", "added"]
 MAX_CONFIG = 8 << 20
 
@@ -61,10 +61,10 @@ def remote_image(client: ImageRegistry, repository: str, reference: str) -> Remo
     body, desc = got
     where = f"{repository}@{desc.digest}"
     try:
-        doc = json.loads(body)
+        doc = untrusted.obj(untrusted.loads(body), "the manifest")
     except ValueError as exc:
-        raise PushError(f"{where}: the manifest is not JSON ({exc})", fix="check the registry") from exc
-    media = doc.get("mediaType") if isinstance(doc, dict) else None
+        raise PushError(f"{where}: not an image manifest ({exc})", fix="check the registry") from None
+    media = doc.get("mediaType")
     if media in (OCI_INDEX, DOCKER_LIST):
         raise PushError(f"{where} is a multi-platform index, not one image",
                         fix="name the manifest of one platform (its digest)")
@@ -75,20 +75,23 @@ def remote_image(client: ImageRegistry, repository: str, reference: str) -> Remo
     if raw is None or len(raw) > MAX_CONFIG:
         raise PushError(f"{where}: its config blob {config_desc.digest} is missing or too large",
                         fix="push the image again")
-    try:
-        config = json.loads(raw)
-        diff_ids = config["rootfs"]["diff_ids"]
-        labels = (config.get("config") or {}).get("Labels") or {}
-        history = [h.get("created_by", "") for h in config.get("history") or [] if not h.get("empty_layer")]
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise PushError(f"{where}: its config is not an image config ({exc})", fix="check the registry") from exc
+    try:  # registry content: every value's type checked before use (buildctl/untrusted.py)
+        config = untrusted.obj(untrusted.loads(raw), "the config blob")
+        diff_ids = untrusted.array(untrusted.obj(config.get("rootfs"), "rootfs").get("diff_ids"), "rootfs.diff_ids")
+        labels = untrusted.str_map(untrusted.obj(config.get("config") or {}, "config").get("Labels"),
+                                   "config.Labels")
+        history = [str(h.get("created_by") or "") for i, h in enumerate(
+            untrusted.array(config.get("history") or [], "history"))
+            if not untrusted.obj(h, f"history[{i}]").get("empty_layer")]
+    except ValueError as exc:
+        raise PushError(f"{where}: its config is not an image config ({exc})", fix="check the registry") from None
     layers = [Descriptor.from_json(entry, where) for entry in doc["layers"]]
     if len(diff_ids) != len(layers) or not all(isinstance(d, str) and _DIGEST.match(d) for d in diff_ids):
         raise PushError(f"{where}: {len(layers)} layer(s) but {len(diff_ids)} diff ID(s) in its config",
                         fix="check the registry")
     return RemoteImage(repository=repository, digest=desc.digest, config=config_desc.digest,
                        layers=tuple(Layer(digest=d.digest, size=d.size, diff_id=i) for d, i in zip(layers, diff_ids, strict=True)),
-                       labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
+                       labels=labels,
                        created_by=tuple(str(h)[:200] for h in history) if len(history) == len(layers) else ())
 
 

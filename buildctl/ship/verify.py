@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from buildctl import untrusted
 from buildctl.engine.imageview import ImageView, RunOutcome
 from buildctl.errors import ManifestErrors, UnreachableError, UsageError
 from buildctl.graph.plan import mirror_ref
@@ -273,8 +274,8 @@ def parse_probe(result: RunOutcome) -> Probe:
     for line in reversed(result.stdout.splitlines()):
         if line.startswith("{"):
             try:
-                return Probe.from_json(json.loads(line))
-            except (json.JSONDecodeError, KeyError, TypeError):
+                return Probe.from_json(untrusted.loads(line))
+            except (ValueError, KeyError, TypeError, AttributeError):
                 break
     tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
     if result.exit_code in (126, 127) or "executable file not found" in result.stderr:

@@ -60,10 +60,24 @@ def parse_gitmodules(text: str) -> dict[str, str]:
     entries: dict[str, dict[str, str]] = {}
     for item in filter(None, text.split("\0")):
         key, _, value = item.partition("\n")
-        m = re.match(r"^submodule\.(.+)\.(path|url)$", key)
+        m = re.match(r"^submodule\.(.+)\.(path|url)\Z", key)
         if m:
             entries.setdefault(m.group(1), {})[m.group(2)] = value
     return {e["path"].strip("/"): e["url"] for e in entries.values() if "path" in e and "url" in e}
+
+
+def parse_nul_records(text: str, width: int) -> list[tuple[str, ...]]:
+    """Output of ``git show -s -z --format=F1%x00F2%x00...`` (``width`` fields a commit) -> one tuple a commit.
+
+    Every field ends in NUL (``-z`` ends each commit's record with one too), so a field may hold any other
+    character: a subject's CR, FF, VT, FS/GS/RS, NEL, U+2028 or U+2029 (that ``str.splitlines`` would split at)
+    stays inside its field. Output that does not come in whole records is refused, not half-read."""
+    fields = text.split("\0")
+    if fields and fields[-1] in ("", "\n"):
+        fields.pop()
+    if len(fields) % width:
+        raise ValueError(f"git printed {len(fields)} NUL-separated field(s), not records of {width}")
+    return [tuple(fields[i:i + width]) for i in range(0, len(fields), width)]
 
 
 def parse_ls_tree_gitlinks(text: str) -> dict[str, str]:
@@ -80,7 +94,7 @@ def parse_ls_tree_gitlinks(text: str) -> dict[str, str]:
 def parse_ls_remote(text: str, *, pulls: bool) -> dict[str, str]:
     """``git ls-remote --refs`` output -> {ref: sha} of the refs a mirror keeps."""
     out: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):  # git ends lines with LF only: a ref may hold U+2028, CR, ...
         sha, _, ref = line.partition("\t")
         if ref.endswith("^{}"):  # a peeled tag (ls-remote without --refs): the tag itself is listed too
             continue

@@ -11,7 +11,6 @@ an answer that is not what we need is a ``LockError``. Credentials in URLs never
 from __future__ import annotations
 
 import hashlib
-import json
 import ssl
 import urllib.error
 import urllib.parse
@@ -31,6 +30,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from buildctl import untrusted
 from buildctl.config import Config, mirror_url
 from buildctl.errors import LockError, UnreachableError
 
@@ -161,10 +161,18 @@ def parse_project_page(body: bytes, content_type: str, page_url: str) -> list[In
     """Files listed by a PEP 691 JSON or PEP 503 HTML project page."""
     files: list[IndexFile] = []
     if "json" in content_type:
-        data = json.loads(body)
-        for f in data.get("files", []):
-            files.append(IndexFile(filename=f["filename"], url=urllib.parse.urljoin(page_url, f["url"]),
-                                   sha256=(f.get("hashes") or {}).get("sha256")))
+        try:  # an index's answer: bounded, every value's type checked before use (buildctl/untrusted.py)
+            data = untrusted.obj(untrusted.loads(body), "the project page")
+            for i, f in enumerate(untrusted.array(data.get("files", []), "files")):
+                entry = untrusted.obj(f, f"files[{i}]")
+                sha256 = untrusted.str_map(entry.get("hashes"), f"files[{i}].hashes").get("sha256")
+                files.append(IndexFile(filename=untrusted.text(entry.get("filename"), f"files[{i}].filename"),
+                                       url=urllib.parse.urljoin(page_url, untrusted.text(entry.get("url"),
+                                                                                         f"files[{i}].url")),
+                                       sha256=sha256))
+        except ValueError as exc:
+            raise LockError(f"the package index page {redact(page_url)} is not a PEP 691 project page: {exc}",
+                            fix="check the index URL (configuration pip_index_url / the manifest's index)") from None
         return files
     parser = _Anchors()
     parser.feed(body.decode("utf-8", "replace"))

@@ -189,7 +189,7 @@ class Mirrors:
         tips = ["--no-walk", *wanted] if wanted else ["--all"]
         listing = self.git.run(["--git-dir", str(remote), "rev-list", "--objects", "--missing=print", *tips, "--"],
                                check=False, what="list the remote's objects")
-        missing = [line[1:].strip() for line in listing.out.splitlines() if line.startswith("?")]
+        missing = [line[1:].strip() for line in listing.out.split("\n") if line.startswith("?")]
         if not missing:
             return []
         paths: dict[str, str] = {}
@@ -232,7 +232,7 @@ class Mirrors:
             return list(shas)
         r = self.git.run(["cat-file", "--batch-check=%(objectname) %(objecttype)"], git_dir=mirror,
                          input_bytes="".join(f"{s}^{{commit}}\n" for s in shas).encode(), what="look up commits")
-        lines = r.out.splitlines()
+        lines = r.out.split("\n")[:len(shas)]
         return [s for s, line in zip(shas, lines, strict=True) if not line.endswith(" commit")]
 
     def ensure(self, url: str, mirror: Path, shas: Sequence[str], *, pulls: bool, what: str,

@@ -142,9 +142,9 @@ def conflict_files_from_apply(stderr: str) -> list[str]:
     """The files `git apply` names in its errors (``patch failed: F:L``, ``F: does not exist``...)."""
     files: list[str] = []
     for line in stderr.splitlines():
-        m = (re.match(r"^error: patch failed: (.+):\d+$", line)
+        m = (re.match(r"^error: patch failed: (.+):\d+\Z", line)
              or re.match(r"^error: (.+): (?:does not exist in index|patch does not apply|already exists in index"
-                         r"|does not match index|No such file or directory|already exists in working directory)$",
+                         r"|does not match index|No such file or directory|already exists in working directory)\Z",
                          line))
         if m and m.group(1) not in files:
             files.append(m.group(1))
@@ -375,7 +375,7 @@ def _touches(cache: Mirrors, mirror: Path, base: str, ch: Change) -> set[str]:
     """The files a change modifies."""
     if isinstance(ch, PatchFile):
         r = cache.git.run(["apply", "--numstat", "--", str(ch.path)], check=False, what="read patch")
-        return {line.split("\t", 2)[2] for line in r.out.splitlines() if line.count("\t") >= 2}
+        return {line.split("\t", 2)[2] for line in r.out.split("\n") if line.count("\t") >= 2}
     if isinstance(ch, PrChange) and ch.mode == "merge":
         mb = cache.git.run(["merge-base", base, ch.head], git_dir=mirror, check=False, what="merge-base").out.strip()
         shas = [f"{mb}..{ch.head}"] if mb else []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from buildctl.errors import SourceError
 from buildctl.lock.lockfile import DraggedCommit, LockedPr, MergedUpstream, PrMode
-from buildctl.sources.gitrun import last_lines, parse_ls_tree_gitlinks
+from buildctl.sources.gitrun import last_lines, parse_ls_tree_gitlinks, parse_nul_records
 from buildctl.sources.mirrors import Mirrors
 from buildctl.sources.urls import is_sha
 
@@ -92,14 +92,18 @@ def _commits_with_prefix(cache: Mirrors, mirror: Path, prefix: str) -> list[str]
         return []
     typed = cache.git.run(["cat-file", "--batch-check=%(objectname) %(objecttype)"], git_dir=mirror,
                           input_bytes="".join(f"{s}\n" for s in objects).encode(), what="expand short SHA")
-    return sorted(line.split()[0] for line in typed.out.splitlines() if line.endswith(" commit"))
+    return sorted(line.split()[0] for line in typed.out.split("\n") if line.endswith(" commit"))
 
 
 def _commit_infos(cache: Mirrors, mirror: Path, shas: Sequence[str]) -> list[CommitInfo]:
-    r = cache.git.run(["show", "-s", "--no-walk=unsorted", "--format=%H%x00%cI%x00%s", *shas], git_dir=mirror,
-                      what="describe commits")
-    infos = [CommitInfo(sha=h, date=d, subject=s) for h, d, s in
-             (line.split("\0", 2) for line in r.out.splitlines() if line)]
+    # -z and NUL after every field: a subject may hold any character but NUL (CR, U+2028, ...)
+    r = cache.git.run(["show", "-s", "-z", "--no-walk=unsorted", "--format=%H%x00%cI%x00%s", *shas],
+                      git_dir=mirror, what="describe commits")
+    try:
+        records = parse_nul_records(r.out, 3)
+    except ValueError as exc:
+        raise SourceError(f"cannot read git's description of {len(shas)} commit(s)", why=str(exc)) from None
+    infos = [CommitInfo(sha=h, date=d, subject=s) for h, d, s in records]
     return sorted(infos, key=lambda i: (i.date, i.sha))
 
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from buildctl.errors import SourceError
 
-HEX_RE = re.compile(r"^[0-9a-f]+$")
+HEX_RE = re.compile(r"^[0-9a-f]+\Z")
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SCP_RE = re.compile(r"^(?:[^@/:]+@)?[^/:]+:(?!//)")
 

@@ -1,0 +1,125 @@
+"""The one bounded reader for untrusted files and registry blobs, and typed access to what it parsed.
+
+Reports, REF files, lock artifacts, registry manifests, config blobs and referrer indexes come from outside:
+a 100,000-deep ``[[[[...`` under the size cap must not reach the parser's recursion (RecursionError), a
+REF ``file:/dev/zero`` must not be read without bound, and a value that has the wrong JSON type (a config
+blob that is a list, a ``subject`` that is a string, ``Labels`` a list) must be refused by name before use,
+never end in an AttributeError.
+
+- ``read_capped(path, limit)``: at most ``limit`` bytes (one more tells "too large"), whatever the file is;
+- ``loads(data, max_depth=...)``: JSON bounded in nesting depth (checked before parsing), optionally strict
+  (no NaN/Infinity, no duplicate keys);
+- ``obj``/``array``/``text``/``str_map``: a value of the expected type, or ``Malformed`` naming where.
+
+Every failure is a ``ValueError`` (``Malformed``, or json's JSONDecodeError with line and column) with a
+message that names the place; callers wrap it in their own BuildctlError (exit code of their kind).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+MAX_DEPTH = 64  # an OCI manifest nests 4 levels, a smoke report 6, a lock 8: far past what any of them has
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+class Malformed(ValueError):
+    """Untrusted content that is not what it must be (too large, too deep, not JSON, a value of another type)."""
+
+
+def read_capped(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``path`` (a device, a pipe or a growing file included): Malformed past it.
+    OSError passes through (the caller names the file)."""
+    with path.open("rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise Malformed(f"larger than {limit} bytes")
+    return data
+
+
+def depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON ``text`` (brackets inside strings not counted)."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(accumulate(1 if c in "[{" else -1 for c in brackets), default=0)
+
+
+def loads(data: bytes | str, *, max_depth: int = MAX_DEPTH, strict: bool = False) -> Any:
+    """JSON ``data``, refused (Malformed) when not UTF-8, not JSON or nested deeper than ``max_depth``; with
+    ``strict`` also NaN/Infinity and duplicate keys (extensions Python's json accepts)."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as exc:
+        raise Malformed(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if depth(text) > max_depth:
+        raise Malformed(f"nested more than {max_depth} levels deep")
+    # json.JSONDecodeError (a ValueError: line and column for the caller's message) passes through
+    if not strict:
+        return json.loads(text)
+    out = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+    _finite(out)
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise Malformed(f"{name} is not JSON")
+
+
+def _no_duplicates(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in items:
+        if k in out:
+            raise Malformed(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def _finite(v: Any) -> None:
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+            raise Malformed(f"{x} is not a finite number")
+        if isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+
+
+def _kind(v: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def obj(v: Any, where: str) -> dict[str, Any]:
+    """``v`` when it is a JSON object, else Malformed (``where``: the key path, for the message)."""
+    if not isinstance(v, dict):
+        raise Malformed(f"{where}: expected an object, got {_kind(v)}")
+    return v
+
+
+def array(v: Any, where: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise Malformed(f"{where}: expected a list, got {_kind(v)}")
+    return v
+
+
+def text(v: Any, where: str) -> str:
+    if not isinstance(v, str):
+        raise Malformed(f"{where}: expected a string, got {_kind(v)}")
+    return v
+
+
+def str_map(v: Any, where: str) -> dict[str, str]:
+    """A JSON object of strings (image labels, annotations); null is an empty one."""
+    if v is None:
+        return {}
+    d = obj(v, where)
+    for k, x in d.items():
+        text(x, f"{where}.{k}")
+    return dict(d)
