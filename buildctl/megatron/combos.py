@@ -39,7 +39,9 @@ def given(c: C, *options: str) -> bool:
 
 
 def on(c: C, option: str) -> bool:
-    return c.flag_on(option)
+    """A store_true flag is on (a --no-... flag of that kind is read as given: without the source's table the
+    lint cannot tell it from a store_false one)."""
+    return given(c, option) if option.startswith("--no-") else c.flag_on(option)
 
 
 def text(c: C, option: str, default: str | None = None) -> str | None:
@@ -436,7 +438,7 @@ VALIDATE_ARGS: tuple[Combo, ...] = (
            c, "--dist-ckpt-optim-fully-reshardable") and on(c, "--distrib-optim-fully-reshardable-mem-efficient"),
        "--distrib-optim-fully-reshardable-mem-efficient with --disable-gloo-process-groups", "drop one of them"),
     _r("--load-main-params-from-ckpt", 1154, "--load-main-params-from-ckpt must be used with --no-load-optim.",
-       lambda c: on(c, "--load-main-params-from-ckpt") and not on(c, "--no-load-optim"),
+       lambda c: on(c, "--load-main-params-from-ckpt") and not given(c, "--no-load-optim"),
        "--load-main-params-from-ckpt without --no-load-optim", "add --no-load-optim"),
     _r("--inference-batch-times-seqlen-threshold", 1159,
        "--inference-batch-times-seqlen-threshold requires setting --pipeline-model-parallel-size > 1.",
