@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from buildctl.megatron.rules import ARGS, TCONF, Cite
+from buildctl.megatron.consistency import moe_layer_pattern
+from buildctl.megatron.rules import ARGS, MPCONF, TCONF, Cite
 
 if TYPE_CHECKING:
     from buildctl.megatron.asserts import _Consistency as C
@@ -170,6 +171,112 @@ def vpp(c: C) -> bool:
     return c.virtual_stages() is not None
 
 
+def uneven(c: C) -> tuple[int | None, int | None, int, int] | None:
+    """An uneven first/last stage without a layout: (first, last, middle layers, middle stages), or None."""
+    if given(c, "--pipeline-model-parallel-layout"):
+        return None
+    first = c.integer("--decoder-first-pipeline-num-layers", None) if given(
+        c, "--decoder-first-pipeline-num-layers") else None
+    last = c.integer("--decoder-last-pipeline-num-layers", None) if given(
+        c, "--decoder-last-pipeline-num-layers") else None
+    layers = c.integer("--num-layers", None)
+    if (first is None and last is None) or layers is None:
+        return None
+    middle = layers - (first or 0) - (last or 0)
+    stages = pp(c) - (first is not None) - (last is not None)
+    return first, last, middle, stages
+
+
+def vpp_size(c: C) -> int | None:
+    return c.virtual_stages()
+
+
+def selective_modules(c: C) -> tuple[str, ...]:
+    """--recompute-modules as TransformerConfig sees them under selective recompute (default core_attn)."""
+    if granularity(c) != "selective":
+        return ()
+    return values(c, "--recompute-modules") if given(c, "--recompute-modules") else ("core_attn",)
+
+
+def _uneven_bad(c: C, which: str) -> bool:
+    u = uneven(c)
+    if u is None:
+        return False
+    first, last, middle, stages = u
+    v = vpp_size(c)
+    n = first if which == "first" else last
+    if which in ("first", "last"):
+        return n is not None and n <= 0
+    if which in ("first-vpp", "last-vpp"):
+        n = first if which == "first-vpp" else last
+        return n is not None and n > 0 and v is not None and n % v != 0
+    if which == "middle":
+        return stages > 0 and middle % stages != 0
+    return stages > 0 and middle % stages == 0 and v is not None and (middle // stages) % v != 0
+
+
+def _split_vpp_bad(c: C, per_rank: bool) -> bool:
+    """--account-for-embedding/loss-in-pipeline-split with virtual stages (no layout, no uneven stage)."""
+    if uneven(c) is not None or given(c, "--pipeline-model-parallel-layout"):
+        return False
+    if not (on(c, "--account-for-embedding-in-pipeline-split") or on(c, "--account-for-loss-in-pipeline-split")):
+        return False
+    v, layers = vpp_size(c), c.split_layers()
+    if v is None or layers is None:
+        return False
+    if not per_rank:
+        return layers % pp(c) != 0
+    return layers % pp(c) == 0 and (layers // pp(c)) % v != 0
+
+
+def rl_steps(c: C) -> int | None:
+    """Training iterations per inference iteration of --perform-rl-step (arguments.py:421-431), when the
+    global batch divides the samples generated per inference iteration."""
+    gbs = c.integer("--global-batch-size", None)
+    samples = rl_samples(c)
+    if not gbs or gbs <= 0 or samples % gbs:
+        return None
+    return samples // gbs
+
+
+def rl_samples(c: C) -> int:
+    return (int(num(c, "--grpo-prompts-per-step", 32)) * int(num(c, "--grpo-group-size", 2))
+            * int(num(c, "--grpo-iterations", 2)))
+
+
+def graph_scope(c: C) -> tuple[str, ...]:
+    return values(c, "--cuda-graph-scope") if graph_impl(c) != "none" else ()
+
+
+def graph_recompute(c: C) -> tuple[str, ...] | None:
+    """The recomputed modules TransformerConfig holds against per-layer CUDA graph scopes (transformer_config.py
+    1632-1668), or None where it does not (no graphs, no selective recompute, a full-iteration graph)."""
+    scope = graph_scope(c)
+    if graph_impl(c) == "none" or granularity(c) != "selective" or not scope or list(scope) == ["full_iteration"]:
+        return None
+    return selective_modules(c)
+
+
+def all_moe_layers(c: C) -> bool:
+    """Every layer is an MoE layer (--moe-layer-freq 1, the default, or a pattern without 0)."""
+    text_ = c.value("--moe-layer-freq")
+    if text_ is None:
+        return True
+    try:
+        pattern = moe_layer_pattern(text_)
+    except ValueError:
+        return False
+    return pattern == 1 if isinstance(pattern, int) else 0 not in pattern
+
+
+def bf16_layers_bad(c: C, option: str) -> bool:
+    if not (fp8(c) and on(c, "--first-last-layers-bf16")):
+        return False
+    layers = c.integer("--num-layers", None)
+    n = c.integer(option, 1)
+    return layers is not None and n is not None and not 0 <= n <= layers // pp(c)
+
+
 _DETERMINISTIC_NCCL = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS")
 
 
@@ -203,6 +310,36 @@ VALIDATE_ARGS: tuple[Combo, ...] = (
        lambda c: "a2a+p2p" in values(c, "--cp-comm-type") and not given(c, "--hierarchical-context-parallel-sizes"),
        "--cp-comm-type a2a+p2p without --hierarchical-context-parallel-sizes",
        "add --hierarchical-context-parallel-sizes"),
+    _r("--rl-offload-kv-cache-during-training", 416,
+       "Cannot use both remove-kv-cache-during-training and offload-kv-cache-during-training",
+       lambda c: on(c, "--perform-rl-step") and c.flag_on("--rl-remove-kv-cache-during-training")
+       and c.flag_on("--rl-offload-kv-cache-during-training"),
+       "--rl-remove-kv-cache-during-training and --rl-offload-kv-cache-during-training together", "keep one",
+       check="rl"),
+    _r("--rl-partial-rollouts", 419, "Cannot use both partial-rollouts and remove-kv-cache-during-training",
+       lambda c: on(c, "--perform-rl-step") and c.flag_on("--rl-partial-rollouts")
+       and c.flag_on("--rl-remove-kv-cache-during-training"),
+       "--rl-partial-rollouts with --rl-remove-kv-cache-during-training", "keep one", check="rl"),
+    _r("--global-batch-size", 428, "grpo_group_size * grpo_prompts_per_step * grpo_iterations should be divisible",
+       lambda c: on(c, "--perform-rl-step") and (c.integer("--global-batch-size", 0) or 0) > 0
+       and rl_samples(c) % (c.integer("--global-batch-size", 1) or 1) != 0,
+       "the samples generated per GRPO step (prompts x group size x iterations) do not divide by the global batch",
+       "choose a global batch that divides them", check="rl"),
+    _r("--exit-interval", 436, "exit_interval should be divisible by number of global batches per inference",
+       lambda c: on(c, "--perform-rl-step") and given(c, "--exit-interval") and (rl_steps(c) or 0) > 0
+       and num(c, "--exit-interval", 0) % (rl_steps(c) or 1) != 0,
+       "--exit-interval does not divide by the training steps per GRPO inference step", "choose a multiple",
+       check="rl"),
+    _r("--save-interval", 439, "save_interval should be divisible by number of global batches per inference",
+       lambda c: on(c, "--perform-rl-step") and given(c, "--save-interval", "--persistent-save-interval")
+       and (rl_steps(c) or 0) > 0
+       and num(c, "--save-interval", num(c, "--persistent-save-interval", 0)) % (rl_steps(c) or 1) != 0,
+       "--save-interval does not divide by the training steps per GRPO inference step", "choose a multiple",
+       check="rl"),
+    _r("--rl-sequence-packing-bin-size", 442, "rl_sequence_packing_bin_size should be larger than or equal to",
+       lambda c: on(c, "--perform-rl-step") and on(c, "--rl-use-sequence-packing")
+       and num(c, "--seq-length", 0) > num(c, "--rl-sequence-packing-bin-size", 8192),
+       "--seq-length larger than --rl-sequence-packing-bin-size", "raise the bin size", check="rl"),
     _r("--batch-size", 469, "'--batch-size argument is no longer '", lambda c: given(c, "--batch-size"),
        "--batch-size is no longer valid", "use --micro-batch-size", check="removed-flag"),
     _r("--warmup", 472, "'--warmup argument is no longer valid, use '", lambda c: given(c, "--warmup"),
@@ -315,6 +452,10 @@ VALIDATE_ARGS: tuple[Combo, ...] = (
        lambda c: graph_impl(c) == "local" and "full_iteration" in values(c, "--cuda-graph-scope")
        and not on(c, "--inference-dynamic-batching") and nan_check(c),
        "a full_iteration local CUDA graph with the NaN check on", "add --no-check-for-nan-in-loss-and-grad"),
+    _r("--inference-dynamic-batching", 781, "fp8 is not supported with inference dynamic batching and full_iteration",
+       lambda c: graph_impl(c) == "local" and "full_iteration" in values(c, "--cuda-graph-scope")
+       and on(c, "--inference-dynamic-batching") and fp8(c),
+       "FP8 with inference dynamic batching and a full_iteration local CUDA graph", "drop FP8 or the graph"),
     _r("--num-dataset-builder-threads", 791, "assert args.num_dataset_builder_threads > 0",
        lambda c: num(c, "--num-dataset-builder-threads", 1) <= 0, "--num-dataset-builder-threads must be positive",
        "give 1 or more"),
@@ -515,6 +656,14 @@ TRANSFORMER_CONFIG: tuple[Combo, ...] = (
     _r("--first-last-layers-bf16", 884, "Delayed scaling does not support first / last layer in BF16.",
        lambda c: fp8(c) and on(c, "--first-last-layers-bf16") and text(c, "--fp8-recipe", "delayed") == "delayed",
        "--first-last-layers-bf16 with the delayed FP8 recipe", "use another --fp8-recipe", file=TCONF),
+    _r("--num-layers-at-start-in-bf16", 898, "f\"num_layers_at_start_in_bf16 ({self.num_layers_at_start_in_bf16}) must be \"",
+       lambda c: bf16_layers_bad(c, "--num-layers-at-start-in-bf16"),
+       "--num-layers-at-start-in-bf16 outside 0 .. the layers per pipeline stage", "give a count within a stage",
+       file=TCONF),
+    _r("--num-layers-at-end-in-bf16", 907, "f\"num_layers_at_end_in_bf16 ({self.num_layers_at_end_in_bf16}) must be \"",
+       lambda c: bf16_layers_bad(c, "--num-layers-at-end-in-bf16"),
+       "--num-layers-at-end-in-bf16 outside 0 .. the layers per pipeline stage", "give a count within a stage",
+       file=TCONF),
     _r("--fp8-param-gather", 913, "fp8_param must be used together with fp8 mode.",
        lambda c: on(c, "--fp8-param-gather") and not fp8(c), "--fp8-param-gather without --fp8-format",
        "add --fp8-format, or drop --fp8-param-gather", file=TCONF),
@@ -534,6 +683,11 @@ TRANSFORMER_CONFIG: tuple[Combo, ...] = (
        and dispatcher(c) != "alltoall",
        "--moe-shared-expert-overlap without the alltoall dispatcher", "use alltoall, or drop the overlap",
        file=TCONF),
+    _r("--moe-aux-loss-coeff", 975, "moe_aux_loss_coeff must be a list of the same length as",
+       lambda c: experts(c) > 0 and len(values(c, "--moe-router-load-balancing-type")) > 1
+       and len(values(c, "--moe-aux-loss-coeff")) != len(values(c, "--moe-router-load-balancing-type")),
+       "--moe-aux-loss-coeff does not give one coefficient per --moe-router-load-balancing-type",
+       "give as many coefficients as load-balancing types", file=TCONF, check="moe"),
     _r("--moe-expert-capacity-factor", 1001, "moe_expert_capacity_factor only works with aux_loss",
        lambda c: num(c, "--moe-expert-capacity-factor", -1) >= 0 and bool(values(c, "--moe-router-load-balancing-type"))
        and any(v not in ("aux_loss", "seq_aux_loss", "global_aux_loss", "none")
@@ -560,6 +714,78 @@ TRANSFORMER_CONFIG: tuple[Combo, ...] = (
        lambda c: granularity(c) is not None and on(c, "--distribute-saved-activations") and sequence_parallel(c),
        "--distribute-saved-activations with sequence parallelism", "drop one of them", file=TCONF,
        check="recompute"),
+    _r("--recompute-modules", 1094, "mla_up_proj in recompute_modules is only supported with",
+       lambda c: "mla_up_proj" in selective_modules(c) and not on(c, "--multi-latent-attention"),
+       "mla_up_proj recompute without --multi-latent-attention", "drop mla_up_proj", file=TCONF, check="recompute"),
+    _r("--recompute-modules", 1112, "shared_experts recompute cannot work with --moe-shared-expert-overlap.",
+       lambda c: "shared_experts" in selective_modules(c) and given(c, "--moe-shared-expert-intermediate-size")
+       and on(c, "--moe-shared-expert-overlap"),
+       "shared_experts recompute with --moe-shared-expert-overlap", "drop one of them", file=TCONF,
+       check="recompute"),
+    _r("--recompute-modules", 1119, "Delayed scaling does not support moe_act and layernorm recompute",
+       lambda c: fp8(c) and text(c, "--fp8-recipe", "delayed") == "delayed"
+       and bool({"moe_act", "layernorm"} & set(selective_modules(c))),
+       "moe_act / layernorm recompute under the delayed FP8 recipe", "use another recipe, or drop those modules",
+       file=TCONF, check="recompute"),
+    _r("--moe-layer-recompute", 1136, "Do not set --moe-layer-recompute with full recompute granularity.",
+       lambda c: on(c, "--moe-layer-recompute") and granularity(c) == "full",
+       "--moe-layer-recompute with full recompute", "use selective recompute with the moe module", file=TCONF,
+       check="recompute"),
+    _r("--offload-modules", 1146, "assert self.offload_modules is not None and len(self.offload_modules) > 0",
+       lambda c: on(c, "--fine-grained-activation-offloading") and not values(c, "--offload-modules"),
+       "--fine-grained-activation-offloading without --offload-modules", "name the modules to offload",
+       file=TCONF),
+    _r("--offload-modules", 1158, "f'Invalid choices for offload_modules: {invalid_modules}. '",
+       lambda c: on(c, "--fine-grained-activation-offloading") and bool(set(values(c, "--offload-modules")) - {
+           "core_attn", "attn_proj", "expert_fc1", "moe_act", "attn_norm", "mlp_norm", "qkv_linear"}),
+       "--offload-modules names a module Megatron does not offload (core_attn, attn_proj, expert_fc1, moe_act, "
+       "attn_norm, mlp_norm, qkv_linear)", "use those names", file=TCONF),
+    _r("--offload-modules", 1163, "attn_proj cannot be set to offload_modules alone without core_attn",
+       lambda c: on(c, "--fine-grained-activation-offloading") and "attn_proj" in values(c, "--offload-modules")
+       and "core_attn" not in values(c, "--offload-modules"),
+       "attn_proj offloaded without core_attn", "add core_attn to --offload-modules", file=TCONF),
+    _r("--decoder-first-pipeline-num-layers", 1175, "num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline",
+       lambda c: given(c, "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers") and (
+           on(c, "--account-for-embedding-in-pipeline-split") or on(c, "--account-for-loss-in-pipeline-split")),
+       "an uneven first/last stage with --account-for-embedding/loss-in-pipeline-split", "keep one way of evening",
+       file=TCONF, check="pipeline"),
+    _r("--pipeline-model-parallel-layout", 1192, "pipeline_model_parallel_layout cannot be set",
+       lambda c: given(c, "--pipeline-model-parallel-layout") and (
+           given(c, "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")
+           or on(c, "--account-for-embedding-in-pipeline-split") or on(c, "--account-for-loss-in-pipeline-split")),
+       "--pipeline-model-parallel-layout with an uneven stage or the split options", "let the layout say it all",
+       file=TCONF, check="pipeline"),
+    _r("--decoder-first-pipeline-num-layers", 1243, "num_layers_in_first_pipeline_stage must be larger than 0",
+       lambda c: _uneven_bad(c, "first"), "--decoder-first-pipeline-num-layers must be positive", "give 1 or more",
+       file=TCONF, check="pipeline"),
+    _r("--decoder-first-pipeline-num-layers", 1252, "f\"number of layers at first stage: \"",
+       lambda c: _uneven_bad(c, "first-vpp"),
+       "--decoder-first-pipeline-num-layers does not divide by the virtual stages per rank",
+       "give a multiple of the virtual stages", file=TCONF, check="pipeline"),
+    _r("--decoder-last-pipeline-num-layers", 1262, "num_layers_in_last_pipeline_stage must be larger than 0",
+       lambda c: _uneven_bad(c, "last"), "--decoder-last-pipeline-num-layers must be positive", "give 1 or more",
+       file=TCONF, check="pipeline"),
+    _r("--decoder-last-pipeline-num-layers", 1271, "f\"number of layers at last stage: \"",
+       lambda c: _uneven_bad(c, "last-vpp"),
+       "--decoder-last-pipeline-num-layers does not divide by the virtual stages per rank",
+       "give a multiple of the virtual stages", file=TCONF, check="pipeline"),
+    _r("--num-layers", 1283, "f\"number of layers at middle stage: {num_layers} must be divisible by\"",
+       lambda c: _uneven_bad(c, "middle"),
+       "the layers left for the middle stages (--num-layers less the first/last stage's) do not divide by the "
+       "middle stages", "choose first/last stage layers that leave a multiple of the middle stages", file=TCONF,
+       check="pipeline"),
+    _r("--num-layers", 1297, "f\"number of layers on each middle pipeline rank:\"",
+       lambda c: _uneven_bad(c, "middle-vpp"),
+       "the layers of each middle stage do not divide by the virtual stages per rank",
+       "choose sizes whose middle stages hold a multiple of the virtual stages", file=TCONF, check="pipeline"),
+    _r("--num-layers", 1329, "f\"num_layers: {num_layers} after enable\"",
+       lambda c: _split_vpp_bad(c, per_rank=False),
+       "with the embedding/loss split options and virtual stages, the layers do not divide by PP",
+       "choose a PP that divides the counted layers", file=TCONF, check="pipeline"),
+    _r("--num-layers", 1342, "f\"number of layers on each pipeline rank: {num_layers_per_pipeline_rank}\"",
+       lambda c: _split_vpp_bad(c, per_rank=True),
+       "with the embedding/loss split options, the layers per pipeline rank do not divide by the virtual stages",
+       "choose sizes that divide", file=TCONF, check="pipeline"),
     _r("--rotary-interleaved", 1426, "rotary_interleaved does not work with multi_latent_attention.",
        lambda c: on(c, "--rotary-interleaved") and on(c, "--multi-latent-attention"),
        "--rotary-interleaved with --multi-latent-attention", "drop --rotary-interleaved", file=TCONF),
@@ -602,6 +828,50 @@ TRANSFORMER_CONFIG: tuple[Combo, ...] = (
        and num(c, "--moe-router-group-topk", 0) > num(c, "--moe-router-num-groups", 0),
        "--moe-router-group-topk is larger than --moe-router-num-groups", "choose group top-k <= groups",
        file=TCONF, check="moe"),
+    _r("--cuda-graph-scope", 1602, "moe_preprocess cuda graph is only supported with moe_router cuda graph.",
+       lambda c: graph_impl(c) == "transformer_engine" and "moe_preprocess" in graph_scope(c)
+       and "moe_router" not in graph_scope(c),
+       "moe_preprocess in --cuda-graph-scope without moe_router", "add moe_router", file=TCONF, check="cuda-graph"),
+    _r("--cuda-graph-scope", 1607, "moe cuda graph is only supported for MoE.",
+       lambda c: graph_impl(c) == "transformer_engine" and experts(c) <= 1
+       and bool({"moe", "moe_router"} & set(graph_scope(c))),
+       "moe / moe_router in --cuda-graph-scope without experts", "drop them from the scope", file=TCONF,
+       check="cuda-graph"),
+    _r("--cuda-graph-scope", 1613, "'mlp cuda graph is only supported for dense layers, '",
+       lambda c: graph_impl(c) == "transformer_engine" and experts(c) > 1 and "mlp" in graph_scope(c)
+       and all_moe_layers(c),
+       "mlp in --cuda-graph-scope while every layer is an MoE layer", "drop mlp, or give dense layers in "
+       "--moe-layer-freq", file=TCONF, check="cuda-graph"),
+    _r("--cuda-graph-scope", 1622, "moe cuda graph is only supported with drop-padding MoE.",
+       lambda c: graph_impl(c) == "transformer_engine" and experts(c) > 1 and "moe" in graph_scope(c)
+       and not (num(c, "--moe-expert-capacity-factor", -1) >= 0 and on(c, "--moe-pad-expert-input-to-capacity")),
+       "moe in --cuda-graph-scope without a capacity factor and --moe-pad-expert-input-to-capacity",
+       "use moe_router, or drop-and-pad the experts' input", file=TCONF, check="cuda-graph"),
+    _r("--recompute-granularity", 1635, "Full-layer CUDA graphs not supported with activation recomputation.",
+       lambda c: graph_impl(c) != "none" and granularity(c) is not None and (
+           granularity(c) != "selective" or not values(c, "--cuda-graph-scope")),
+       "activation recompute with full-layer CUDA graphs (no --cuda-graph-scope)",
+       "give a --cuda-graph-scope, or drop the recompute", file=TCONF, check="cuda-graph"),
+    _r("--recompute-modules", 1645, "f'attn cuda graph is not supported with {module} recompute.'",
+       lambda c: "attn" in graph_scope(c) and bool({"core_attn", "mla_up_proj"} & set(graph_recompute(c) or ())),
+       "an attn CUDA graph with core_attn / mla_up_proj recompute (core_attn is the default module)",
+       "give --recompute-modules without them", file=TCONF, check="cuda-graph"),
+    _r("--recompute-modules", 1648, "f'mlp cuda graph is not supported with mlp recompute.'",
+       lambda c: "mlp" in graph_scope(c) and "mlp" in (graph_recompute(c) or ()),
+       "an mlp CUDA graph with mlp recompute", "drop one of them", file=TCONF, check="cuda-graph"),
+    _r("--recompute-modules", 1653, "f'moe cuda graph is not supported with {module} recompute.'",
+       lambda c: "moe" in graph_scope(c) and bool({"moe_act", "moe", "shared_experts"} & set(graph_recompute(c) or ())),
+       "a moe CUDA graph with moe_act / moe / shared_experts recompute", "drop one of them", file=TCONF,
+       check="cuda-graph"),
+    _r("--recompute-modules", 1659, "f'moe_router cuda graph is not supported with {module} '",
+       lambda c: "moe_router" in graph_scope(c) and bool({"moe", "shared_experts"} & set(graph_recompute(c) or ())),
+       "a moe_router CUDA graph with moe / shared_experts recompute", "drop one of them", file=TCONF,
+       check="cuda-graph"),
+    _r("--recompute-modules", 1672, "'cuda graph is not supported with layernorm recompute.'",
+       lambda c: "layernorm" in (graph_recompute(c) or ()) and "attn" in graph_scope(c) and "mlp" in graph_scope(c)
+       and bool({"moe", "moe_router"} & set(graph_scope(c))),
+       "layernorm recompute with attn, mlp and moe CUDA graphs", "drop layernorm recompute", file=TCONF,
+       check="cuda-graph"),
     _r("--overlap-moe-expert-parallel-comm", 1721, "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size",
        lambda c: on(c, "--overlap-moe-expert-parallel-comm") and pp(c) > 1 and not vpp(c),
        "--overlap-moe-expert-parallel-comm with PP > 1 and no virtual pipeline stages", "use virtual stages",
@@ -616,6 +886,12 @@ TRANSFORMER_CONFIG: tuple[Combo, ...] = (
     _r("--overlap-moe-expert-parallel-comm", 1735, "disable full recomputation when enabling",
        lambda c: on(c, "--overlap-moe-expert-parallel-comm") and granularity(c) == "full",
        "--overlap-moe-expert-parallel-comm with full recompute", "use selective recompute", file=TCONF, check="moe"),
+    _r("--overlap-moe-expert-parallel-comm", 1738, "disable recomputation method when enabling",
+       lambda c: on(c, "--overlap-moe-expert-parallel-comm") and given(c, "--recompute-method"),
+       "--overlap-moe-expert-parallel-comm with --recompute-method", "drop the method", file=TCONF, check="moe"),
+    _r("--overlap-moe-expert-parallel-comm", 1741, "recompute_num_layers must be None when enabling",
+       lambda c: on(c, "--overlap-moe-expert-parallel-comm") and given(c, "--recompute-num-layers"),
+       "--overlap-moe-expert-parallel-comm with --recompute-num-layers", "drop it", file=TCONF, check="moe"),
     _r("--overlap-moe-expert-parallel-comm", 1746, "overlap_moe_expert_parallel_comm is only supported with bf16 or fp16",
        lambda c: on(c, "--overlap-moe-expert-parallel-comm") and not (bf16(c) or fp16(c)),
        "--overlap-moe-expert-parallel-comm without --bf16 or --fp16", "add --bf16", file=TCONF, check="moe"),
@@ -623,13 +899,37 @@ TRANSFORMER_CONFIG: tuple[Combo, ...] = (
        lambda c: on(c, "--overlap-moe-expert-parallel-comm") and on(c, "--moe-shared-expert-overlap"),
        "--overlap-moe-expert-parallel-comm with --moe-shared-expert-overlap", "drop one of them", file=TCONF,
        check="moe"),
+    _r("--mtp-num-layers", 1753, "MTP layernum only supports 1 when enabling overlap_moe_expert_parallel_comm.",
+       lambda c: on(c, "--overlap-moe-expert-parallel-comm") and num(c, "--mtp-num-layers", 1) not in (0, 1),
+       "--overlap-moe-expert-parallel-comm with more than one MTP layer", "use --mtp-num-layers 1", file=TCONF,
+       check="moe"),
     _r("--delay-wgrad-compute", 1759, "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad",
        lambda c: on(c, "--delay-wgrad-compute") and not on(c, "--overlap-moe-expert-parallel-comm"),
        "--delay-wgrad-compute without --overlap-moe-expert-parallel-comm", "add the overlap, or drop it",
        file=TCONF, check="moe"),
 )
 
-ALL: tuple[Combo, ...] = VALIDATE_ARGS + TRANSFORMER_CONFIG
+# ----------------------------------------------------------------- ModelParallelConfig.__post_init__
+
+MODEL_PARALLEL_CONFIG: tuple[Combo, ...] = (
+    _r("--defer-embedding-wgrad-compute", 379, "Cannot defer embedding wgrad compute when pipeline model parallel is not",
+       lambda c: on(c, "--defer-embedding-wgrad-compute") and pp(c) == 1,
+       "--defer-embedding-wgrad-compute with PP 1", "drop it, or use PP > 1", file=MPCONF),
+    _r("--defer-embedding-wgrad-compute", 384, "Cannot defer embedding wgrad compute when gradient accumulation fusion",
+       lambda c: on(c, "--defer-embedding-wgrad-compute") and given(c, "--no-gradient-accumulation-fusion"),
+       "--defer-embedding-wgrad-compute with --no-gradient-accumulation-fusion", "drop one of them", file=MPCONF),
+    _r("--wgrad-deferral-limit", 389, "Wgrad deferral limit should be greater than or equal to 0 when it is enabled!",
+       lambda c: on(c, "--defer-embedding-wgrad-compute") and num(c, "--wgrad-deferral-limit", 0) < 0,
+       "a negative --wgrad-deferral-limit", "give 0 or more", file=MPCONF),
+    _r("--overlap-p2p-communication-warmup-flush", 405,
+       "Pipeline parallel communication overlapping in warmup and flush is only",
+       lambda c: on(c, "--overlap-p2p-communication-warmup-flush") and (
+           given(c, "--no-overlap-p2p-communication") or not vpp(c)),
+       "--overlap-p2p-communication-warmup-flush without p2p overlap (it is on only with virtual stages)",
+       "use virtual stages and keep p2p overlap, or drop it", file=MPCONF),
+)
+
+ALL: tuple[Combo, ...] = VALIDATE_ARGS + TRANSFORMER_CONFIG + MODEL_PARALLEL_CONFIG
 
 
 def _prod(vs: tuple[str, ...]) -> int:

@@ -13,9 +13,13 @@ from buildctl.megatron import combos
 from tests.unit.test_argslint_rules import manifest, run
 
 A, T = "megatron/training/arguments.py", "megatron/core/transformer/transformer_config.py"
+M = "megatron/core/model_parallel_config.py"
 MOE = "- --num-experts: 8\n- --disable-bias-linear\n"
 FSDP2 = "- --use-torch-fsdp2\n- --no-gradient-accumulation-fusion\n- --untie-embeddings-and-output-weights\n"
 OPG = "- --use-distributed-optimizer\n- --overlap-grad-reduce\n- --overlap-param-gather\n"
+GRAPH = "- --cuda-graph-impl: transformer_engine\n"
+SEL = "- --recompute-granularity: selective\n"
+UNEVEN = "- --num-layers: 10\n- --pipeline-model-parallel-size: 4\n"
 VPP = "- --pipeline-model-parallel-size: 4\n- --num-layers: 8\n- --num-layers-per-virtual-pipeline-stage: 1\n"
 
 # (file:line, arguments refused, arguments accepted or None, env of the image)
@@ -26,6 +30,20 @@ CASES: list[tuple[str, str, str | None, str]] = [
      "- --context-parallel-size: 4\n- --hierarchical-context-parallel-sizes: [2, 2]\n", ""),
     (f"{A}:463", "- --cp-comm-type: a2a+p2p\n", "- --cp-comm-type: a2a+p2p\n- --hierarchical-context-parallel-sizes: [1]\n",
      ""),
+    (f"{A}:416", "- --perform-rl-step\n- --rl-remove-kv-cache-during-training\n- --rl-offload-kv-cache-during-training\n",
+     "- --perform-rl-step\n- --rl-offload-kv-cache-during-training\n", ""),
+    (f"{A}:419", "- --perform-rl-step\n- --rl-remove-kv-cache-during-training\n- --rl-partial-rollouts\n",
+     "- --perform-rl-step\n- --rl-partial-rollouts\n", ""),
+    (f"{A}:428", "- --perform-rl-step\n- --global-batch-size: 48\n", "- --perform-rl-step\n- --global-batch-size: 64\n", ""),
+    (f"{A}:436", "- --perform-rl-step\n- --global-batch-size: 32\n- --exit-interval: 6\n",
+     "- --perform-rl-step\n- --global-batch-size: 32\n- --exit-interval: 8\n", ""),
+    (f"{A}:439", "- --perform-rl-step\n- --global-batch-size: 32\n- --save-interval: 6\n",
+     "- --perform-rl-step\n- --global-batch-size: 32\n- --save-interval: 8\n", ""),
+    (f"{A}:442", "- --perform-rl-step\n- --rl-use-sequence-packing\n- --seq-length: 16384\n",
+     "- --perform-rl-step\n- --rl-use-sequence-packing\n- --seq-length: 8192\n", ""),
+    (f"{A}:781", "- --cuda-graph-impl: local\n- --cuda-graph-scope: full_iteration\n- --inference-dynamic-batching\n"
+     "- --fp8-format: e4m3\n",
+     "- --cuda-graph-impl: local\n- --cuda-graph-scope: full_iteration\n- --inference-dynamic-batching\n", ""),
     (f"{A}:469", "- --batch-size: 4\n", "- --micro-batch-size: 4\n", ""),
     (f"{A}:472", "- --warmup: 10\n", None, ""),
     (f"{A}:475", "- --model-parallel-size: 2\n", None, ""),
@@ -182,6 +200,57 @@ CASES: list[tuple[str, str, str | None, str]] = [
      "- --recompute-granularity: full\n- --recompute-method: uniform\n- --recompute-num-layers: 1\n",
      "- --tensor-model-parallel-size: 2\n- --distribute-saved-activations\n"
      "- --recompute-granularity: full\n- --recompute-method: uniform\n- --recompute-num-layers: 1\n", ""),
+    (f"{T}:1094", SEL + "- --recompute-modules: [mla_up_proj]\n",
+     SEL + "- --recompute-modules: [mla_up_proj]\n- --multi-latent-attention\n", ""),
+    (f"{T}:1112", MOE + SEL + "- --recompute-modules: [shared_experts]\n- --moe-shared-expert-intermediate-size: 512\n"
+     "- --moe-shared-expert-overlap\n- --moe-token-dispatcher-type: alltoall\n",
+     MOE + SEL + "- --recompute-modules: [shared_experts]\n- --moe-shared-expert-intermediate-size: 512\n"
+     "- --moe-token-dispatcher-type: alltoall\n", ""),
+    (f"{T}:1119", SEL + "- --recompute-modules: [layernorm]\n- --fp8-format: e4m3\n",
+     SEL + "- --recompute-modules: [layernorm]\n- --fp8-format: e4m3\n- --fp8-recipe: tensorwise\n", ""),
+    (f"{T}:1136", "- --moe-layer-recompute\n- --recompute-granularity: full\n- --recompute-method: block\n"
+     "- --recompute-num-layers: 1\n", "- --moe-layer-recompute\n", ""),
+    (f"{T}:1146", "- --fine-grained-activation-offloading\n",
+     "- --fine-grained-activation-offloading\n- --offload-modules: [core_attn]\n", ""),
+    (f"{T}:1163", "- --fine-grained-activation-offloading\n- --offload-modules: [attn_proj]\n",
+     "- --fine-grained-activation-offloading\n- --offload-modules: [core_attn, attn_proj]\n", ""),
+    (f"{T}:1175", UNEVEN + "- --decoder-first-pipeline-num-layers: 1\n- --account-for-loss-in-pipeline-split\n",
+     UNEVEN + "- --decoder-first-pipeline-num-layers: 1\n", ""),
+    (f"{T}:1192", "- --pipeline-model-parallel-size: 2\n- --pipeline-model-parallel-layout: 'Et|tL'\n"
+     "- --account-for-loss-in-pipeline-split\n",
+     "- --pipeline-model-parallel-size: 2\n- --pipeline-model-parallel-layout: 'Et|tL'\n", ""),
+    (f"{T}:1243", UNEVEN + "- --decoder-first-pipeline-num-layers: 0\n",
+     UNEVEN + "- --decoder-first-pipeline-num-layers: 1\n", ""),
+    (f"{T}:1252", "- --num-layers: 14\n- --pipeline-model-parallel-size: 4\n- --num-virtual-stages-per-pipeline-rank: 2\n"
+     "- --decoder-first-pipeline-num-layers: 3\n- --decoder-last-pipeline-num-layers: 3\n",
+     "- --num-layers: 12\n- --pipeline-model-parallel-size: 4\n- --num-virtual-stages-per-pipeline-rank: 2\n"
+     "- --decoder-first-pipeline-num-layers: 2\n- --decoder-last-pipeline-num-layers: 2\n", ""),
+    (f"{T}:1262", UNEVEN + "- --decoder-last-pipeline-num-layers: -1\n",
+     UNEVEN + "- --decoder-last-pipeline-num-layers: 1\n", ""),
+    (f"{T}:1271", "- --num-layers: 13\n- --pipeline-model-parallel-size: 4\n- --num-virtual-stages-per-pipeline-rank: 2\n"
+     "- --decoder-last-pipeline-num-layers: 1\n", None, ""),
+    (f"{T}:1283", UNEVEN + "- --decoder-first-pipeline-num-layers: 2\n",
+     UNEVEN + "- --decoder-first-pipeline-num-layers: 1\n", ""),
+    (f"{T}:1297", "- --num-layers: 10\n- --pipeline-model-parallel-size: 4\n- --num-virtual-stages-per-pipeline-rank: 2\n"
+     "- --decoder-first-pipeline-num-layers: 2\n- --decoder-last-pipeline-num-layers: 2\n",
+     "- --num-layers: 12\n- --pipeline-model-parallel-size: 4\n- --num-virtual-stages-per-pipeline-rank: 2\n"
+     "- --decoder-first-pipeline-num-layers: 2\n- --decoder-last-pipeline-num-layers: 2\n", ""),
+    (f"{T}:1329", "- --num-layers: 8\n- --pipeline-model-parallel-size: 4\n- --num-virtual-stages-per-pipeline-rank: 2\n"
+     "- --account-for-loss-in-pipeline-split\n",
+     "- --num-layers: 7\n- --pipeline-model-parallel-size: 4\n- --num-virtual-stages-per-pipeline-rank: 2\n"
+     "- --account-for-loss-in-pipeline-split\n", ""),
+    (f"{T}:1342", "- --num-layers: 11\n- --pipeline-model-parallel-size: 4\n- --num-virtual-stages-per-pipeline-rank: 2\n"
+     "- --account-for-loss-in-pipeline-split\n",
+     "- --num-layers: 15\n- --pipeline-model-parallel-size: 4\n- --num-virtual-stages-per-pipeline-rank: 2\n"
+     "- --account-for-loss-in-pipeline-split\n", ""),
+    (f"{M}:379", "- --defer-embedding-wgrad-compute\n",
+     "- --defer-embedding-wgrad-compute\n- --pipeline-model-parallel-size: 2\n", ""),
+    (f"{M}:384", "- --defer-embedding-wgrad-compute\n- --pipeline-model-parallel-size: 2\n"
+     "- --no-gradient-accumulation-fusion\n", None, ""),
+    (f"{M}:389", "- --defer-embedding-wgrad-compute\n- --pipeline-model-parallel-size: 2\n- --wgrad-deferral-limit: -1\n",
+     "- --defer-embedding-wgrad-compute\n- --pipeline-model-parallel-size: 2\n- --wgrad-deferral-limit: 2\n", ""),
+    (f"{M}:405", "- --overlap-p2p-communication-warmup-flush\n",
+     "- --overlap-p2p-communication-warmup-flush\n" + VPP, ""),
     (f"{T}:1426", "- --multi-latent-attention\n- --rotary-interleaved\n", "- --multi-latent-attention\n", ""),
     (f"{T}:1458", "- --num-experts: 8\n- --tensor-model-parallel-size: 2\n",
      "- --num-experts: 8\n- --tensor-model-parallel-size: 2\n- --expert-tensor-parallel-size: 1\n", ""),
@@ -199,6 +268,41 @@ CASES: list[tuple[str, str, str | None, str]] = [
      MOE + "- --moe-router-group-topk: 2\n- --moe-router-num-groups: 4\n", ""),
     (f"{T}:1525", MOE + "- --moe-router-group-topk: 8\n- --moe-router-num-groups: 4\n",
      MOE + "- --moe-router-group-topk: 4\n- --moe-router-num-groups: 4\n", ""),
+    (f"{T}:898", "- --fp8-format: e4m3\n- --fp8-recipe: tensorwise\n- --first-last-layers-bf16\n- --num-layers: 4\n"
+     "- --pipeline-model-parallel-size: 2\n- --num-layers-at-start-in-bf16: 3\n",
+     "- --fp8-format: e4m3\n- --fp8-recipe: tensorwise\n- --first-last-layers-bf16\n- --num-layers: 4\n"
+     "- --pipeline-model-parallel-size: 2\n- --num-layers-at-start-in-bf16: 2\n", ""),
+    (f"{T}:907", "- --fp8-format: e4m3\n- --fp8-recipe: tensorwise\n- --first-last-layers-bf16\n- --num-layers: 4\n"
+     "- --num-layers-at-end-in-bf16: -1\n", None, ""),
+    (f"{T}:975", MOE + "- --moe-router-load-balancing-type: [aux_loss, seq_aux_loss]\n- --moe-aux-loss-coeff: '1e-3'\n",
+     MOE + "- --moe-router-load-balancing-type: [aux_loss, seq_aux_loss]\n- --moe-aux-loss-coeff: ['1e-3', '1e-4']\n",
+     ""),
+    (f"{T}:1158", "- --fine-grained-activation-offloading\n- --offload-modules: [core_attn, mlp]\n",
+     "- --fine-grained-activation-offloading\n- --offload-modules: [core_attn, qkv_linear]\n", ""),
+    (f"{T}:1602", MOE + GRAPH + "- --cuda-graph-scope: [attn, moe_preprocess]\n",
+     MOE + GRAPH + "- --cuda-graph-scope: [attn, moe_router, moe_preprocess]\n", ""),
+    (f"{T}:1607", GRAPH + "- --cuda-graph-scope: [attn, moe_router]\n", MOE + GRAPH + "- --cuda-graph-scope: [attn, moe_router]\n",
+     ""),
+    (f"{T}:1613", MOE + GRAPH + "- --cuda-graph-scope: [attn, mlp]\n",
+     MOE + GRAPH + "- --cuda-graph-scope: [attn, mlp]\n- --moe-layer-freq: '([0]*1+[1]*3)'\n", ""),
+    (f"{T}:1622", MOE + GRAPH + "- --cuda-graph-scope: [moe]\n",
+     MOE + GRAPH + "- --cuda-graph-scope: [moe]\n- --moe-expert-capacity-factor: '1.0'\n"
+     "- --moe-pad-expert-input-to-capacity\n", ""),
+    (f"{T}:1635", GRAPH + SEL, GRAPH + SEL + "- --cuda-graph-scope: [mlp]\n", ""),
+    (f"{T}:1645", GRAPH + SEL + "- --cuda-graph-scope: [attn]\n",
+     GRAPH + SEL + "- --cuda-graph-scope: [attn]\n- --recompute-modules: [mlp]\n", ""),
+    (f"{T}:1648", GRAPH + SEL + "- --cuda-graph-scope: [mlp]\n- --recompute-modules: [mlp]\n",
+     GRAPH + SEL + "- --cuda-graph-scope: [mlp]\n- --recompute-modules: [core_attn]\n", ""),
+    (f"{T}:1653", MOE + GRAPH + SEL + "- --cuda-graph-scope: [moe]\n- --recompute-modules: [moe]\n",
+     MOE + GRAPH + SEL + "- --cuda-graph-scope: [moe]\n- --recompute-modules: [core_attn]\n", ""),
+    (f"{T}:1659", MOE + GRAPH + SEL + "- --cuda-graph-scope: [moe_router]\n- --recompute-modules: [shared_experts]\n",
+     MOE + GRAPH + SEL + "- --cuda-graph-scope: [moe_router]\n- --recompute-modules: [moe_act]\n", ""),
+    (f"{T}:1672", MOE + GRAPH + SEL + "- --cuda-graph-scope: [attn, mlp, moe_router]\n- --recompute-modules: [layernorm]\n",
+     MOE + GRAPH + SEL + "- --cuda-graph-scope: [attn, moe_router]\n- --recompute-modules: [layernorm]\n", ""),
+    (f"{T}:1738", "- --overlap-moe-expert-parallel-comm\n- --recompute-method: uniform\n", None, ""),
+    (f"{T}:1741", "- --overlap-moe-expert-parallel-comm\n- --recompute-num-layers: 1\n", None, ""),
+    (f"{T}:1753", "- --overlap-moe-expert-parallel-comm\n- --mtp-num-layers: 2\n",
+     "- --overlap-moe-expert-parallel-comm\n- --mtp-num-layers: 1\n", ""),
     (f"{T}:1721", "- --overlap-moe-expert-parallel-comm\n- --pipeline-model-parallel-size: 2\n", None, ""),
     (f"{T}:1727", "- --overlap-moe-expert-parallel-comm\n", None, ""),
     (f"{T}:1731", "- --overlap-moe-expert-parallel-comm\n- --expert-model-parallel-size: 2\n",
