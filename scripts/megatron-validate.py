@@ -157,16 +157,16 @@ def run_mutations(a: argparse.Namespace) -> int:
     """Each mutation through the real validate_args and through lint-args; a table of both verdicts."""
     import datetime
 
+    import yaml  # a script of the project: it reads the mutation set as the tests do
+
     sys.path.insert(0, str(PROJECT))
     from buildctl.graph import smoke_expect
     from buildctl.manifest import pins
     from buildctl.megatron import argslint, mutations
 
-    import yaml
-
     muts = mutations.parse(yaml.safe_load(a.mutations.read_text(encoding="utf-8")), str(a.mutations))
     manifests: dict[str, Any] = {}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for mu in muts:
         if mu.stack not in manifests:
             manifests[mu.stack] = pins.load(PROJECT / "pins" / f"{mu.stack}.yaml")

@@ -277,6 +277,48 @@ def bf16_layers_bad(c: C, option: str) -> bool:
     return layers is not None and n is not None and not 0 <= n <= layers // pp(c)
 
 
+def gdn(c: C) -> bool:
+    return text(c, "--linear-attention-type") == "gated_delta_net"
+
+
+def mla(c: C) -> bool:
+    return on(c, "--multi-latent-attention")
+
+
+def rope_fusion(c: C) -> bool:
+    return not given(c, "--no-rope-fusion")
+
+
+def no_rope_bad(c: C) -> bool:
+    """--no-rope-freq N must divide the layers; a list must have one entry per layer (transformer_config.py 1802-1814)."""
+    freq, layers = c.value("--no-rope-freq"), c.integer("--num-layers", None)
+    if freq is None or layers is None:
+        return False
+    try:
+        pattern = moe_layer_pattern(freq)
+    except ValueError:
+        return False
+    if isinstance(pattern, int):
+        return pattern > 0 and layers % pattern != 0
+    return len(pattern) != layers
+
+
+def activation(c: C) -> str:
+    """The activation core_transformer_config_from_args picks (arguments.py:1298-1311; TransformerConfig's default gelu)."""
+    if on(c, "--squared-relu"):
+        return "squared_relu"
+    if on(c, "--quick-geglu"):
+        return "quick_gelu"
+    return "silu" if on(c, "--swiglu") else "gelu"
+
+
+def bias_act_fusion(c: C) -> bool:
+    """bias_activation_fusion: the SwiGLU or GeLU fusion flag, the latter off without biases (arguments.py:1000)."""
+    if on(c, "--swiglu"):
+        return not given(c, "--no-bias-swiglu-fusion")
+    return not given(c, "--no-bias-gelu-fusion") and not given(c, "--disable-bias-linear")
+
+
 _DETERMINISTIC_NCCL = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS")
 
 
@@ -292,6 +334,14 @@ def _r(flag: str, line: int, fragment: str, when: Callable[[C], bool], message: 
 # ------------------------------------------------------------------------------ validate_args
 
 VALIDATE_ARGS: tuple[Combo, ...] = (
+    _r("--squared-relu", 1306, "assert not args.swiglu", lambda c: on(c, "--squared-relu") and on(c, "--swiglu"),
+       "--squared-relu with --swiglu (core_transformer_config_from_args)", "keep one activation"),
+    _r("--quick-geglu", 1309, "assert not args.swiglu", lambda c: on(c, "--quick-geglu") and on(c, "--swiglu"),
+       "--quick-geglu with --swiglu (core_transformer_config_from_args)", "keep one activation"),
+    _r("--rope-type", 1325, "Common attention only support rope_type=",
+       lambda c: given(c, "--rope-type") and text(c, "--rope-type") != "rope" and not mla(c),
+       "--rope-type yarn without --multi-latent-attention (core_transformer_config_from_args)",
+       "use rope, or multi-latent attention"),
     _r("--use-legacy-models", 394, "legacy model format only supports the 'torch' checkpoint format.",
        lambda c: legacy(c) and ckpt_format(c) != "torch",
        "--use-legacy-models with a --ckpt-format other than torch (the default is torch_dist)",
@@ -656,6 +706,27 @@ TRANSFORMER_CONFIG: tuple[Combo, ...] = (
     _r("--first-last-layers-bf16", 884, "Delayed scaling does not support first / last layer in BF16.",
        lambda c: fp8(c) and on(c, "--first-last-layers-bf16") and text(c, "--fp8-recipe", "delayed") == "delayed",
        "--first-last-layers-bf16 with the delayed FP8 recipe", "use another --fp8-recipe", file=TCONF),
+    _r("--linear-attention-type", 841, "linear_attention_freq must be set for linear attention.",
+       lambda c: gdn(c) and not given(c, "--linear-attention-freq"),
+       "gated delta net linear attention without --linear-attention-freq", "add --linear-attention-freq",
+       file=TCONF),
+    _r("--linear-num-value-heads", 860, "assert self.linear_num_value_heads % self.linear_num_key_heads == 0",
+       lambda c: gdn(c) and int(num(c, "--linear-num-key-heads", 16)) > 0
+       and int(num(c, "--linear-num-value-heads", 32)) % int(num(c, "--linear-num-key-heads", 16)) != 0,
+       "--linear-num-value-heads is not a multiple of --linear-num-key-heads", "choose value heads = k x key heads",
+       file=TCONF),
+    _r("--linear-num-key-heads", 867, "self.linear_num_key_heads % self.tensor_model_parallel_size == 0",
+       lambda c: gdn(c) and int(num(c, "--linear-num-key-heads", 16)) % tp(c) != 0,
+       "--linear-num-key-heads is not divisible by TP", "choose key heads that divide by TP", file=TCONF),
+    _r("--linear-num-value-heads", 870, "self.linear_num_value_heads % self.tensor_model_parallel_size == 0",
+       lambda c: gdn(c) and int(num(c, "--linear-num-value-heads", 32)) % tp(c) != 0,
+       "--linear-num-value-heads is not divisible by TP", "choose value heads that divide by TP", file=TCONF),
+    _r("--context-parallel-size", 874, "assert self.context_parallel_size == 1, (",
+       lambda c: gdn(c) and size(c, "--context-parallel-size") != 1,
+       "gated delta net linear attention with CP > 1", "use CP 1", file=TCONF),
+    _r("--linear-attention-type", 879, "raise NotImplementedError(\"Mamba is not supported yet.\")",
+       lambda c: text(c, "--linear-attention-type") == "mamba", "--linear-attention-type mamba is not implemented",
+       "use gated_delta_net", file=TCONF),
     _r("--num-layers-at-start-in-bf16", 898, "f\"num_layers_at_start_in_bf16 ({self.num_layers_at_start_in_bf16}) must be \"",
        lambda c: bf16_layers_bad(c, "--num-layers-at-start-in-bf16"),
        "--num-layers-at-start-in-bf16 outside 0 .. the layers per pipeline stage", "give a count within a stage",
@@ -678,13 +749,17 @@ TRANSFORMER_CONFIG: tuple[Combo, ...] = (
            on(c, "--moe-enable-deepep") or text(c, "--moe-flex-dispatcher-backend", "deepep") == "deepep"),
        "--moe-pad-expert-input-to-capacity with the flex dispatcher's deepep backend", "drop the padding",
        file=TCONF),
+    _r("--moe-shared-expert-intermediate-size", 960, "f\"moe_shared_expert_intermediate_size must be \"",
+       lambda c: given(c, "--moe-shared-expert-intermediate-size") and num(c, "--moe-shared-expert-intermediate-size", 1) <= 0,
+       "--moe-shared-expert-intermediate-size must be positive", "give the shared experts' total FFN size",
+       file=TCONF, check="moe"),
     _r("--moe-shared-expert-overlap", 968, "moe_shared_expert_overlap only works with alltoall token dispatcher.",
        lambda c: (num(c, "--moe-shared-expert-intermediate-size", 0) > 0) and on(c, "--moe-shared-expert-overlap")
        and dispatcher(c) != "alltoall",
        "--moe-shared-expert-overlap without the alltoall dispatcher", "use alltoall, or drop the overlap",
        file=TCONF),
     _r("--moe-aux-loss-coeff", 975, "moe_aux_loss_coeff must be a list of the same length as",
-       lambda c: experts(c) > 0 and len(values(c, "--moe-router-load-balancing-type")) > 1
+       lambda c: len(values(c, "--moe-router-load-balancing-type")) > 1
        and len(values(c, "--moe-aux-loss-coeff")) != len(values(c, "--moe-router-load-balancing-type")),
        "--moe-aux-loss-coeff does not give one coefficient per --moe-router-load-balancing-type",
        "give as many coefficients as load-balancing types", file=TCONF, check="moe"),
@@ -786,6 +861,21 @@ TRANSFORMER_CONFIG: tuple[Combo, ...] = (
        lambda c: _split_vpp_bad(c, per_rank=True),
        "with the embedding/loss split options, the layers per pipeline rank do not divide by the virtual stages",
        "choose sizes that divide", file=TCONF, check="pipeline"),
+    _r("--squared-relu", 1355, "When bias_activation_fusion is True, activation function should be either",
+       lambda c: bias_act_fusion(c) and activation(c) not in ("gelu", "silu", "quick_gelu"),
+       "--squared-relu with the bias-activation fusion on (it fuses only GeLU, SwiGLU and quick-GeGLU)",
+       "add --no-bias-gelu-fusion (or --disable-bias-linear)", file=TCONF),
+    _r("--glu-linear-offset", 1374, "When bias_activation_fusion is True and glu_linear_offset is non-zero",
+       lambda c: bias_act_fusion(c) and num(c, "--glu-linear-offset", 0.0) != 0.0 and activation(c) != "quick_gelu",
+       "--glu-linear-offset without --quick-geglu (bias-activation fusion on)", "drop the offset, or use quick-GeGLU",
+       file=TCONF),
+    _r("--use-te-activation-func", 1380, "bias_activation_fusion and use_te_activation_func cannot be both true.",
+       lambda c: bias_act_fusion(c) and on(c, "--use-te-activation-func"),
+       "--use-te-activation-func with the bias-activation fusion on",
+       "add --no-bias-gelu-fusion / --no-bias-swiglu-fusion, or drop --use-te-activation-func", file=TCONF),
+    _r("--use-te-activation-func", 1388, "TransformerEngine only support gelu, geglu, silu, swiglu, relu, reglu.",
+       lambda c: on(c, "--use-te-activation-func") and activation(c) not in ("gelu", "silu"),
+       "--use-te-activation-func with squared ReLU or quick-GeGLU", "drop --use-te-activation-func", file=TCONF),
     _r("--rotary-interleaved", 1426, "rotary_interleaved does not work with multi_latent_attention.",
        lambda c: on(c, "--rotary-interleaved") and on(c, "--multi-latent-attention"),
        "--rotary-interleaved with --multi-latent-attention", "drop --rotary-interleaved", file=TCONF),
@@ -804,14 +894,14 @@ TRANSFORMER_CONFIG: tuple[Combo, ...] = (
        "router padding for quantization without --fp8-format or --fp4-format", "drop the padding, or train in FP8",
        file=TCONF, check="moe"),
     _r("--moe-token-dispatcher-type", 1496, "allgather and alltoall_seq dispatcher does not support",
-       lambda c: experts(c) > 0 and (on(c, "--moe-router-padding-for-quantization") or on(
-           c, "--moe-router-padding-for-fp8")) and dispatcher(c) == "allgather",
+       lambda c: (on(c, "--moe-router-padding-for-quantization") or on(c, "--moe-router-padding-for-fp8"))
+       and dispatcher(c) == "allgather",
        "router padding for quantization with the allgather dispatcher (the default)", "use alltoall or flex",
        file=TCONF, check="moe"),
     _r("--moe-router-topk", 1508, "Please use --moe-router-pre-softmax when topk is 1.",
-       lambda c: experts(c) > 0 and num(c, "--moe-router-topk", 2) == 1
+       lambda c: num(c, "--moe-router-topk", 2) == 1
        and text(c, "--moe-router-score-function", "softmax") == "softmax" and not on(c, "--moe-router-pre-softmax")
-       and values(c, "--moe-router-load-balancing-type")[:1] != ("sinkhorn",),
+       and values(c, "--moe-router-load-balancing-type") != ("sinkhorn",),
        "--moe-router-topk 1 with softmax scores and no --moe-router-pre-softmax", "add --moe-router-pre-softmax",
        file=TCONF, check="moe"),
     _r("--moe-router-num-groups", 1518, "When using group limited routing, moe_router_num_groups must be specified.",
@@ -907,6 +997,27 @@ TRANSFORMER_CONFIG: tuple[Combo, ...] = (
        lambda c: on(c, "--delay-wgrad-compute") and not on(c, "--overlap-moe-expert-parallel-comm"),
        "--delay-wgrad-compute without --overlap-moe-expert-parallel-comm", "add the overlap, or drop it",
        file=TCONF, check="moe"),
+    _r("--cp-comm-type", 1767, "f\"Length of cp_comm_type ({len(self.cp_comm_type)}) should equal to \"",
+       lambda c: size(c, "--context-parallel-size") > 1 and len(values(c, "--cp-comm-type")) > 1
+       and c.integer("--num-layers", None) is not None
+       and len(values(c, "--cp-comm-type")) != c.integer("--num-layers", None),
+       "--cp-comm-type gives neither one type nor one per layer", "give one type, or one per layer", file=TCONF),
+    _r("--flash-decode", 1800, "flash_decode cannot be used with no_rope.",
+       lambda c: given(c, "--no-rope-freq") and on(c, "--flash-decode"), "--flash-decode with --no-rope-freq",
+       "drop one of them", file=TCONF),
+    _r("--no-rope-freq", 1803, "f\"no_rope_freq={self.no_rope_freq} should be \"",
+       lambda c: no_rope_bad(c), "--no-rope-freq does not fit --num-layers (N must divide them; a list needs one "
+       "entry per layer)", "give a divisor of the layers, or one entry per layer", file=TCONF),
+    _r("--rope-type", 1881, "apply_rope_fusion for MLA only works with YARN RoPE.",
+       lambda c: mla(c) and rope_fusion(c) and text(c, "--rope-type", "yarn") != "yarn",
+       "--multi-latent-attention with --rope-type rope and RoPE fusion on", "add --no-rope-fusion, or use yarn",
+       file=TCONF),
+    _r("--attention-output-gate", 1884, "Output gate is not supported for MLA yet.",
+       lambda c: mla(c) and on(c, "--attention-output-gate"), "--attention-output-gate with --multi-latent-attention",
+       "drop the output gate", file=TCONF),
+    _r("--cache-mla-latents", 1889, "Rope Fusion is not compatible with caching latents",
+       lambda c: mla(c) and on(c, "--cache-mla-latents") and rope_fusion(c),
+       "--cache-mla-latents with RoPE fusion on", "add --no-rope-fusion", file=TCONF),
 )
 
 # ----------------------------------------------------------------- ModelParallelConfig.__post_init__
