@@ -122,6 +122,7 @@ def child(megatron: str, te_version: str, request: dict[str, Any]) -> dict[str, 
     import torch  # type: ignore[import-not-found]  # the stub
 
     torch.__version__ = "2.9.0"
+    torch.is_grad_enabled = lambda: True  # training: validate_args reads it for --fp8-param-gather
     os.environ.update(request.pop("env", {}))  # the image's runtime environment (ENV), as in the image
     from smoke import probes
 
@@ -131,6 +132,83 @@ def child(megatron: str, te_version: str, request: dict[str, Any]) -> dict[str, 
 # ---------------------------------------------------------------------------------------- parent
 
 
+def probe(a: argparse.Namespace, m: Any, v: Any, prof: dict[str, Any], script: str) -> dict[str, Any]:
+    """The real parse_args + validate_args + TransformerConfig of one launch, in a child process."""
+    archs = [x for x in v.gpu_archs]
+    cap = [int(p) for p in archs[0].split(".")] if archs else [9, 0]
+    request = {"args": prof["args"], "argv0": os.path.basename(script), "world_size": prof["world_size"],
+               "gpus_per_node": prof["gpus_per_node"], "answer_capability": cap, "env": m.env_for(v)}
+    p = subprocess.run([sys.executable, __file__, str(a.megatron), "--te-version", a.te_version,
+                        "--child", json.dumps(request)], capture_output=True, text=True, timeout=300, check=False)
+    tail = p.stdout.rpartition("@@RESULT@@")[2]
+    try:
+        res: dict[str, Any] = json.loads(tail)
+    except json.JSONDecodeError:
+        res = {"ok": False, "error": {"text": (p.stderr or p.stdout)[-400:]}}
+    return res
+
+
+def _message(res: dict[str, Any]) -> str:
+    text = res.get("argparse_error") or (res.get("error") or {}).get("text") or ""
+    return " ".join(str(text).split())[:160]
+
+
+def run_mutations(a: argparse.Namespace) -> int:
+    """Each mutation through the real validate_args and through lint-args; a table of both verdicts."""
+    import datetime
+
+    import yaml  # a script of the project: it reads the mutation set as the tests do
+
+    sys.path.insert(0, str(PROJECT))
+    from buildctl.graph import smoke_expect
+    from buildctl.manifest import pins
+    from buildctl.megatron import argslint, mutations
+
+    muts = mutations.parse(yaml.safe_load(a.mutations.read_text(encoding="utf-8")), str(a.mutations))
+    manifests: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    for mu in muts:
+        if mu.stack not in manifests:
+            manifests[mu.stack] = pins.load(PROJECT / "pins" / f"{mu.stack}.yaml")
+        m = mutations.apply(manifests[mu.stack], mu)
+        v = next(x for x in m.variants if x.name == mu.variant)
+        assert m.entrypoint is not None
+        script = next((w for w in m.entrypoint.command if w.endswith(".py")), "pretrain_gpt.py")
+        prof = next(p for p in smoke_expect.megatron_profiles(m, v) if p["name"] == mutations.MUTATION)
+        res = probe(a, m, v, prof, script)
+        report = argslint.lint(m, v, a.megatron, mutations.MUTATION)
+        lint_errors = [f for f in report.errors if f.check not in argslint.HARDWARE_CHECKS]
+        real = "accept" if res.get("ok") else "refuse"
+        lint = "refuse" if lint_errors else "accept"
+        rows.append({"id": mu.id, "launch": f"{mu.stack}/{mu.variant}/{mu.profile}", "edit": mu.edit,
+                     "expect": mu.expect, "real": real, "stage": res.get("stage"), "message": _message(res),
+                     "lint": lint, "lint_rules": sorted({f"{f.check} {f.source}" for f in lint_errors})})
+    missed = [r for r in rows if r["real"] == "refuse" and r["lint"] == "accept"]
+    false = [r for r in rows if r["real"] == "accept" and r["lint"] == "refuse"]
+    if a.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print("| mutation | real validate_args / TransformerConfig | lint-args |")
+        print("|---|---|---|")
+        for r in rows:
+            real = "passes" if r["real"] == "accept" else f"refuses ({r['stage']}): {r['message']}"
+            lint = "passes" if r["lint"] == "accept" else "refuses: " + "; ".join(r["lint_rules"])
+            mark = " **MISSED**" if r in missed else (" **FALSE REFUSAL**" if r in false else "")
+            print(f"| {r['id']}{mark} | {real} | {lint} |")
+        print(f"\n{len(rows)} mutations: the real code refuses {sum(r['real'] == 'refuse' for r in rows)}, "
+              f"lint-args refuses {sum(r['lint'] == 'refuse' for r in rows)}; {len(missed)} refused by the real "
+              f"code and passed by lint-args, {len(false)} refused by lint-args only")
+    if a.write_results:
+        commit = "effebd81f410bc6566fffee6c320b6f8f762e06d"
+        doc = {"megatron_commit": commit, "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+               "command": "scripts/megatron-validate.py MEGATRON_SRC --mutations tests/data/megatron-mutations.yaml "
+                          "--write-results tests/data/megatron-mutations.results.json",
+               "results": [{"id": r["id"], "real": r["real"], "stage": r["stage"], "message": r["message"]}
+                           for r in rows]}
+        a.write_results.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return 1 if missed or false else 0
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("megatron", type=Path, help="a Megatron-LM tree at the pinned commit")
@@ -138,12 +216,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--manifest", action="append", type=Path, default=[],
                     help="a manifest to check instead of the seed stacks' (repeatable)")
     ap.add_argument("--te-version", default="2.9.0", help="the TE version Megatron's version gates see")
+    ap.add_argument("--mutations", type=Path,
+                    help="run the mutation set (tests/data/megatron-mutations.yaml) instead of the shipped launches")
+    ap.add_argument("--write-results", type=Path, help="with --mutations: record the real verdicts in this JSON file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         out = child(str(a.megatron), a.te_version, json.loads(a.child))
         print("\n@@RESULT@@" + json.dumps(out, default=str))
         return 0
+    if a.mutations:
+        return run_mutations(a)
     sys.path.insert(0, str(PROJECT))
     from buildctl.graph import smoke_expect
     from buildctl.manifest import pins
@@ -159,19 +242,7 @@ def main(argv: list[str]) -> int:
         for v in m.variants:
             for prof in smoke_expect.megatron_profiles(m, v):
                 report = argslint.lint(m, v, a.megatron, prof["name"])
-                archs = [x for x in v.gpu_archs]
-                cap = [int(p) for p in archs[0].split(".")] if archs else [9, 0]
-                request = {"args": prof["args"], "argv0": os.path.basename(script), "world_size": prof["world_size"],
-                           "gpus_per_node": prof["gpus_per_node"], "answer_capability": cap,
-                           "env": m.env_for(v)}
-                p = subprocess.run([sys.executable, __file__, str(a.megatron), "--te-version", a.te_version,
-                                    "--child", json.dumps(request)], capture_output=True, text=True, timeout=300,
-                                   check=False)
-                tail = p.stdout.rpartition("@@RESULT@@")[2]
-                try:
-                    res = json.loads(tail)
-                except json.JSONDecodeError:
-                    res = {"ok": False, "error": {"text": (p.stderr or p.stdout)[-400:]}}
+                res = probe(a, m, v, prof, script)
                 real_ok = bool(res.get("ok"))
                 # What the hardware refuses (TE's recipes, HybridEP's domain) is beyond validate_args.
                 megatron_errors = [f for f in report.errors if f.check not in argslint.HARDWARE_CHECKS]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 
-from buildctl.megatron import rules
+from buildctl.megatron import combos, rules
 from buildctl.megatron.consistency import LayoutError, _Checks, parse_layout
 from buildctl.megatron.report import Finding, _Use
 
@@ -17,12 +17,20 @@ class _Consistency(_Checks):
         for check in (self.parallel_sizes, self.pipeline_layout, self.moe_layer_freq, self.hybridep,
                       self.mxfp8_param_gather, self.layers_per_stage, self.virtual_pipeline, self.attention_sizes,
                       self.sequence_parallel, self.recompute, self.experts, self.learning_rate, self.list_values,
-                      self.fp8_hardware, self.grouped_gemm, self.hybridep_domain, self.max_connections):
+                      self.fp8_hardware, self.grouped_gemm, self.hybridep_domain, self.max_connections,
+                      self.combinations):
             check()
         return self.findings
 
 
     # -- what validate_args and the config classes assert (Megatron-LM; rules.py cites each)
+
+    def combinations(self) -> None:
+        """Flags validate_args or TransformerConfig refuse together, or without another (combos.py's table)."""
+        for r in combos.ALL:
+            if r.when(self):
+                self.add("error", r.check, r.flag, f"{r.message}: Megatron-LM refuses it ({r.cite.text!r})", r.fix,
+                         self.at(r.flag), cite=r.cite)
 
     def virtual_stages(self) -> int | None:
         """The virtual stages per pipeline rank as validate_args derives them (None: no interleaving)."""

@@ -121,15 +121,16 @@ def where(cite: Cite, root: Path | None) -> Where:
     written = f"{cite.project} {cite.at} {cite.file}:{cite.line}"
     if root is None or cite.project != "Megatron-LM":
         return Where(text=written, read=False)
-    line = _find(root / cite.file, cite.text)
+    line = _find(root / cite.file, cite.text, near=cite.line)
     if line is None:
         return Where(text=f"{written} (not found in the pinned tree {root}: written in buildctl)", read=False)
     return Where(text=f"{cite.file}:{line} (read from the pinned source)", read=True)
 
 
-def _find(path: Path, text: str) -> int | None:
-    lines = _lines(path)
-    return next((i for i, ln in enumerate(lines, 1) if text in ln), None)
+def _find(path: Path, text: str, near: int = 0) -> int | None:
+    """The line holding ``text``; where several do (an assertion repeated), the one nearest ``near``."""
+    hits = [i for i, ln in enumerate(_lines(path), 1) if text in ln]
+    return min(hits, key=lambda i: (abs(i - near), i)) if hits else None
 
 
 @lru_cache(maxsize=32)

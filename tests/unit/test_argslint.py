@@ -365,6 +365,7 @@ def test_parallel_sizes_against_the_gpu_count() -> None:
         - --expert-model-parallel-size: 4
         - --global-batch-size: 32
         - --micro-batch-size: 2
+        - --disable-bias-linear
         """, gpus=12), None)
     assert r.derived["data_parallel"] == 3  # 12 GPUs / (TP 2 x PP 2)
     assert sorted((f.check, f.flag, f.message) for f in r.errors) == [
@@ -447,7 +448,8 @@ def test_reuse_grad_buf_needs_fp8_param_gather() -> None:
     r = run(manifest("- --reuse-grad-buf-for-mxfp8-param-ag\n"), None)
     (f,) = r.errors
     assert f.flag == "--fp8-param-gather" and f.at.line == 12
-    assert run(manifest("- --reuse-grad-buf-for-mxfp8-param-ag\n- --fp8-param-gather\n"), None).ok
+    assert run(manifest("- --reuse-grad-buf-for-mxfp8-param-ag\n- --fp8-param-gather\n- --fp8-format: e4m3\n"
+                        "- --use-distributed-optimizer\n"), None).ok
 
 
 # ------------------------------------------------------------------------------------- CLI

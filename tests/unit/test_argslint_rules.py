@@ -193,6 +193,7 @@ def test_fp8_recipe_without_fp8_format_is_a_warning_not_a_hardware_error() -> No
     ("- --distribute-saved-activations\n", "recompute", False),
     ("- --recompute-granularity: selective\n- --recompute-method: uniform\n", "recompute", False),
     ("- --tensor-model-parallel-size: 2\n- --distribute-saved-activations\n- --recompute-granularity: full\n"
+     "- --recompute-num-layers: 1\n"
      "- --recompute-method: uniform\n", "recompute", True),
     # experts
     ("- --expert-model-parallel-size: 8\n", "experts", False),
