@@ -64,7 +64,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _common(p)
     p.add_argument("--engine", help="Docker engine to ask (default: DOCKER_HOST or the local socket)")
     _backend(p, several=False)
-    p.add_argument("--json", action="store_true", help="machine-readable result")
+    p.add_argument("--json", action="store_true", help="machine-readable result (every node's full why, unlocked pins "
+                                                          "and what its key waits for)")
+    p.add_argument("--why", action="store_true",
+                   help="the table's why column in full: every difference and every pin not locked (default: one "
+                        "line per node)")
     _no_load(p)
     p.set_defaults(func=handle_plan)
 
@@ -129,17 +133,8 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     rows = []
     for n in p.nodes:
         key = n.node.key[:12] + ("*" if n.provisional else "")
-        detail = "; ".join(n.why) if n.why else n.note
-        if n.node.unlocked:
-            detail = (detail + "; " if detail else "") + "unlocked: " + ", ".join(n.node.unlocked)
-        elif n.provisional:
-            detail = (detail + "; " if detail else "") + "own inputs locked"
-        if n.provisional and n.waits_for:
-            detail += "; waits for " + ", ".join(n.waits_for)
         action = n.action + (" + push" if n.publish else "")
-        if n.action not in ("build", "unknown") and n.because:
-            detail = n.because + ("; " + detail if detail else "")
-        rows.append((n.node.name, key, n.state, action, detail))
+        rows.append((n.node.name, key, n.state, action, n.why_text() if args.why else n.why_line()))
     ctx.ui.table(title, ("node", "key", "state", "action", "why"), rows)
     if any(n.provisional for n in p.nodes):
         ctx.ui.print("* provisional key: it will change once the stack is locked")

@@ -66,6 +66,44 @@ class NodePlan:
     def present(self) -> bool:
         return self.state in ("local", "registry")
 
+    def why_line(self) -> str:
+        """What this node's row says in `buildctl plan`: one line, whatever the stack's size (the action's reason,
+        the first difference and how many more, how many pins its key waits for and from which nodes); the full
+        lists are ``why_text``, ``why``, ``unlocked`` and ``waits_for`` (`plan --why`, `plan --json`)."""
+        parts = [self.because] if self.action not in ("build", "unknown") and self.because else []
+        if self.why:
+            parts.append(self.why[0] + (f" (+{len(self.why) - 1} more)" if len(self.why) > 1 else ""))
+        elif self.note:
+            parts.append(self.note)
+        pins = _pins_line(self.node.unlocked, self.waits_for) if self.provisional else ""
+        if pins:
+            parts.append(pins)
+        return "; ".join(parts)
+
+    def why_text(self) -> str:
+        """Everything behind ``why_line``, in one text: every difference, every unlocked pin (`plan --why`)."""
+        detail = "; ".join(self.why) if self.why else self.note
+        if self.node.unlocked:
+            detail = (detail + "; " if detail else "") + "unlocked: " + ", ".join(self.node.unlocked)
+        elif self.provisional:
+            detail = (detail + "; " if detail else "") + "own inputs locked"
+        if self.provisional and self.waits_for:
+            detail += "; waits for " + ", ".join(self.waits_for)
+        if self.action not in ("build", "unknown") and self.because:
+            detail = self.because + ("; " + detail if detail else "")
+        return detail
+
+
+def _pins_line(own: tuple[str, ...], above: tuple[str, ...]) -> str:
+    """``12 pins not locked (3 own; 9 in base, cudnn): run buildctl lock`` (``above``: "node: input" of ancestors)."""
+    total = len(own) + len(above)
+    if not total:
+        return ""
+    nodes = list(dict.fromkeys(a.split(": ", 1)[0] for a in above))
+    named = ", ".join(nodes[:3]) + (", ..." if len(nodes) > 3 else "")
+    where = ([f"{len(own)} own"] if own else []) + ([f"{len(above)} in {named}"] if above else [])
+    return f"{total} pin{'s' if total > 1 else ''} not locked ({'; '.join(where)}): run buildctl lock"
+
 
 @dataclass(frozen=True, kw_only=True)
 class ArchCheck:
@@ -134,7 +172,7 @@ class Plan:
                 "parents": list(p.node.parents), "key": p.node.key, "ref": p.ref, "state": p.state,
                 "provisional": p.provisional, "unlocked": list(p.node.unlocked),
                 "own_inputs_locked": not p.node.unlocked, "waits_for": list(p.waits_for), "why": list(p.why),
-                "note": p.note, "action": p.action, "because": p.because, "publish": p.publish,
+                "note": p.note, "action": p.action, "because": p.because, "summary": p.why_line(), "publish": p.publish,
                 "remote": p.remote,
             } for p in self.nodes],
             "to_build": self.to_build,
