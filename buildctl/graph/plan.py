@@ -15,13 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from buildctl.errors import BuildctlError, EngineError, UnreachableError
 from buildctl.graph.graph import Graph, Node, image_ref
 from buildctl.graph.records import NodeRecord
+from buildctl.graph.routing import Route, for_nodes, refusal
 from buildctl.imageref import ImageRef
 
 NodeState = Literal["local", "registry", "missing", "unknown"]
@@ -61,6 +62,7 @@ class NodePlan:
     untrusted: bool = False  # tagged in the engine without the record of a completed build: its image is removed
     wheel: Path | None = None  # a wheel node: the wheel kept in the wheel cache for its key
     remote: bool = False  # the final image, in the registry and left there (``load=False``): nothing pulls it
+    builder: str = ""  # where it goes (routing.for_nodes): the builders of the variant's platform, "-", "refused: ..."
 
     @property
     def present(self) -> bool:
@@ -137,6 +139,8 @@ class Plan:
     registry: str | None
     arch: ArchCheck | None
     notes: tuple[str, ...] = ()
+    route: Route | None = None  # the builders of the variant's platform (routing.route); None: not routed
+    refused: tuple[str, str] | None = None  # (what, fix): nodes to build that no builder of the route may build
 
     def node(self, name: str) -> NodePlan:
         return next(p for p in self.nodes if p.node.name == name)
@@ -173,8 +177,13 @@ class Plan:
                 "provisional": p.provisional, "unlocked": list(p.node.unlocked),
                 "own_inputs_locked": not p.node.unlocked, "waits_for": list(p.waits_for), "why": list(p.why),
                 "note": p.note, "action": p.action, "because": p.because, "summary": p.why_line(), "publish": p.publish,
-                "remote": p.remote,
+                "remote": p.remote, "builder": p.builder or None,
             } for p in self.nodes],
+            "route": None if self.route is None else {
+                "platform": self.route.platform, "emulated": self.route.emulated, "missing": self.route.missing,
+                "builders": [{"endpoint": b.endpoint, "answered": b.answered, "emulated": b.emulated}
+                             for b in self.route.builders]},
+            "refused": None if self.refused is None else {"what": self.refused[0], "fix": self.refused[1]},
             "to_build": self.to_build,
             "to_publish": self.to_publish,
             "warnings": list(g.warnings),
@@ -226,6 +235,7 @@ def make(
     full: bool = True,
     strict: bool = False,
     load: bool = True,
+    route: Route | None = None,
 ) -> Plan:
     """``missing``: the sections a partial lock lacks (lockfile.VariantLock.missing). ``trusted`` says whether a
     local tag is backed by the record of a completed build (records.RecordStore.has); a local tag that is not
@@ -239,7 +249,10 @@ def make(
     the build agree.
     ``load``: the final image is wanted in this engine (the default). Without it (``--no-load``, a builder's run:
     the registry is where images go), a final image the registry has and the engine lacks is left there: "have",
-    marked remote, and nothing is pulled."""
+    marked remote, and nothing is pulled.
+    ``route``: the builders of the variant's platform (routing.route): each node is named its builder, and the nodes
+    to build that none of them may build are the plan's ``refused`` (the build stops on it before anything starts);
+    it replaces the arch check's note."""
     notes: list[str] = []
     engine_note = "" if engine is not None else "no engine to ask"
     unreachable: dict[str, str] = {}  # registry host -> why it could not be asked
@@ -415,9 +428,25 @@ def make(
     elif any(p.provisional for p in plans):
         notes.append("the lock does not cover every input (the manifest changed since locking): keys marked "
                      f"provisional will change once re-locked (`buildctl lock {graph.stack}`)")
-    if arch is not None and not arch.native:
-        notes.append(arch.message())
-    return Plan(graph=graph, nodes=tuple(plans), registry=registry, arch=arch, notes=tuple(notes))
+    if route is None:
+        if arch is not None and not arch.native:
+            notes.append(arch.message())
+        return Plan(graph=graph, nodes=tuple(plans), registry=registry, arch=arch, notes=tuple(notes))
+    return _routed(Plan(graph=graph, nodes=tuple(plans), registry=registry, arch=arch, notes=tuple(notes)), route)
+
+
+def _routed(p: Plan, route: Route) -> Plan:
+    """The plan with each node's builder, what cannot be built on the route's builders, and the route's notes."""
+    names = for_nodes(route, [(n.node.name, n.node.kind, n.action) for n in p.nodes])
+    refused = refusal(route, [(n.node.name, n.node.kind) for n in p.nodes if n.action == "build"])
+    notes = [*p.notes, *route.notes]
+    if route.emulated:
+        notes.append(f"--emulate: {p.graph.platform} nodes run under QEMU on {route.label()} ({route.missing}); "
+                     "compiles are refused")
+    if refused is not None:
+        notes.append(f"refused: {refused[0]} ({refused[1]})")
+    return replace(p, nodes=tuple(replace(n, builder=names[n.node.name]) for n in p.nodes), route=route,
+                   refused=refused, notes=tuple(notes))
 
 
 # ---------------------------------------------------------------------------------------------- why
