@@ -59,8 +59,9 @@ def choose_builders(config: Config, *, backend: str | None = None, engines: Sequ
     """The engines and backend of a build, from `--backend`, `--engine` and `--builder` and the configuration
     (``backend``, ``builders``). ``--builder`` names BuildKit builders (endpoints: syntax.builder_endpoint),
     ``--engine`` engines; never both. The backend is the flag's, else the configuration's, else buildkit where
-    builders are named and classic otherwise. The configuration's builders apply when the backend is buildkit and
-    no --engine is given."""
+    builders are named and classic otherwise. The configuration's flat builders apply when the backend is buildkit
+    and no --engine is given; its builders by platform (the [builders] table) with either backend, unless a flag
+    names where to build."""
     if engines and builders:
         raise UsageError("--engine and --builder both name where to build: give one of them",
                          fix="--builder ENDPOINT for BuildKit builders (repeatable), --engine URL for engines")
@@ -81,7 +82,7 @@ def choose_builders(config: Config, *, backend: str | None = None, engines: Sequ
         listed, source = list(builders), "--builder"
     elif engines:
         listed, source = list(engines), "--engine"
-    elif chosen == "buildkit" and config.builders_by_platform:
+    elif config.builders_by_platform:  # where each platform builds, with either backend (classic: engines)
         listed = [e for eps in config.builders_by_platform.values() for e in eps]
         return Builders(backend=chosen, endpoints=tuple(None if e == syntax.LOCAL_ENDPOINT else e for e in listed),
                         source=f"[builders] in {config.path or '$BUILDCTL_BUILDERS'}",
