@@ -66,8 +66,10 @@ def _check_no_load(args: argparse.Namespace, registry: str | None) -> None:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="show the build graph, node keys and what is stale (and why)",
                        description="Every node of a stack's variant with its content key, where its image is "
-                                   "(local engine, registry, missing) and, for a missing node, what changed since "
-                                   "it was last built. Works without a lock (keys marked provisional).")
+                                   "(local engine, registry, missing), the builder it goes to (a builder of the "
+                                   "variant's platform, asked its platform) and, for a missing node, what changed "
+                                   "since it was last built, in one line (--why: in full). Works without a lock "
+                                   "(keys marked provisional).")
     _common(p)
     p.add_argument("--engine", help="Docker engine to ask (default: DOCKER_HOST or the local socket)")
     _backend(p, several=False)
