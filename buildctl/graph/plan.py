@@ -127,9 +127,10 @@ class ArchCheck:
                 False: f"no qemu-{qemu} handler is registered with binfmt_misc on this host",
                 None: "whether the engine host can emulate it is unknown"}[self.emulation]
         return (f"the variant is {self.variant_platform}, the engine is {self.engine_platform}: {have}. To build it, "
-                f"either register {arch} emulation on the engine host (Debian: apt-get install qemu-user-static "
-                f"binfmt-support; check /proc/sys/fs/binfmt_misc/qemu-{qemu}), or pass --engine for a native "
-                f"{self.variant_platform} engine")
+                f"configure a native {self.variant_platform} builder ([builders] \"{self.variant_platform}\" = "
+                f"[...], or --builder / --engine), or, for nodes without a compile, register {arch} emulation on the "
+                f"engine host (Debian: apt-get install qemu-user-static binfmt-support; check "
+                f"/proc/sys/fs/binfmt_misc/qemu-{qemu}) and pass --emulate")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -418,21 +419,27 @@ def make(
                               note=note, waits_for=graph.waits_for(n.name), action=action, because=because,
                               publish=n.name in publish, untrusted=untrusted, wheel=kept.get(n.name),
                               remote=n.name in remote))
-    if graph.lock_digest is None:
-        notes.append(f"{graph.stack} has no lock for variant {graph.variant}: keys marked provisional will change "
-                     f"once locked (`buildctl lock {graph.stack} --variant {graph.variant}`)")
-    elif missing:
-        notes.append(f"the lock of {graph.stack}/{graph.variant} is partial (not locked: {', '.join(sorted(missing))}): "
-                     "keys marked provisional will change once it is locked in full; build, push and nightly refuse "
-                     "it until then")
-    elif any(p.provisional for p in plans):
-        notes.append("the lock does not cover every input (the manifest changed since locking): keys marked "
-                     f"provisional will change once re-locked (`buildctl lock {graph.stack}`)")
+    notes += _lock_notes(graph, missing, provisional=any(p.provisional for p in plans))
     if route is None:
         if arch is not None and not arch.native:
             notes.append(arch.message())
         return Plan(graph=graph, nodes=tuple(plans), registry=registry, arch=arch, notes=tuple(notes))
     return _routed(Plan(graph=graph, nodes=tuple(plans), registry=registry, arch=arch, notes=tuple(notes)), route)
+
+
+def _lock_notes(graph: Graph, missing: Mapping[str, str] | None, *, provisional: bool) -> list[str]:
+    """What the plan says about the lock: none, partial, or not covering the manifest (keys will change)."""
+    if graph.lock_digest is None:
+        return [f"{graph.stack} has no lock for variant {graph.variant}: keys marked provisional will change once "
+                f"locked (`buildctl lock {graph.stack} --variant {graph.variant}`)"]
+    if missing:
+        return [f"the lock of {graph.stack}/{graph.variant} is partial (not locked: {', '.join(sorted(missing))}): "
+                "keys marked provisional will change once it is locked in full; build, push and nightly refuse it "
+                "until then"]
+    if provisional:
+        return ["the lock does not cover every input (the manifest changed since locking): keys marked provisional "
+                f"will change once re-locked (`buildctl lock {graph.stack}`)"]
+    return []
 
 
 def _routed(p: Plan, route: Route) -> Plan:
