@@ -102,8 +102,8 @@ def build_engines(config: Config, chosen: Builders) -> list[Engine]:
 
 
 class EngineProbe:
-    """routing.Probe over real engines: each builder asked its platform once (the engine's version), its host's QEMU
-    handlers read where the engine is local. Keeps the engines it made, for the build to use (``take``)."""
+    """routing.Probe over real engines: each builder asked its platform once (the engine's version, kept by its
+    client), its host's QEMU handlers read where the engine is local (a unix socket). ``close`` ends the clients."""
 
     def __init__(self, config: Config, backend: str) -> None:
         self.config = config
