@@ -150,6 +150,9 @@ def route(platform: str, fleet: Fleet, probe: Probe) -> Route:
     missing = f"no native {platform} builder" + (f" ({seen})" if seen else "")
     fix = (f"configure one: [builders] \"{platform}\" = [\"ssh://USER@HOST\"] in the configuration file "
            f"(or BUILDCTL_BUILDERS=\"{platform}=ssh://USER@HOST\"), or name one with --builder")
+    silent = [ep for ep in fleet.by_platform.get(platform, ()) if asked.get(ep, "") is None]
+    if silent:
+        fix = f"check that {', '.join(silent)} answer{'s' if len(silent) == 1 else ''} (the engine's version), or {fix}"
     return Route(platform=platform, builders=tuple(emulated), missing=missing, fix=fix, notes=tuple(notes))
 
 

@@ -162,6 +162,10 @@ def test_a_builder_that_does_not_answer_is_left_out_saying_so() -> None:
     assert [b.endpoint for b in r.builders] == ["local"]
     assert r.notes == ("builder tcp://10.0.0.9:2376 did not answer (no Docker engine answers at "
                        "tcp://10.0.0.9:2376): not used",)
+    down = routing.route("linux/arm64", routing.Fleet(by_platform={"linux/arm64": ("ssh://ci@grace-1",)}),
+                         FakeProbe({}))
+    assert down.builders == () and down.missing == "no native linux/arm64 builder (ssh://ci@grace-1 did not answer)"
+    assert down.fix.startswith("check that ssh://ci@grace-1 answers (the engine's version), or configure one: ")
 
 
 def test_emulation_only_on_request_and_only_where_the_host_has_a_handler() -> None:
