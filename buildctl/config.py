@@ -39,6 +39,7 @@ CONFIG_KEYS = {
     "wheelhouse_address": "BUILDCTL_WHEELHOUSE_ADDRESS",
 }
 BACKENDS = ("classic", "buildkit")  # how a node's image is built (engine/buildkit.py says which does what)
+PLATFORMS = ("linux/amd64", "linux/arm64")  # the keys of the [builders] table (a variant's platform)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +101,9 @@ class Config:
     backend: str | None = None
     # BuildKit builders (syntax.builder_endpoint) a build spreads over; () means the one engine of DOCKER_HOST
     builders: tuple[str, ...] = ()
+    # builders by platform (the [builders] table, or BUILDCTL_BUILDERS="linux/amd64=local linux/arm64=ssh://h"):
+    # each variant's nodes go to the builders of its platform, each asked its platform (graph/routing.py)
+    builders_by_platform: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     docker_cli: Path | None = None  # the docker CLI that drives BuildKit (None: the first one found that can)
     # the address of this host the build's wheelhouse is served on (None: 127.0.0.1): one a builder on another
     # machine reaches (syntax.bind_address: an IP address of one interface, never 0.0.0.0 or ::)
@@ -297,7 +301,8 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
         return items
 
     extras = words("pip_extra_index_urls")
-    builders = words("builders")
+    by_platform = _builders_by_platform(values.get("builders"), fail)
+    builders = () if by_platform is not None else words("builders")
 
     def seconds(key: str, default: float) -> float:
         raw = values.get(key, default)
@@ -333,7 +338,47 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
         stall_timeout=stall,
         backend=string("backend"),
         builders=builders,
+        builders_by_platform=by_platform or {},
         docker_cli=Path(cli) if cli else None,
         wheelhouse_address=string("wheelhouse_address"),
         cache=CacheLayout(root=cache_root),
     )
+
+
+def _builders_by_platform(raw: object, fail: Callable[..., ManifestError]) -> dict[str, tuple[str, ...]] | None:
+    """``builders`` by platform: a table ``{"linux/arm64" = ["ssh://ci@grace-1"], ...}``, or from the environment
+    ``linux/amd64=local,tcp://h:2376 linux/arm64=ssh://ci@grace-1`` (PLATFORM=ENDPOINT[,ENDPOINT] words); None
+    when ``builders`` is the flat list (or a string without '='), which ``words`` reads as before."""
+    if isinstance(raw, str):
+        if "=" not in raw:
+            return None
+        table: dict[str, object] = {}
+        for word in raw.split():
+            platform, sep, endpoints = word.partition("=")
+            if not sep:
+                raise fail("builders", f"{word!r} has no platform: give every builder as PLATFORM=ENDPOINT[,ENDPOINT] "
+                                       "(e.g. linux/amd64=local linux/arm64=ssh://ci@grace-1), or none")
+            if platform in table:
+                raise fail("builders", f"platform {platform!r} given twice", entry=platform)
+            table[platform] = [e for e in endpoints.split(",") if e]
+        raw = table
+    if not isinstance(raw, dict):
+        return None
+    out: dict[str, tuple[str, ...]] = {}
+    seen: dict[str, str] = {}
+    for platform, endpoints in raw.items():
+        if platform not in PLATFORMS:
+            raise fail("builders", f"{platform!r} is not a platform ({' or '.join(PLATFORMS)})", entry=str(platform))
+        if not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints):
+            raise fail("builders", f"expected a list of builder endpoints for {platform!r}, got {endpoints!r}",
+                       entry=platform)
+        for e in endpoints:
+            problem = syntax.builder_endpoint(e)
+            if problem:
+                raise fail("builders", f"{e!r} {problem}", entry=platform)
+            if e in seen:
+                raise fail("builders", f"builder {e!r} is listed under {seen[e]} and {platform}: a builder has one "
+                                       "platform (its engine's, which buildctl asks)", entry=platform)
+            seen[e] = platform
+        out[platform] = tuple(endpoints)
+    return out

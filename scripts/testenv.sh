@@ -54,7 +54,7 @@ as_root() {
 # -- 1. packages
 
 # package:command pairs; a package counts as present when its command is.
-PACKAGES=(docker.io:dockerd docker-registry:docker-registry debootstrap:debootstrap apache2-utils:htpasswd)
+PACKAGES=(docker.io:dockerd docker-registry:docker-registry debootstrap:debootstrap apache2-utils:htpasswd qemu-user-static:qemu-aarch64-static)
 
 ensure_packages() {
   local missing=() pc

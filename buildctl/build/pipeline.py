@@ -83,6 +83,9 @@ def executed(plan: Plan) -> tuple[dict[str, Action], set[str]]:
     """What a build executes of a plan: each needed node's action (skipped nodes left out) and the present
     nodes it publishes. A node the plan could not decide stops the build before anything starts."""
     actions: dict[str, Action] = {}
+    if plan.refused is not None:  # no builder of the variant's platform may build them (graph/routing.py)
+        raise EngineError(f"cannot build {plan.graph.stack}/{plan.graph.variant} ({plan.graph.platform}): "
+                          f"{plan.refused[0]}", fix=plan.refused[1])
     unknown = [p for p in plan.nodes if p.action == "unknown"]
     if unknown:
         last = unknown[-1]  # the latest: the earlier ones are unknown because it is

@@ -46,6 +46,7 @@ class Options:
     host_memory_gib: float = field(default_factory=lambda: _memory_gib())
     nocache: bool = False  # no engine step cache: every step runs afresh (`buildctl repro`)
     load: bool = True  # the final image ends in the first engine (--no-load: a final image in the registry stays there)
+    emulated: tuple[str, ...] = ()  # the engines (names) that run the variant's platform under QEMU (--emulate)
 
 
 @dataclass(frozen=True, kw_only=True)

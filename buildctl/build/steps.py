@@ -76,7 +76,7 @@ class Steps:
         with self.s.lock:
             self.s.results.append(NodeResult(name=name, outcome=outcome, engine=e.name, ref=self.s.ref(name),
                                              seconds=seconds, backend=e.backend if outcome == "built" else ""))
-        self.s.progress.node(name, outcome, f"{self.s.ref(name)} on {e.name}")
+        self.s.progress.node(name, outcome, f"{self.s.ref(name)} on {self._on(e)}")
 
     def ensure(self, e: Engine, name: str) -> None:
         """Make the image of node ``name`` present in engine ``e`` (pulling what another engine pushed)."""
@@ -149,6 +149,10 @@ class Steps:
         self.s.have(node.name, e)
         self._push(e, node)
 
+    def _on(self, e: Engine) -> str:
+        """The engine as a record and the progress name it: said when it runs the variant's platform under QEMU."""
+        return e.name + (f" (emulating {self.s.g.platform})" if e.name in self.s.opt.emulated else "")
+
     def _part_ref(self, node: Node) -> str:
         from buildctl.engine.values import PART_REPOSITORY
 
@@ -159,7 +163,7 @@ class Steps:
         if self.s.cancelled.is_set():
             raise BuildFailed(f"{node.name}: cancelled", why="the build was interrupted")
         self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(
-            self.s.g, node, built_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), engine=e.name,
+            self.s.g, node, built_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), engine=self._on(e),
             backend=e.backend))
         e.tag(part, self.s.ref(node.name))
 

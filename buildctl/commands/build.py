@@ -43,6 +43,13 @@ def _backend(p: argparse.ArgumentParser, *, several: bool) -> None:
                    if several else "BuildKit builder to ask (the first a build would use); implies --backend buildkit")
 
 
+def _emulate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--emulate", action="store_true",
+                   help="with no builder of the variant's platform, build its nodes under QEMU on a builder whose host "
+                        "emulates it (binfmt_misc); compiles (wheel:*) are refused all the same: under QEMU they take "
+                        "many times longer. Default: such a variant's nodes to build are refused")
+
+
 def _no_load(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-load", action="store_true",
                    help="a builder's run: when the registry already has the final image, leave it there instead of "
@@ -59,12 +66,19 @@ def _check_no_load(args: argparse.Namespace, registry: str | None) -> None:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="show the build graph, node keys and what is stale (and why)",
                        description="Every node of a stack's variant with its content key, where its image is "
-                                   "(local engine, registry, missing) and, for a missing node, what changed since "
-                                   "it was last built. Works without a lock (keys marked provisional).")
+                                   "(local engine, registry, missing), the builder it goes to (a builder of the "
+                                   "variant's platform, asked its platform) and, for a missing node, what changed "
+                                   "since it was last built, in one line (--why: in full). Works without a lock "
+                                   "(keys marked provisional).")
     _common(p)
     p.add_argument("--engine", help="Docker engine to ask (default: DOCKER_HOST or the local socket)")
     _backend(p, several=False)
-    p.add_argument("--json", action="store_true", help="machine-readable result")
+    _emulate(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result (every node's full why, unlocked pins "
+                                                          "and what its key waits for)")
+    p.add_argument("--why", action="store_true",
+                   help="the table's why column in full: every difference and every pin not locked (default: one "
+                        "line per node)")
     _no_load(p)
     p.set_defaults(func=handle_plan)
 
@@ -81,6 +95,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="Docker engine (repeat to share one build over several; they exchange nodes through the "
                         "registry). Default: DOCKER_HOST or the local socket")
     _backend(b, several=True)
+    _emulate(b)
     b.add_argument("--skip-smoke", action="store_true",
                    help="build the entrypoint without the smoke gate (the image is labelled smoke=skipped)")
     b.add_argument("--dry-run", action="store_true",
@@ -100,12 +115,14 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     chosen = wiring.choose_builders(ctx.config, backend=args.backend, engines=[args.engine] if args.engine else [],
                                     builders=args.builder)
     _check_no_load(args, t.registry)
-    engine = wiring.build_engines(ctx.config, chosen)[0]
+    routed = wiring.route(ctx.config, chosen, t.variant.platform, emulate=args.emulate)
     try:
+        engine = routed.engines[0]
         p = building.plan_for(t, engine, ctx.config, load=not args.no_load,
-                              emulation=wiring.emulation_registered(engine.address, t.variant.platform))
+                              emulation=wiring.emulation_registered(engine.address, t.variant.platform),
+                              route=routed.route)
     finally:
-        engine.close()
+        routed.close()
     notes = list(p.notes)
     lint = lintargs.lint_entrypoint(ctx.config, t, ctx.ui.warn)
     if lint is not None and not lint.ran and t.manifest.entrypoint and t.manifest.entrypoint.megatron:
@@ -116,7 +133,7 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         data = p.to_json()
         data["backend"] = chosen.backend
-        data["builders"] = [e or "local" for e in chosen.endpoints]
+        data["builders"] = [e or "local" for e in chosen.endpoints]  # every builder named; `route`: this variant's
         data["notes"] = notes
         data["lint_args"] = None if lint is None else lint.to_json()
         ctx.ui.json(data)
@@ -129,18 +146,9 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     rows = []
     for n in p.nodes:
         key = n.node.key[:12] + ("*" if n.provisional else "")
-        detail = "; ".join(n.why) if n.why else n.note
-        if n.node.unlocked:
-            detail = (detail + "; " if detail else "") + "unlocked: " + ", ".join(n.node.unlocked)
-        elif n.provisional:
-            detail = (detail + "; " if detail else "") + "own inputs locked"
-        if n.provisional and n.waits_for:
-            detail += "; waits for " + ", ".join(n.waits_for)
         action = n.action + (" + push" if n.publish else "")
-        if n.action not in ("build", "unknown") and n.because:
-            detail = n.because + ("; " + detail if detail else "")
-        rows.append((n.node.name, key, n.state, action, detail))
-    ctx.ui.table(title, ("node", "key", "state", "action", "why"), rows)
+        rows.append((n.node.name, key, n.state, action, n.builder, n.why_text() if args.why else n.why_line()))
+    ctx.ui.table(title, ("node", "key", "state", "action", "builder", "why"), rows)
     if any(n.provisional for n in p.nodes):
         ctx.ui.print("* provisional key: it will change once the stack is locked")
     for w in g.warnings:
@@ -186,14 +194,14 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
         for line in building.prepare_sources(t, wiring.sources(ctx.config, base_dir=t.manifest_path.parent)):
             ctx.ui.print(line)
         # the plan first (what `build` would do, as `buildctl plan` says), then what each node is built from
-        engine = wiring.build_engines(ctx.config, chosen)[0]
+        routed = wiring.route(ctx.config, chosen, t.variant.platform, emulate=args.emulate)
         try:
-            p = building.plan_for(t, engine, ctx.config, load=not args.no_load)
+            p = building.plan_for(t, routed.engines[0], ctx.config, load=not args.no_load, route=routed.route)
         finally:
-            engine.close()
+            routed.close()
         for n in p.nodes:
             ctx.ui.print(f"plan {n.node.name}: {n.action}" + (" + push" if n.publish else "")
-                         + (f" ({n.because})" if n.because else ""))
+                         + (f" ({n.because})" if n.because else "") + (f" on {n.builder}" if n.builder != "-" else ""))
         written = pipeline.dry_run(t, out)
         plan_file = out / "plan.json"
         plan_file.write_text(json.dumps(p.to_json(), indent=2, sort_keys=True) + "\n")
@@ -213,23 +221,25 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     lintargs.lint_before_build(ctx.config, t, warn)
     # the engines' clients are made inside: they pull and push nodes with BUILDCTL_REGISTRY_AUTH, as `push` does
     with wiring.registry_credentials(t.registry, os.environ):
-        engines = wiring.build_engines(ctx.config, chosen)
+        routed = wiring.route(ctx.config, chosen, t.variant.platform, emulate=args.emulate)
+        engines = list(routed.engines)
         options = pipeline.Options(jobs=args.jobs, skip_smoke=args.skip_smoke, load=not args.no_load,
-                                   emulation=wiring.emulation_registered(engines[0].address, t.variant.platform))
+                                   emulation=wiring.emulation_registered(engines[0].address, t.variant.platform),
+                                   emulated=routed.emulated)
         try:
             with NodeProgress(ctx.ui, t.graph.names()) as progress:
                 report = building.build_target(t, engines=engines, config=ctx.config, progress=progress,
                                                project=ctx.project, options=options,
                                                smoke_gate=wiring.smoke_gate(ctx.config, t.graph.stack, t.graph.variant,
-                                                                            t.registry))
+                                                                            t.registry), route=routed.route)
         finally:
-            for e in engines:
-                e.close()
+            routed.close()
     if len(engines) == 1:
         noop.remember(req, ctx.config, t, report, engine=engines[0].address, warnings=warned)
     built = report.built
     ctx.ui.line(f"{t.graph.stack}/{t.graph.variant}: {report.final}")
     # the backend where it built something (a no-op's line is the memo's, services/noop.py, which builds nothing)
-    ctx.ui.line(f"  built {len(built)} node(s)" + (f" ({', '.join(built)}) with the {report.backend} backend" if built
-                                                   else "") + f", smoke {report.smoke}, {time.monotonic() - started:.1f}s")
+    ctx.ui.line(f"  built {len(built)} node(s)" + (f" ({', '.join(built)}) with the {report.backend} backend on "
+                                                   f"{routed.route.label()}" if built else "")
+                + f", smoke {report.smoke}, {time.monotonic() - started:.1f}s")
     return 0

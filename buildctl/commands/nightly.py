@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--registry", help="registry to push to (default: config `registry`, then the manifest's)")
     p.add_argument("--jobs", type=int, default=2, metavar="N", help="nodes built at once (default 2)")
     p.add_argument("--no-push", action="store_true", help="lock and build only")
+    p.add_argument("--emulate", action="store_true",
+                   help="a variant with no builder of its platform builds its nodes without compiles under QEMU on a "
+                        "builder whose host emulates it (as `build --emulate`); without it, such a variant's build fails")
     p.add_argument("--bump", action="append", default=[], metavar="STACK",
                    help="first bump this stack's branch components (as `buildctl bump STACK --no-push`: written only "
                         "past a green build); a red bump fails the stack's nightly and moves no tag (repeatable)")
@@ -43,7 +46,9 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
     stacks = args.stacks or [ctx.config.default_stack]
     todo = nightly.targets(ctx.pins_dir, stacks, args.variant)
     report_dir = args.report_dir or ctx.config.cache.reports / "nightly"
-    steps = nightly.RealSteps(project=ctx.project, config=ctx.config, ui=ctx.ui, registry=args.registry, jobs=args.jobs)
+    routes, backend = nightly.routed(ctx.config, ctx.pins_dir, todo, emulate=args.emulate)
+    steps = nightly.RealSteps(project=ctx.project, config=ctx.config, ui=ctx.ui, registry=args.registry, jobs=args.jobs,
+                              routes=routes, backend=backend)
 
     def said(r: nightly.VariantRun) -> None:
         state = "ok" if r.ok else "FAILED at " + next(s.stage for s in r.stages if s.status == "failed")

@@ -15,13 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from buildctl.errors import BuildctlError, EngineError, UnreachableError
 from buildctl.graph.graph import Graph, Node, image_ref
 from buildctl.graph.records import NodeRecord
+from buildctl.graph.routing import Route, for_nodes, refusal
 from buildctl.imageref import ImageRef
 
 NodeState = Literal["local", "registry", "missing", "unknown"]
@@ -61,10 +62,49 @@ class NodePlan:
     untrusted: bool = False  # tagged in the engine without the record of a completed build: its image is removed
     wheel: Path | None = None  # a wheel node: the wheel kept in the wheel cache for its key
     remote: bool = False  # the final image, in the registry and left there (``load=False``): nothing pulls it
+    builder: str = ""  # where it goes (routing.for_nodes): the builders of the variant's platform, "-", "refused: ..."
 
     @property
     def present(self) -> bool:
         return self.state in ("local", "registry")
+
+    def why_line(self) -> str:
+        """What this node's row says in `buildctl plan`: one line, whatever the stack's size (the action's reason,
+        the first difference and how many more, how many pins its key waits for and from which nodes); the full
+        lists are ``why_text``, ``why``, ``unlocked`` and ``waits_for`` (`plan --why`, `plan --json`)."""
+        parts = [self.because] if self.action not in ("build", "unknown") and self.because else []
+        if self.why:
+            parts.append(self.why[0] + (f" (+{len(self.why) - 1} more)" if len(self.why) > 1 else ""))
+        elif self.note:
+            parts.append(self.note)
+        pins = _pins_line(self.node.unlocked, self.waits_for) if self.provisional else ""
+        if pins:
+            parts.append(pins)
+        return "; ".join(parts)
+
+    def why_text(self) -> str:
+        """Everything behind ``why_line``, in one text: every difference, every unlocked pin (`plan --why`)."""
+        detail = "; ".join(self.why) if self.why else self.note
+        if self.node.unlocked:
+            detail = (detail + "; " if detail else "") + "unlocked: " + ", ".join(self.node.unlocked)
+        elif self.provisional:
+            detail = (detail + "; " if detail else "") + "own inputs locked"
+        if self.provisional and self.waits_for:
+            detail += "; waits for " + ", ".join(self.waits_for)
+        if self.action not in ("build", "unknown") and self.because:
+            detail = self.because + ("; " + detail if detail else "")
+        return detail
+
+
+def _pins_line(own: tuple[str, ...], above: tuple[str, ...]) -> str:
+    """``12 pins not locked (3 own; 9 in base, cudnn): run buildctl lock`` (``above``: "node: input" of ancestors)."""
+    total = len(own) + len(above)
+    if not total:
+        return ""
+    nodes = list(dict.fromkeys(a.split(": ", 1)[0] for a in above))
+    named = ", ".join(nodes[:3]) + (", ..." if len(nodes) > 3 else "")
+    where = ([f"{len(own)} own"] if own else []) + ([f"{len(above)} in {named}"] if above else [])
+    return f"{total} pin{'s' if total > 1 else ''} not locked ({'; '.join(where)}): run buildctl lock"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,9 +127,10 @@ class ArchCheck:
                 False: f"no qemu-{qemu} handler is registered with binfmt_misc on this host",
                 None: "whether the engine host can emulate it is unknown"}[self.emulation]
         return (f"the variant is {self.variant_platform}, the engine is {self.engine_platform}: {have}. To build it, "
-                f"either register {arch} emulation on the engine host (Debian: apt-get install qemu-user-static "
-                f"binfmt-support; check /proc/sys/fs/binfmt_misc/qemu-{qemu}), or pass --engine for a native "
-                f"{self.variant_platform} engine")
+                f"configure a native {self.variant_platform} builder ([builders] \"{self.variant_platform}\" = "
+                f"[...], or --builder / --engine), or, for nodes without a compile, register {arch} emulation on the "
+                f"engine host (Debian: apt-get install qemu-user-static binfmt-support; check "
+                f"/proc/sys/fs/binfmt_misc/qemu-{qemu}) and pass --emulate")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +140,8 @@ class Plan:
     registry: str | None
     arch: ArchCheck | None
     notes: tuple[str, ...] = ()
+    route: Route | None = None  # the builders of the variant's platform (routing.route); None: not routed
+    refused: tuple[str, str] | None = None  # (what, fix): nodes to build that no builder of the route may build
 
     def node(self, name: str) -> NodePlan:
         return next(p for p in self.nodes if p.node.name == name)
@@ -134,9 +177,14 @@ class Plan:
                 "parents": list(p.node.parents), "key": p.node.key, "ref": p.ref, "state": p.state,
                 "provisional": p.provisional, "unlocked": list(p.node.unlocked),
                 "own_inputs_locked": not p.node.unlocked, "waits_for": list(p.waits_for), "why": list(p.why),
-                "note": p.note, "action": p.action, "because": p.because, "publish": p.publish,
-                "remote": p.remote,
+                "note": p.note, "action": p.action, "because": p.because, "summary": p.why_line(), "publish": p.publish,
+                "remote": p.remote, "builder": p.builder or None,
             } for p in self.nodes],
+            "route": None if self.route is None else {
+                "platform": self.route.platform, "emulated": self.route.emulated, "missing": self.route.missing,
+                "builders": [{"endpoint": b.endpoint, "answered": b.answered, "emulated": b.emulated}
+                             for b in self.route.builders]},
+            "refused": None if self.refused is None else {"what": self.refused[0], "fix": self.refused[1]},
             "to_build": self.to_build,
             "to_publish": self.to_publish,
             "warnings": list(g.warnings),
@@ -188,6 +236,7 @@ def make(
     full: bool = True,
     strict: bool = False,
     load: bool = True,
+    route: Route | None = None,
 ) -> Plan:
     """``missing``: the sections a partial lock lacks (lockfile.VariantLock.missing). ``trusted`` says whether a
     local tag is backed by the record of a completed build (records.RecordStore.has); a local tag that is not
@@ -201,7 +250,10 @@ def make(
     the build agree.
     ``load``: the final image is wanted in this engine (the default). Without it (``--no-load``, a builder's run:
     the registry is where images go), a final image the registry has and the engine lacks is left there: "have",
-    marked remote, and nothing is pulled."""
+    marked remote, and nothing is pulled.
+    ``route``: the builders of the variant's platform (routing.route): each node is named its builder, and the nodes
+    to build that none of them may build are the plan's ``refused`` (the build stops on it before anything starts);
+    it replaces the arch check's note."""
     notes: list[str] = []
     engine_note = "" if engine is not None else "no engine to ask"
     unreachable: dict[str, str] = {}  # registry host -> why it could not be asked
@@ -367,19 +419,41 @@ def make(
                               note=note, waits_for=graph.waits_for(n.name), action=action, because=because,
                               publish=n.name in publish, untrusted=untrusted, wheel=kept.get(n.name),
                               remote=n.name in remote))
+    notes += _lock_notes(graph, missing, provisional=any(p.provisional for p in plans))
+    if route is None:
+        if arch is not None and not arch.native:
+            notes.append(arch.message())
+        return Plan(graph=graph, nodes=tuple(plans), registry=registry, arch=arch, notes=tuple(notes))
+    return _routed(Plan(graph=graph, nodes=tuple(plans), registry=registry, arch=arch, notes=tuple(notes)), route)
+
+
+def _lock_notes(graph: Graph, missing: Mapping[str, str] | None, *, provisional: bool) -> list[str]:
+    """What the plan says about the lock: none, partial, or not covering the manifest (keys will change)."""
     if graph.lock_digest is None:
-        notes.append(f"{graph.stack} has no lock for variant {graph.variant}: keys marked provisional will change "
-                     f"once locked (`buildctl lock {graph.stack} --variant {graph.variant}`)")
-    elif missing:
-        notes.append(f"the lock of {graph.stack}/{graph.variant} is partial (not locked: {', '.join(sorted(missing))}): "
-                     "keys marked provisional will change once it is locked in full; build, push and nightly refuse "
-                     "it until then")
-    elif any(p.provisional for p in plans):
-        notes.append("the lock does not cover every input (the manifest changed since locking): keys marked "
-                     f"provisional will change once re-locked (`buildctl lock {graph.stack}`)")
-    if arch is not None and not arch.native:
-        notes.append(arch.message())
-    return Plan(graph=graph, nodes=tuple(plans), registry=registry, arch=arch, notes=tuple(notes))
+        return [f"{graph.stack} has no lock for variant {graph.variant}: keys marked provisional will change once "
+                f"locked (`buildctl lock {graph.stack} --variant {graph.variant}`)"]
+    if missing:
+        return [f"the lock of {graph.stack}/{graph.variant} is partial (not locked: {', '.join(sorted(missing))}): "
+                "keys marked provisional will change once it is locked in full; build, push and nightly refuse it "
+                "until then"]
+    if provisional:
+        return ["the lock does not cover every input (the manifest changed since locking): keys marked provisional "
+                f"will change once re-locked (`buildctl lock {graph.stack}`)"]
+    return []
+
+
+def _routed(p: Plan, route: Route) -> Plan:
+    """The plan with each node's builder, what cannot be built on the route's builders, and the route's notes."""
+    names = for_nodes(route, [(n.node.name, n.node.kind, n.action) for n in p.nodes])
+    refused = refusal(route, [(n.node.name, n.node.kind) for n in p.nodes if n.action == "build"])
+    notes = [*p.notes, *route.notes]
+    if route.emulated:
+        notes.append(f"--emulate: {p.graph.platform} nodes run under QEMU on {route.label()} ({route.missing}); "
+                     "compiles are refused")
+    if refused is not None:
+        notes.append(f"refused: {refused[0]} ({refused[1]})")
+    return replace(p, nodes=tuple(replace(n, builder=names[n.node.name]) for n in p.nodes), route=route,
+                   refused=refused, notes=tuple(notes))
 
 
 # ---------------------------------------------------------------------------------------------- why

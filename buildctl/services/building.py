@@ -19,6 +19,7 @@ from buildctl.errors import BuildctlError, LockError, UnreachableError, UsageErr
 from buildctl.graph import plan as planmod
 from buildctl.graph.plan import EngineState
 from buildctl.graph.records import RecordStore, WheelFolder, state_root
+from buildctl.graph.routing import Route
 from buildctl.lock import lockfile
 from buildctl.lock.lockfile import VariantLock
 from buildctl.manifest.model import Manifest, ReproLevel
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # the build's modules are imported where a build runs: `build
 
 
 def plan_for(t: Target, engine: EngineState | None, config: Config, *, full: bool = True, strict: bool = False,
-             emulation: bool | None = None, load: bool = True) -> planmod.Plan:
+             emulation: bool | None = None, load: bool = True, route: Route | None = None) -> planmod.Plan:
     """The plan of ``t`` against this engine, its registry, the records and the wheel cache under the cache root.
     `buildctl plan` asks for every node (``full``); a build asks only what its actions need and stops on an
     engine or registry that does not answer (``strict``): the actions are the same."""
@@ -40,7 +41,7 @@ def plan_for(t: Target, engine: EngineState | None, config: Config, *, full: boo
     return planmod.make(t.graph, refs=t.refs, engine=engine, records=store.load_all(t.graph), registry=t.registry,
                         emulation=emulation, missing=t.vlock.missing if t.vlock else None,
                         trusted=lambda n: store.has(t.graph.stack, t.graph.variant, n.name, n.key),
-                        wheels=WheelFolder(config.cache.wheels), full=full, strict=strict, load=load)
+                        wheels=WheelFolder(config.cache.wheels), full=full, strict=strict, load=load, route=route)
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,9 @@ def report_unreachable(t: Target, engine: Engine, sources: Sources) -> None:
 
 def build_target(t: Target, *, engines: Sequence[Engine], config: Config, progress: pipeline.Progress,
                  project: Path, sources: Sources | None = None, options: pipeline.Options | None = None,
-                 smoke_gate: pipeline.SmokeGate | None = None) -> pipeline.Report:
-    """Build the missing nodes of ``t`` as its plan says (sources default: from the configuration)."""
+                 smoke_gate: pipeline.SmokeGate | None = None, route: Route | None = None) -> pipeline.Report:
+    """Build the missing nodes of ``t`` as its plan says (sources default: from the configuration), on ``engines``:
+    the builders of ``route`` (wiring.route) where it is given."""
     from buildctl.build import pipeline
 
     if not engines:
@@ -137,7 +139,7 @@ def build_target(t: Target, *, engines: Sequence[Engine], config: Config, progre
     e0 = engines[0]
     return pipeline.run(build_input(t, src),
                         decide=lambda: plan_for(t, e0, config, full=False, strict=True, emulation=opts.emulation,
-                                                load=opts.load),
+                                                load=opts.load, route=route),
                         engines=engines, config=config, fetchers=wiring.HostFetchers(config), progress=progress,
                         project=project, options=opts,
                         smoke_gate=smoke_gate)

@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol
 
 from buildctl.config import Config
 from buildctl.errors import BuildctlError
+from buildctl.graph import routing
 from buildctl.lock import lockfile
 from buildctl.manifest import pins
 from buildctl.safepath import write_atomic
@@ -62,6 +63,8 @@ class BuildStep:
     built: tuple[str, ...]
     reused: tuple[str, ...]  # present locally or pulled from the registry
     smoke: str  # passed | skipped | not-run
+    builders: str = ""  # where its nodes went: the builders of its platform (routing.Route.label)
+    platform: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +108,8 @@ class VariantRun:
                                                     "written": self.lock.written},
             "build": None if self.build is None else {
                 "final_image": self.build.final_image, "node_keys": dict(self.build.node_keys),
-                "built": list(self.build.built), "reused": list(self.build.reused), "smoke": self.build.smoke},
+                "built": list(self.build.built), "reused": list(self.build.reused), "smoke": self.build.smoke,
+                "platform": self.build.platform, "builders": self.build.builders},
             "push": None if self.push is None else {
                 "pushed": dict(self.push.pushed), "promoted": list(self.push.promoted),
                 "not_promoted": list(self.push.not_promoted), "failed": list(self.push.failed),
@@ -328,6 +332,8 @@ def render_markdown(report: NightlyReport) -> str:
             b = r.build
             lines.append(f"- built: {', '.join(b.built) or 'nothing'}; reused: {', '.join(b.reused) or 'nothing'}")
             lines.append(f"- smoke: {b.smoke}; image `{b.final_image}`")
+            if b.builders:
+                lines.append(f"- {b.platform} nodes on: {b.builders}")
         if r.push is not None:
             for ref, digest in sorted(r.push.pushed.items()):
                 lines.append(f"- pushed `{ref}` @ `{digest}`")
@@ -359,15 +365,44 @@ def _check_lines(checks: Sequence[Mapping[str, Any]]) -> list[str]:
 # ----------------------------------------------------------------------------- the real steps
 
 
+def routes(pins_dir: Path, todo: Sequence[tuple[str, str, bool]], fleet: routing.Fleet,
+           probe: routing.Probe) -> dict[tuple[str, str], routing.Route | BuildctlError]:
+    """Each variant's builders, by its platform (routing.route), before anything is built: every builder asked
+    once for the whole night. A variant that cannot be routed (a builder that answers another platform than the
+    configuration says) keeps its error, which fails its build stage alone."""
+    out: dict[tuple[str, str], routing.Route | BuildctlError] = {}
+    for stack, variant, _default in todo:
+        platform = pins.select_variant(pins.load(pins.find(pins_dir, stack)), variant).platform
+        try:
+            out[(stack, variant)] = routing.route(platform, fleet, probe)
+        except BuildctlError as exc:
+            out[(stack, variant)] = exc
+    return out
+
+
+def routed(config: Config, pins_dir: Path, todo: Sequence[tuple[str, str, bool]], *,
+           emulate: bool = False) -> tuple[dict[tuple[str, str], routing.Route | BuildctlError], str]:
+    """(RealSteps' ``routes``, ``backend``) over the configured builders (each engine asked its platform)."""
+    chosen = wiring.choose_builders(config)
+    probe = wiring.EngineProbe(config, chosen.backend)
+    try:
+        return routes(pins_dir, todo, wiring.fleet(chosen, emulate=emulate), probe), chosen.backend
+    finally:
+        probe.close()
+
+
 @dataclass
 class RealSteps:
-    """The stages through buildctl's own services: locking, building.build_target, publishing.publish."""
+    """The stages through buildctl's own services: locking, building.build_target, publishing.publish. Each
+    variant builds on the builders of its platform (``routes``; a variant not routed: the default engine)."""
 
     project: Path
     config: Config
     ui: UI
     registry: str | None
     jobs: int
+    routes: Mapping[tuple[str, str], routing.Route | BuildctlError] | None = None
+    backend: str | None = None  # the builders' backend (wiring.Builders.backend); None: the configuration's
 
     def bump(self, stack: str) -> BumpStep:
         done = bumping.bump(self.project, self.config, stack, (), registry=self.registry, jobs=self.jobs, push=False,
@@ -389,22 +424,26 @@ class RealSteps:
         config = self.config
         t = target.load(self.project, config, stack, variant, registry=self.registry)
         lintargs.lint_before_build(config, t, self.ui.warn)
+        route = (self.routes or {}).get((stack, variant))
+        if isinstance(route, BuildctlError):
+            raise route
         with wiring.registry_credentials(t.registry, os.environ):  # as `buildctl build` and `push` do
-            engine = wiring.engine(config)
+            routed = (wiring.engines_for(config, self.backend or config.backend or "classic", route) if route
+                      else wiring.route(config, wiring.choose_builders(config), t.variant.platform))
             try:
-                options = pipeline.Options(jobs=self.jobs, emulation=wiring.emulation_registered(
-                    engine.address, t.variant.platform))
+                options = pipeline.Options(jobs=self.jobs, emulated=routed.emulated, emulation=wiring.emulation_registered(
+                    routed.engines[0].address, t.variant.platform))
                 with NodeProgress(self.ui, t.graph.names()) as progress:
-                    report = building.build_target(t, engines=[engine], config=config, progress=progress,
+                    report = building.build_target(t, engines=list(routed.engines), config=config, progress=progress,
                                                    project=self.project, options=options,
                                                    smoke_gate=wiring.smoke_gate(config, stack, t.graph.variant,
-                                                                                t.registry))
+                                                                                t.registry), route=routed.route)
             finally:
-                engine.close()
+                routed.close()
         return BuildStep(
             final_image=report.final, node_keys={n.name: n.key for n in t.graph.nodes if n.kind != "base"},
             built=tuple(report.built), reused=tuple(n.name for n in report.nodes if n.outcome != "built"),
-            smoke=report.smoke)
+            smoke=report.smoke, platform=t.variant.platform, builders=routed.route.label())
 
     def push(self, stack: str, variant: str, *, tags: Sequence[str], moving: Sequence[str]) -> PushStep:
         t = target.load(self.project, self.config, stack, variant, registry=self.registry)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from buildctl import syntax
 from buildctl.config import BACKENDS, Config
 from buildctl.errors import UsageError
+from buildctl.graph import routing
 from buildctl.lock.resolvers import Resolvers
 from buildctl.registry import credentials
 
@@ -43,6 +44,7 @@ class Builders:
     backend: str  # config.BACKENDS
     endpoints: tuple[str | None, ...]  # None: DOCKER_HOST, else the local socket
     source: str  # where the list came from, for `plan` and `build` to say
+    by_platform: Mapping[str, tuple[str, ...]] | None = None  # the configuration's [builders] table, when it applies
 
     def names(self) -> list[str]:
         return [f"engine{i}" if len(self.endpoints) > 1 else "default" for i in range(len(self.endpoints))]
@@ -57,8 +59,9 @@ def choose_builders(config: Config, *, backend: str | None = None, engines: Sequ
     """The engines and backend of a build, from `--backend`, `--engine` and `--builder` and the configuration
     (``backend``, ``builders``). ``--builder`` names BuildKit builders (endpoints: syntax.builder_endpoint),
     ``--engine`` engines; never both. The backend is the flag's, else the configuration's, else buildkit where
-    builders are named and classic otherwise. The configuration's builders apply when the backend is buildkit and
-    no --engine is given."""
+    builders are named and classic otherwise. The configuration's flat builders apply when the backend is buildkit
+    and no --engine is given; its builders by platform (the [builders] table) with either backend, unless a flag
+    names where to build."""
     if engines and builders:
         raise UsageError("--engine and --builder both name where to build: give one of them",
                          fix="--builder ENDPOINT for BuildKit builders (repeatable), --engine URL for engines")
@@ -73,11 +76,17 @@ def choose_builders(config: Config, *, backend: str | None = None, engines: Sequ
     if builders and backend == "classic":
         raise UsageError("--builder names BuildKit builders, and --backend classic builds without BuildKit",
                          fix="drop --backend classic, or name the engines with --engine URL")
-    chosen = backend or config.backend or ("buildkit" if builders or (config.builders and not engines) else "classic")
+    configured = config.builders or config.builders_by_platform
+    chosen = backend or config.backend or ("buildkit" if builders or (configured and not engines) else "classic")
     if builders:
         listed, source = list(builders), "--builder"
     elif engines:
         listed, source = list(engines), "--engine"
+    elif config.builders_by_platform:  # where each platform builds, with either backend (classic: engines)
+        listed = [e for eps in config.builders_by_platform.values() for e in eps]
+        return Builders(backend=chosen, endpoints=tuple(None if e == syntax.LOCAL_ENDPOINT else e for e in listed),
+                        source=f"[builders] in {config.path or '$BUILDCTL_BUILDERS'}",
+                        by_platform=config.builders_by_platform)
     elif chosen == "buildkit" and config.builders:
         listed, source = list(config.builders), f"builders in {config.path or 'the configuration'}"
     else:
@@ -90,6 +99,79 @@ def build_engines(config: Config, chosen: Builders) -> list[Engine]:
     """One Engine per endpoint of ``chosen``, each building with its backend."""
     return [engine(config, url, name=name, backend=chosen.backend)
             for url, name in zip(chosen.endpoints, chosen.names(), strict=True)]
+
+
+class EngineProbe:
+    """routing.Probe over real engines: each builder asked its platform once (the engine's version, kept by its
+    client), its host's QEMU handlers read where the engine is local (a unix socket). ``close`` ends the clients."""
+
+    def __init__(self, config: Config, backend: str) -> None:
+        self.config = config
+        self.backend = backend
+        self.engines: dict[str, Engine] = {}
+
+    def engine(self, endpoint: str) -> Engine:
+        if endpoint not in self.engines:
+            self.engines[endpoint] = engine(self.config, None if endpoint == syntax.LOCAL_ENDPOINT else endpoint,
+                                            name=endpoint, backend=self.backend)
+        return self.engines[endpoint]
+
+    def platform(self, endpoint: str) -> str:
+        return self.engine(endpoint).platform()
+
+    def emulates(self, endpoint: str, platform: str) -> bool | None:
+        return emulation_registered(self.engine(endpoint).address, platform)
+
+    def close(self) -> None:
+        for e in self.engines.values():
+            e.close()
+        self.engines.clear()
+
+
+def fleet(chosen: Builders, *, emulate: bool = False) -> routing.Fleet:
+    """The builders ``chosen`` names, for routing: by platform (the [builders] table), else each serving the
+    platform it answers."""
+    named = tuple(e or syntax.LOCAL_ENDPOINT for e in chosen.endpoints)
+    if chosen.by_platform is not None:
+        return routing.Fleet(by_platform=chosen.by_platform, source=chosen.source, emulate=emulate)
+    return routing.Fleet(any_platform=named, source=chosen.source, emulate=emulate)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Routed:
+    """A variant's route and the engines its build uses: the route's builders, or (none can build it) the first
+    builder named, for the plan's questions and the pulls (anything to build is refused: plan.Plan.refused)."""
+
+    route: routing.Route
+    engines: tuple[Engine, ...]
+
+    @property
+    def emulated(self) -> tuple[str, ...]:
+        return tuple(e.name for e, b in zip(self.engines, self.route.builders, strict=False) if b.emulated)
+
+    def close(self) -> None:
+        for e in self.engines:
+            e.close()
+
+
+def engines_for(config: Config, backend: str, r: routing.Route, *, fallback: str = syntax.LOCAL_ENDPOINT) -> Routed:
+    """The engines of a route's builders (named as a build's engines always were), or ``fallback``'s alone."""
+    endpoints = [b.endpoint for b in r.builders] or [fallback]
+    return Routed(route=r, engines=tuple(
+        engine(config, None if ep == syntax.LOCAL_ENDPOINT else ep,
+               name="default" if len(endpoints) == 1 else f"engine{i}", backend=backend)
+        for i, ep in enumerate(endpoints)))
+
+
+def route(config: Config, chosen: Builders, platform: str, *, emulate: bool = False) -> Routed:
+    """Route a variant of ``platform`` over the builders ``chosen`` names (routing.route: each builder asked)."""
+    probe = EngineProbe(config, chosen.backend)
+    try:
+        r = routing.route(platform, fleet(chosen, emulate=emulate), probe)
+    finally:
+        probe.close()
+    named = [e or syntax.LOCAL_ENDPOINT for e in chosen.endpoints]
+    return engines_for(config, chosen.backend, r, fallback=named[0] if named else syntax.LOCAL_ENDPOINT)
 
 
 def sources(config: Config, base_dir: Path | None = None) -> Sources:
@@ -145,9 +227,11 @@ def emulation_registered(engine_address: str, variant_platform: str) -> bool | N
     """Whether this host's binfmt_misc has a qemu handler for the platform (None: the engine is remote)."""
     if not engine_address.startswith("unix://"):
         return None
-    arch = variant_platform.split("/")[-1]
-    qemu = {"arm64": "aarch64", "amd64": "x86_64"}.get(arch, arch)
-    return Path(f"/proc/sys/fs/binfmt_misc/qemu-{qemu}").exists()
+    try:
+        state = Path(f"/proc/sys/fs/binfmt_misc/{routing.qemu_name(variant_platform)}").read_text()
+    except OSError:
+        return False
+    return state.splitlines()[:1] == ["enabled"]
 
 
 @contextlib.contextmanager

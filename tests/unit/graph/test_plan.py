@@ -174,3 +174,45 @@ def test_records_round_trip(gs: Any, tmp_path: Path) -> None:
     assert store.load_all(g) == {"wheel:engine": rec}
     store.path(g.stack, g.variant, "python").write_text("{not json")
     assert store.load(g.stack, g.variant, "python") is None
+
+
+def test_the_why_line_is_one_line_whatever_the_stack(gs: Any) -> None:
+    """Without a lock every node waits for every pin above it; its row says how many and where, in one line,
+    and the full lists stay in why_text (`plan --why`) and the JSON."""
+    m = gs.load()
+    g = gs.make(m, None)
+    p = make(g, FakeEngine())
+    lines = {n.node.name: n.why_line() for n in p.nodes}
+    assert lines["base"] == ("not in the engine: pulled; the base image is neither in the engine nor in its registry; "
+                             "1 pin not locked (1 own): run buildctl lock")
+    assert lines["cudnn"] == ("no earlier build of this node is recorded here; 2 pins not locked (1 own; 1 in base): "
+                              "run buildctl lock")
+    python = p.node("python")
+    assert len(python.node.unlocked) > 1 and len(python.waits_for) > 1
+    nodes = list(dict.fromkeys(w.split(": ", 1)[0] for w in python.waits_for))
+    assert lines["python"] == (f"no earlier build of this node is recorded here; "
+                               f"{len(python.node.unlocked) + len(python.waits_for)} pins not locked "
+                               f"({len(python.node.unlocked)} own; {len(python.waits_for)} in {', '.join(nodes)}): "
+                               "run buildctl lock")
+    final = p.node("entrypoint")
+    assert lines["entrypoint"].endswith(f"{len(final.waits_for)} pins not locked ({len(final.waits_for)} in base, "
+                                        "cudnn, system, ...): run buildctl lock")
+    assert all("\n" not in line and len(line) < 160 for line in lines.values())
+    assert python.why_text().startswith("no earlier build of this node is recorded here; unlocked: ")
+    assert all(w in python.why_text() for w in python.waits_for)
+    j = {n["name"]: n for n in p.to_json()["nodes"]}
+    assert j["python"]["summary"] == lines["python"] and j["python"]["waits_for"] == list(python.waits_for)
+
+
+def test_the_why_line_counts_the_differences_behind_the_first(gs: Any) -> None:
+    m = gs.load()
+    lk = gs.lock_for(m)
+    old = gs.make(m, lk)
+    records = {n.name: NodeRecord.of(old, n) for n in old.nodes if n.kind != "base"}
+    m2 = replace(m, apt=replace(m.apt, packages=(*m.apt.packages, AptPackage(name="zsh", version="5.9-6"))))
+    new = gs.make(m2, replace(lk, apt={**lk.apt, "gdb": "13.1-4"}))
+    r = refs(new)
+    p = make(new, FakeEngine(local={r["base"], r["cudnn"]}), records)
+    assert p.node("system").why_line() == "apt.gdb.version: 13.1-3 -> 13.1-4 (+1 more)"
+    assert p.node("cudnn").why_line() == "in the engine; the registry lacks it: pushed"
+    assert p.node("system").why_text() == "apt.gdb.version: 13.1-3 -> 13.1-4; apt.zsh.version: added (5.9-6)"
