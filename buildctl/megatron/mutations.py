@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from buildctl.errors import Location, ManifestError, ManifestErrors
-from buildctl.graph.entrypoint import BASE_PROFILE
 from buildctl.manifest.launch import Arg, Profile
 from buildctl.manifest.model import Manifest
+from buildctl.manifest.profiles import BASE_PROFILE
 
 MUTATION = "mutation"
 VERDICTS = ("refuse", "accept")
