@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buildctl import syntax
+from buildctl import hostaddr, syntax
 from buildctl.errors import Location, ManifestError
 
 CONFIG_KEYS = {
@@ -102,7 +102,7 @@ class Config:
     builders: tuple[str, ...] = ()
     docker_cli: Path | None = None  # the docker CLI that drives BuildKit (None: the first one found that can)
     # the address of this host the build's wheelhouse is served on (None: 127.0.0.1): one a builder on another
-    # machine reaches (syntax.bind_address: an IP address of one interface, never 0.0.0.0 or ::)
+    # machine reaches (hostaddr.problem: an IP address this host has, never 0.0.0.0, ::, broadcast or multicast)
     wheelhouse_address: str | None = None
     cache: CacheLayout
 
@@ -173,7 +173,7 @@ _VALUE_RULES: Mapping[str, syntax.Rule] = {
     "backend": lambda v: None if v in BACKENDS else f"is not a build backend ({' or '.join(BACKENDS)})",
     "builders": syntax.builder_endpoint,
     "docker_cli": syntax.abs_path,
-    "wheelhouse_address": syntax.bind_address,
+    "wheelhouse_address": hostaddr.problem,  # an address of this host, not a broadcast one (checked here, not at build)
 }
 # mapping keys: (key rule, value rule)
 _MAP_RULES: Mapping[str, tuple[syntax.Rule, syntax.Rule]] = {

@@ -114,13 +114,14 @@ COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
+    wheelhouse_host=${{BUILDCTL_WHEELHOUSE#http://}}; wheelhouse_host=${{wheelhouse_host%%/*}}; \\
     python3 /usr/local/lib/buildctl-protect.py snapshot torch 'nvidia-*' > /tmp/buildctl-protected.json; \\
     printf '%s\\n' \\
       'black==24.4.2 --hash={HB}' \\
       'click==8.1.7 --hash={HC}' \\
       'einops==0.8.0 --hash={HD}' \\
       > /tmp/buildctl-requirements.txt; \\
-    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
     rm -f /tmp/buildctl-requirements.txt; \\
     python3 /usr/local/lib/buildctl-protect.py check /tmp/buildctl-protected.json; \\
     rm -f /tmp/buildctl-protected.json; \\
@@ -139,7 +140,8 @@ COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
-    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "$BUILDCTL_WHEELHOUSE" -- \\
+    wheelhouse_host=${{BUILDCTL_WHEELHOUSE#http://}}; wheelhouse_host=${{wheelhouse_host%%/*}}; \\
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "$BUILDCTL_WHEELHOUSE" -- \\
         'black==24.4.2 --hash={HB}' \\
         'click==8.1.7 --hash={HC}' \\
         'einops==0.8.0 --hash={HD}' \\
@@ -151,7 +153,7 @@ RUN set -eu; \\
         'click==8.1.7 --hash={HC}' \\
         'einops==0.8.0 --hash={HD}' \\
         > /tmp/buildctl-requirements.txt; \\
-      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
+      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
       rm -f /tmp/buildctl-requirements.txt; \\
       python3 /usr/local/lib/buildctl-protect.py check /tmp/buildctl-protected.json; \\
       rm -f /tmp/buildctl-protected.json; \\
@@ -193,8 +195,8 @@ def test_python_policies(gs: Any) -> None:
     gr = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(),
                      extras=Extras(entrypoint=gs.ENTRY))
     text = render.render(gr.node("python"), templates=T, parent_ref="p").dockerfile
-    assert "      PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index" in text  # keep: no PIP_CONSTRAINT=
-    assert "    if PIP_BREAK_SYSTEM_PACKAGES=1 python3 -B /usr/local/lib/buildctl-install.py" in text
+    assert "      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_TRUSTED_HOST=\"$wheelhouse_host\" python3 -m pip install --no-index" in text  # keep: no PIP_CONSTRAINT=
+    assert "    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_TRUSTED_HOST=\"$wheelhouse_host\" python3 -B /usr/local/lib/buildctl-install.py" in text
     assert "protect.py check /tmp/buildctl-protected.json --replace torch; \\\n" in text
     none = replace(m, protect=replace(m.protect, packages=(), replace=()))
     gr = graph.build(none, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(entrypoint=gs.ENTRY))
@@ -211,7 +213,7 @@ def test_python_without_lock_has_no_hash_mode(gs: Any) -> None:
       einops \\
       setuptools==69.5.1 \\
       > /tmp/buildctl-requirements.txt; \\
-    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile -r /tmp/buildctl-requirements.txt; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile -r /tmp/buildctl-requirements.txt; \\
 """ in text
 
 
@@ -226,14 +228,15 @@ COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
-    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "$BUILDCTL_WHEELHOUSE" -- \\
+    wheelhouse_host=${{BUILDCTL_WHEELHOUSE#http://}}; wheelhouse_host=${{wheelhouse_host%%/*}}; \\
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "$BUILDCTL_WHEELHOUSE" -- \\
         'mathdx==25.1.1 --hash={HE}' \\
       ; then :; else \\
       rc=$?; [ "$rc" -eq 3 ] || exit "$rc"; \\
       printf '%s\\n' \\
         'mathdx==25.1.1 --hash={HE}' \\
         > /tmp/buildctl-requirements.txt; \\
-      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
+      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
       rm -f /tmp/buildctl-requirements.txt; \\
     fi; \\
     rm -rf /root/.cache /tmp/*; \\
@@ -298,7 +301,8 @@ COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
-    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" -- \\
+    wheelhouse_host=${{BUILDCTL_WHEELHOUSE#http://}}; wheelhouse_host=${{wheelhouse_host%%/*}}; \\
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" -- \\
         'engine-core==2.10.0 --hash=sha256:{"ab" * 32}' \\
         'kernels==<built by wheel:kernels> --hash=sha256:<known after the compile>' \\
       ; then :; else \\
@@ -307,7 +311,7 @@ RUN set -eu; \\
         'engine-core==2.10.0 --hash=sha256:{"ab" * 32}' \\
         'kernels==<built by wheel:kernels> --hash=sha256:<known after the compile>' \\
         > /tmp/buildctl-requirements.txt; \\
-      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
+      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -m pip install --no-index --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
       rm -f /tmp/buildctl-requirements.txt; \\
     fi; \\
     rm -rf /root/.cache /tmp/*; \\
