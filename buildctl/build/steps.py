@@ -223,18 +223,22 @@ class Steps:
         out = Path(tempfile.mkdtemp(prefix=f"out-{node.slug}-", dir=self.s.scratch))
         log = self.s.log_file(node.name)
         log.parent.mkdir(parents=True, exist_ok=True)
+        # an engine on another host gets the source and gives the wheel back as copies (Engine.run); this host's
+        # ccache folder stays here: copying it both ways would cost more than the compiles it saves
+        ccache = [] if e.far else [Mount(source=self.s.config.cache.ccache, target="/ccache", read_only=False)]
+        where = (f" on {e.name}, another host: without this host's ccache folder (the source copied in, the wheel "
+                 "copied out)") if e.far else ""
         try:
-            self.s.progress.log(node.name, f"compiling with {jobs} job(s)")
+            self.s.progress.log(node.name, f"compiling with {jobs} job(s){where}")
             result = e.run(self.s.ref(node.parents[0]), ["/buildctl/wheel.sh"], entrypoint=["/bin/sh"],
                            # the tree keeps the host user's uid (cp -a): git would call it "dubious" and the
                            # version would lose its +sha, so the copy is marked safe (sources.BUILD_GIT_ENV)
                            env={"BUILDCTL_JOBS": str(jobs), **BUILD_GIT_ENV},
                            mounts=[Mount(source=self.s.prepared[node.component], target="/src", read_only=True),
-                                   Mount(source=self.s.config.cache.ccache, target="/ccache", read_only=False),
-                                   Mount(source=out, target="/out", read_only=False)],
+                                   *ccache, Mount(source=out, target="/out", read_only=False)],
                            files={"/buildctl/wheel.sh": rendered.script.encode()},
                            network_mode="none", timeout=self.s.opt.compile_timeout)
-            log.write_text(f"$ compile {node.component} in {self.s.ref(node.parents[0])} ({jobs} jobs)\n"
+            log.write_text(f"$ compile {node.component} in {self.s.ref(node.parents[0])} ({jobs} jobs){where}\n"
                            + result.stdout + result.stderr)
             lines = (result.stdout + result.stderr).strip().splitlines()
             if lines:
