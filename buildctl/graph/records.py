@@ -66,12 +66,6 @@ class NodeRecord:
                           inputs=node.inputs, built_at=built_at, engine=engine, backend=backend,
                           cache_hits=cache_hits, cache_misses=cache_misses)
 
-    def cache_line(self, component: str) -> str | None:
-        """"<component>: 12 of 14 compiled objects from the cache" (None: the record has no counts)."""
-        if self.cache_hits is None or self.cache_misses is None:
-            return None
-        return f"{component}: {self.cache_hits} of {self.cache_hits + self.cache_misses} compiled objects from the cache"
-
 
 def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
