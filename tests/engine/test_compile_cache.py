@@ -19,7 +19,8 @@ from buildctl import cli
 from buildctl.build import pipeline
 from buildctl.engine.engine import Engine
 from buildctl.graph.records import RecordStore, state_root
-from tests.engine.test_build import PROJECT, Demo, demo_lock, demo_lock_light, light_demo
+from tests.engine.test_build import PROJECT, Demo, base_env, demo_lock, demo_lock_light, light_demo, outcomes
+from tests.helpers import unique
 
 __all__ = ["demo_lock", "demo_lock_light", "light_demo"]  # fixtures of test_build.py
 
@@ -30,8 +31,12 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBr
        "-c", "commit.gpgsign=false"]
 
 
+RUN = unique("r")  # in every extra source: a cache server that outlives one run holds no object of this one
+
+
 def extra_source(i: int, version: int = 0) -> str:
     return (f"/* fastmath extra {i}, version {version} */\n"
+            f'const char *fastmath_extra{i}_run = "{RUN}";\n'
             f"double fastmath_extra{i}(double x) {{ return x * {i + 1}.0 + {version}.0; }}\n")
 
 
@@ -95,22 +100,27 @@ def compile_counts(report: pipeline.Report) -> tuple[int | None, int | None]:
     return n.cache_hits, n.cache_misses
 
 
-def test_a_changed_source_recompiles_alone_from_the_local_cache(light_demo: Demo, engine: Engine, tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_changed_sources_recompile_alone_on_this_builder_and_a_second_one(
+        light_demo: Demo, engine: Engine, second_engine: Engine, cache_server: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Builder one (the session's engine) with a cache server; builder two shares only the registry and that
+    server with it (its own engine, its own cache root: wheels, records, local compiler cache). The default
+    setting, the local folder alone, is what the repro tests build with (test_repro.py)."""
     demo = light_demo
+    demo.monkeypatch.setenv("BUILDCTL_COMPILE_CACHE", cache_server)
     repo, first = fastmath_repo(tmp_path)
     use_commit(demo, repo, first, first=True)
     cold = demo.build([engine])
     assert compile_counts(cold) == (0, 1 + EXTRA)  # an empty cache: every object a miss
     config = demo.config()
     tool = config.cache.root / "tools" / "ccache-4.14.2-x86_64" / "ccache"
-    assert tool.is_file() and (config.cache.ccache).is_dir()
-    t = demo.target()
+    assert tool.is_file() and config.cache.ccache.is_dir()
     record = RecordStore(state_root(config.cache)).load("demo", "default", "wheel:fastmath")
     assert record is not None and (record.cache_hits, record.cache_misses) == (0, 1 + EXTRA)
 
     # one source file changes: the other objects come from the cache. _core.c is compiled again too: its command
     # line carries the version, which ends in the commit's short SHA (-DFASTMATH_VERSION="0.2.0+<sha>")
+    before = demo.target().graph.node("wheel:fastmath").key
     second = repo.commit({"fastmath/_extra1.c": extra_source(1, version=1)}, "fastmath: extra 1, version 1")
     use_commit(demo, repo, second, first=False)
     warm = demo.build([engine])
@@ -120,4 +130,16 @@ def test_a_changed_source_recompiles_alone_from_the_local_cache(light_demo: Demo
     assert cli.main(["--project", str(demo.root), "plan", "demo", "--json"]) == 0
     plan = {n["name"]: n for n in json.loads(capsys.readouterr().out)["nodes"]}
     assert plan["wheel:fastmath"]["compile_cache"] == {"hits": EXTRA - 1, "misses": 2}
-    assert t.graph.node("wheel:fastmath").key != demo.target().graph.node("wheel:fastmath").key
+    assert plan["wheel:fastmath"]["key"] != before
+
+    # the second builder, another change: what the first compiled comes from the server
+    base_env(demo.monkeypatch, tmp_path / "cache-second")
+    demo.monkeypatch.setenv("BUILDCTL_COMPILE_CACHE", cache_server)
+    third = repo.commit({"fastmath/_extra2.c": extra_source(2, version=1)}, "fastmath: extra 2, version 1")
+    use_commit(demo, repo, third, first=False)
+    report = demo.build([second_engine])
+    assert outcomes(report)["compile-env:fastmath"] == "pulled"  # what it shares with the first: the registry
+    assert compile_counts(report) == (EXTRA - 1, 2)  # misses: _extra2.c, and _core.c (its version macro)
+    out = second_engine.run(report.final, ["python3", "-c", "import fastmath._core as c; print(c.add(2, 3))"],
+                            entrypoint=[], timeout=60)
+    assert out.ok and float(out.stdout) == 5.0, out.stderr
