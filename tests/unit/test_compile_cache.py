@@ -190,3 +190,27 @@ def test_the_nightly_report_says_what_each_compile_took_from_the_cache(tmp_path:
     assert "- compiler cache: transformer-engine: 412 of 430 compiled objects from the cache\n" in (
         tmp_path / "latest.md").read_text()
     assert json.loads(path.read_text())["runs"][0]["build"]["compile_cache"] == list(lines)
+
+
+def test_repro_compiles_a_cold_and_b_warm_from_a_and_never_with_the_server(tmp_path: Path) -> None:
+    import dataclasses
+
+    from buildctl.build.state import NodeResult, Report
+    from buildctl.services import reprorun
+
+    base = load_config({"BUILDCTL_CONFIG": str(tmp_path / "none.toml"), "HOME": str(tmp_path),
+                        "BUILDCTL_CACHE": str(tmp_path / "cache"), "BUILDCTL_COMPILE_CACHE": "redis://127.0.0.1:6390"})
+    a = reprorun.side_config(base, tmp_path / "run" / "a")
+    b = reprorun.side_config(base, tmp_path / "run" / "b", compile_folder=tmp_path / "run" / "a" / "ccache")
+    assert a.compile_cache == CompileCache() and a.cache.ccache == tmp_path / "run" / "a" / "ccache"  # cold, its own
+    assert b.compile_cache == CompileCache(folder=tmp_path / "run" / "a" / "ccache")  # warm, a's, no server
+    off = dataclasses.replace(base, compile_cache=CompileCache(off=True))
+    assert reprorun.side_config(off, tmp_path / "run" / "c", compile_folder=tmp_path / "x").compile_cache.off
+    built = Report(final="f", smoke="skipped", nodes=(
+        NodeResult(name="wheel:fastmath", outcome="built", engine="e", ref="r", seconds=1.0, cache_hits=4,
+                   cache_misses=0),))
+    assert reprorun.compiles_line(base, reprorun.Options(), built).endswith(
+        "warm from the cache a filled: a wheel compiled from cache hits is compared with the cold compile "
+        "(b: wheel:fastmath: 4 of 4 objects from the cache)")
+    assert reprorun.compiles_line(base, reprorun.Options(cold_compiles=True), built).startswith("both builds compiled cold")
+    assert "without a compiler cache" in reprorun.compiles_line(off, reprorun.Options(), built)
