@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from buildctl.build import compilecache, wheelhouse
 from buildctl.build.inputs import Fetchers
 from buildctl.build.state import Action, RunState
-from buildctl.errors import BuildFailed
+from buildctl.errors import BuildctlError, BuildFailed
 from buildctl.graph import render
 from buildctl.graph.specs import (
     AssembleNodeSpec,
@@ -58,12 +58,18 @@ class HostPrep:
             return
         compiles = [n for n in self.s.g.nodes if isinstance(n.spec, WheelNodeSpec) and n.spec.compile_cache
                     and actions.get(n.name) == "build"]
-        if compiles:
+        if not compiles:
+            return
+        try:
             self.s.compile_tool = compilecache.ensure_tool(self.s.config.cache, self.s.g.platform,
                                                            self.fetchers.downloads())
-            if self.s.compile_tool is None:
-                self.s.progress.node(compiles[0].name, "cache", f"no compiler cache is pinned for {self.s.g.platform}: "
-                                     "compiling without one")
+        except BuildctlError as exc:  # the cache only makes a compile faster: without it, the compile is the same
+            self.s.progress.node(compiles[0].name, "cache", f"the compiler cache is not at hand ({exc.what}): "
+                                 "compiling without it")
+            return
+        if self.s.compile_tool is None:
+            self.s.progress.node(compiles[0].name, "cache", f"no compiler cache is pinned for {self.s.g.platform}: "
+                                 "compiling without one")
 
     def fetch_downloads(self, actions: Mapping[str, Action]) -> None:
         files: dict[str, FileSpec] = {}

