@@ -12,6 +12,7 @@ own inside, and a registry with TLS on this host's end of the pair (tests/engine
 - ``tls_registry``: docker-registry on <this host's address>:<port> with a certificate from a CA made here; the
   CA in /etc/docker/certs.d/<address:port>/ca.crt, which every engine of this host reads per connection (no
   restart, no daemon.json change; the system engine treats only 127.0.0.0/8 as insecure), removed on exit.
+- ``redis_server``: Debian's redis-server on this host's end of the pair, the compiler cache server.
 """
 
 from __future__ import annotations
@@ -255,4 +256,37 @@ def tls_registry(host: str) -> Iterator[TlsRegistry]:
         if made_certs_d:
             with contextlib.suppress(OSError):
                 CERTS_D.rmdir()  # only when empty: another run may have put its own there meanwhile
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def redis_server(host: str) -> Iterator[str]:
+    """Debian's redis-server on ``host`` (an address of this host), nothing on disk, stopped on exit: the
+    compiler cache server (config compile_cache ``redis://HOST:PORT``) of the far-host test. Yields the URL."""
+    redis = shutil.which("redis-server")
+    if redis is None:
+        raise engine2.SecondEngineError("the compiler cache server needs redis-server (apt-get install redis-server)")
+    state = Path(tempfile.mkdtemp(prefix="buildctl-farredis-", dir="/tmp"))
+    port = _free_port(host)
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        log = state / "redis.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen([redis, "--bind", host, "--port", str(port), "--save", "", "--appendonly", "no",
+                                     "--protected-mode", "no", "--dir", str(state), "--daemonize", "no"],
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+
+        def answers() -> bool:
+            try:
+                with socket.create_connection((host, port), timeout=2) as s:
+                    s.sendall(b"PING\r\n")
+                    return s.recv(16).startswith(b"+PONG")
+            except OSError:
+                return False
+        _wait(f"redis-server on {host}:{port}", answers, [proc], log, seconds=30)
+        yield f"redis://{host}:{port}"
+    finally:
+        if proc is not None:
+            engine2._stop(proc)
         shutil.rmtree(state, ignore_errors=True)

@@ -49,8 +49,10 @@ class Far:
     """The far host: its network, its engine (through its unix socket, for the test's own questions) and builder
     endpoint, and the registry both engines use."""
 
-    def __init__(self, net: farhost.FarNet, engine: Engine, endpoint: str, registry: farhost.TlsRegistry) -> None:
+    def __init__(self, net: farhost.FarNet, engine: Engine, endpoint: str, registry: farhost.TlsRegistry,
+                 cache_server: str) -> None:
         self.net, self.engine, self.endpoint, self.registry = net, engine, endpoint, registry
+        self.cache_server = cache_server  # redis://<this host's end>:<port>
 
 
 @pytest.fixture
@@ -61,13 +63,14 @@ def far() -> Iterator[Far]:
         try:
             net = stack.enter_context(farhost.far_net())
             registry = stack.enter_context(farhost.tls_registry(net.host_ip))
+            server = stack.enter_context(farhost.redis_server(net.host_ip))
             engine, endpoint = stack.enter_context(farhost.far_engine(net))
         except farhost.NoNamespaces as exc:
             pytest.skip(f"no network namespace can be made here: {exc}")
         except engine2.SecondEngineError as exc:
             problem = str(exc)
         if not problem:
-            yield Far(net, engine, endpoint, registry)
+            yield Far(net, engine, endpoint, registry, server)
     if problem:  # outside the except block and the stack (all undone): the message alone
         unavailable(problem)
     assert net.ns not in farhost.namespaces() and net.veth not in farhost.links()
@@ -89,6 +92,7 @@ def test_a_build_spread_over_this_host_and_a_builder_on_another(
     bundle = tmp_path / "ca-bundle.pem"
     bundle.write_bytes((HOST_CA.read_bytes() if HOST_CA.is_file() else b"") + far.registry.ca.read_bytes())
     base_env(monkeypatch, tmp_path / "cache", ca=bundle)
+    monkeypatch.setenv("BUILDCTL_COMPILE_CACHE", far.cache_server)  # the fleet's compiler cache server
     # the session's lock, its base named in this registry: the same image, pushed by the same engine, has the same
     # digest there (what `buildctl lock` of this project writes, without its half minute)
     lock = root / "pins" / "demo.lock.json"
@@ -103,12 +107,16 @@ def test_a_build_spread_over_this_host_and_a_builder_on_another(
     lockfile.edit(lock, far_base)
     demo = Demo(root=root, repository=repository, monkeypatch=monkeypatch, cleanup=image_cleanup)
 
-    # 1. this host alone builds every node and pushes it (the compile-env's apt needs Debian's mirror)
+    # 1. this host alone builds every node and pushes it (the compile-env's apt needs Debian's mirror); its compile
+    # fills the cache server
     first = demo.build([Engine(name=engine.name, backend="buildkit")])
     assert sorted(first.built) == sorted(ALL)
+    records = RecordStore(state_root(demo.config().cache)).load_all(demo.target().graph)
+    assert (records["wheel:fastmath"].cache_hits, records["wheel:fastmath"].cache_misses) == (0, 1)
 
-    # 2. the compile's flags and a removed path change: the system node and the compile are ready at once
-    demo.edit_manifest('CFLAGS: "-O2"', 'CFLAGS: "-O1"')
+    # 2. the compile's environment (not its compiler's input: a new wheel key, the same object) and a removed path
+    # change: the system node and the compile are ready at once
+    demo.edit_manifest('CFLAGS: "-O2"', 'CFLAGS: "-O2"\n        FASTMATH_BUILT_BY: far-host-test')
     demo.edit_manifest("pip:\n  constraint:", "remove:\n  paths: [/opt/buildctl-far-test]\n\npip:\n  constraint:")
     monkeypatch.setenv("BUILDCTL_WHEELHOUSE_ADDRESS", far.net.host_ip)  # what the far host reaches
     config = demo.config()
@@ -139,9 +147,12 @@ def test_a_build_spread_over_this_host_and_a_builder_on_another(
     records = RecordStore(state_root(config.cache)).load_all(t.graph)
     assert {n: records[n].engine for n in built} == built
 
-    # the far compile: the source copied in, the wheel copied out, without this host's ccache folder
+    # the far compile: the source copied in, the wheel copied out; its one object came from the cache server (its
+    # own host has no cache folder: only the server, through the pair, could give it the object this host compiled)
     log = (config.cache.logs / "demo" / "default" / "wheel-fastmath.log").read_text()
-    assert f"on {remote}, another host: without this host's ccache folder" in log
+    assert (f"on {remote}, another host (the source copied in, the wheel copied out): the compiler cache server only"
+            in log)
+    assert (records["wheel:fastmath"].cache_hits, records["wheel:fastmath"].cache_misses) == (1, 0)
     assert far.engine.image_exists(t.refs["wheel:fastmath"])  # its one-file image was built there
     assert far.engine.image_exists(t.refs["compile-env:fastmath"])  # pulled through the registry
     # the wheel it made is the one the final image holds (installed on this host from the wheelhouse)
