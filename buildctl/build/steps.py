@@ -222,8 +222,10 @@ class Steps:
         rendered = render.render(node, templates=self.s.t.templates, parent_ref=self.s.ref(node.parents[0]))
         assert rendered.script is not None
         compiles = sum(1 for n in self.s.g.nodes if n.kind == "wheel")
-        jobs = compile_jobs(cores=self.s.opt.host_cores, memory_gib=self.s.opt.host_memory_gib,
-                            per_job_gib=spec.memory_per_job_gib, concurrent=min(self.s.opt.jobs, compiles))
+        # sized by the builder's host: this one's figures, or what another host's engine says of its own
+        cores, memory = e.capacity() if e.far else (self.s.opt.host_cores, self.s.opt.host_memory_gib)
+        jobs = compile_jobs(cores=cores, memory_gib=memory, per_job_gib=spec.memory_per_job_gib,
+                            concurrent=min(self.s.opt.jobs, compiles))
         cache = compilecache.setup(self.s.config.compile_cache, self.s.config.cache, self.s.compile_tool,
                                    component_on=spec.compile_cache)
         out = Path(tempfile.mkdtemp(prefix=f"out-{node.slug}-", dir=self.s.scratch))

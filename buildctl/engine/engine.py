@@ -422,6 +422,18 @@ class Engine(Transfers):
         knows, so nothing of this host's file system can be mounted into its containers."""
         return self.address.startswith(("tcp://", "ssh://", "http://", "https://"))
 
+    def capacity(self) -> tuple[int, float]:
+        """(CPUs, memory in GiB) of the engine's host, as the engine says (`docker info`: NCPU, MemTotal): what a
+        compile on another host is sized by, where this host's own figures say nothing."""
+        with self._errors(f"info of engine {self.name}"):
+            info = self._api().info()
+        cpus, memory = info.get("NCPU"), info.get("MemTotal")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (cpus, memory)):
+            raise EngineError(f"engine {self.name} did not say how many CPUs and how much memory its host has",
+                              why=f"its info says NCPU={cpus!r}, MemTotal={memory!r}",
+                              fix="check the engine at that endpoint (`docker -H ENDPOINT info`)")
+        return int(cpus), int(memory) / (1 << 30)
+
     def _copy_in(self, cid: str, m: Mount) -> None:
         """The host folder ``m.source`` into the created container at ``m.target`` (tar over the engine's API,
         spooled on disk: a source tree can be large)."""

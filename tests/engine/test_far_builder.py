@@ -22,7 +22,7 @@ import pytest
 
 from bench import engine2
 from buildctl import hostaddr
-from buildctl.build import pipeline, wheelhouse
+from buildctl.build import pipeline, steps, wheelhouse
 from buildctl.engine.engine import Engine
 from buildctl.graph import render
 from buildctl.graph.records import RecordStore, state_root
@@ -152,6 +152,9 @@ def test_a_build_spread_over_this_host_and_a_builder_on_another(
     log = (config.cache.logs / "demo" / "default" / "wheel-fastmath.log").read_text()
     assert (f"on {remote}, another host (the source copied in, the wheel copied out): the compiler cache server only"
             in log)
+    cpus, memory = far.engine.capacity()  # sized by the far host's own figures, as its engine gives them
+    jobs = steps.compile_jobs(cores=cpus, memory_gib=memory, per_job_gib=1, concurrent=1)
+    assert f"({jobs} jobs) on {remote}, another host" in log
     assert (records["wheel:fastmath"].cache_hits, records["wheel:fastmath"].cache_misses) == (1, 0)
     assert far.engine.image_exists(t.refs["wheel:fastmath"])  # its one-file image was built there
     assert far.engine.image_exists(t.refs["compile-env:fastmath"])  # pulled through the registry

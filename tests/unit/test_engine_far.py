@@ -23,9 +23,13 @@ def test_an_engine_reached_over_the_network_is_on_another_host(address: str, far
 
 
 class FakeApi:
-    def __init__(self, archive: bytes = b"") -> None:
+    def __init__(self, archive: bytes = b"", info: dict[str, Any] | None = None) -> None:
         self.archive = archive
         self.put: list[tuple[str, str, bytes]] = []
+        self._info = info or {}
+
+    def info(self) -> dict[str, Any]:
+        return self._info
 
     def put_archive(self, cid: str, path: str, data: Any) -> None:
         self.put.append((cid, path, data.read()))
@@ -89,3 +93,13 @@ def test_only_folders_and_plain_files_come_back_and_only_inside(tmp_path: Path, 
     assert (dest / "fastmath-0.2-cp311-linux_x86_64.whl").read_bytes() == b"wheel"
     assert (dest / "sub" / "stats.json").stat().st_mode & 0o777 == 0o644
     assert not outside.exists()
+
+
+def test_a_far_compile_is_sized_by_what_its_engine_says_of_its_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    from buildctl.errors import EngineError
+
+    assert _engine(FakeApi(info={"NCPU": 64, "MemTotal": 512 << 30}), monkeypatch).capacity() == (64, 512.0)
+    for bad in ({}, {"NCPU": 0, "MemTotal": 1 << 30}, {"NCPU": "64", "MemTotal": 1 << 30},
+                {"NCPU": True, "MemTotal": 1 << 30}, {"NCPU": 8, "MemTotal": -1}):
+        with pytest.raises(EngineError, match="did not say how many CPUs"):
+            _engine(FakeApi(info=bad), monkeypatch).capacity()
