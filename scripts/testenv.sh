@@ -3,18 +3,22 @@
 #
 #   scripts/testenv.sh run -- CMD...   set up, run CMD with the variables below, stop what was started
 #   scripts/testenv.sh up-demo         engine + demo base + the persistent demo registry on 127.0.0.1:5000
+#                                      and the demo compiler cache server (redis) on 127.0.0.1:6390
 #   scripts/testenv.sh down-demo       stop what up-demo started
 #   scripts/testenv.sh status          what is there (nothing is changed)
 #
 # `run` works on a fresh Debian 12 machine with nothing installed and no engine running, and equally
 # when run twice in a row or with an engine already up:
-#   1. apt: docker.io, docker-registry, debootstrap, apache2-utils when missing (cached .debs reused);
+#   1. apt: docker.io, docker-registry, debootstrap, apache2-utils, redis-server when missing (cached .debs
+#      reused);
 #   2. pip install -e '.[dev]' (skipped when this checkout is installed and pyproject.toml is unchanged);
 #   3. dockerd, only when no engine answers, and then it is stopped again at the end; an engine this
 #      script did not start is never stopped, restarted or reconfigured;
 #   4. the demo base image (scripts/make-demo-base.sh; reused when its tag exists);
 #   5. a registry on 127.0.0.1:<free port> with its storage in a temporary folder, removed at the end;
-# then CMD runs with BUILDCTL_TEST_REGISTRY, BUILDCTL_TEST_BASE and BUILDCTL_REQUIRE_ENGINE=1 (engine
+#   6. a compiler cache server (redis-server, nothing kept on disk) on 127.0.0.1:<free port>, stopped at the end;
+# then CMD runs with BUILDCTL_TEST_REGISTRY, BUILDCTL_TEST_CACHE_SERVER (redis://127.0.0.1:PORT),
+# BUILDCTL_TEST_BASE and BUILDCTL_REQUIRE_ENGINE=1 (engine
 # tests fail instead of skipping). Its exit status is the script's; pytest's 5 (no tests collected)
 # stays a failure.
 set -euo pipefail
@@ -27,6 +31,7 @@ CACHE=${BUILDCTL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/buildctl}
 DEMO_STATE=$CACHE/demo-env
 DEMO_REGISTRY=127.0.0.1:5000
 DEMO_BASE_REF=$DEMO_REGISTRY/buildctl/demo-base:bookworm
+DEMO_CACHE_SERVER=127.0.0.1:6390  # compile_cache = "redis://127.0.0.1:6390" (make bench, make demo)
 DEFAULT_SOCKET=unix:///var/run/docker.sock
 
 say() { printf 'testenv: %s\n' "$*" >&2; }
@@ -54,7 +59,8 @@ as_root() {
 # -- 1. packages
 
 # package:command pairs; a package counts as present when its command is.
-PACKAGES=(docker.io:dockerd docker-registry:docker-registry debootstrap:debootstrap apache2-utils:htpasswd qemu-user-static:qemu-aarch64-static)
+PACKAGES=(docker.io:dockerd docker-registry:docker-registry debootstrap:debootstrap apache2-utils:htpasswd
+          redis-server:redis-server qemu-user-static:qemu-aarch64-static)
 
 ensure_packages() {
   local missing=() pc
@@ -209,6 +215,41 @@ EOF
   return 1
 }
 
+# -- 6. compiler cache server
+
+cache_server_answers() {  # cache_server_answers HOST:PORT: a redis server answers PING
+  $PYTHON - "$1" <<'EOF' 2>/dev/null
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+with socket.create_connection((host, int(port)), timeout=2) as s:
+    s.sendall(b"PING\r\n")
+    sys.exit(0 if s.recv(64).startswith(b"+PONG") else 1)
+EOF
+}
+
+CACHE_SERVER_PID=""
+
+# start_cache_server ADDR DIR [SAVE]: redis-server on ADDR only (protected mode, a memory bound with LRU eviction,
+# as ccache's remote storage expects), its log in DIR; SAVE "yes" keeps a snapshot in DIR (the demo's, which
+# outlives a restart), else nothing touches the disk. Sets CACHE_SERVER_PID.
+start_cache_server() {
+  local addr=$1 dir=$2 save=()
+  mkdir -p "$dir"
+  if [[ ${3:-} == yes ]]; then save=(--save "300 1"); else save=(--save ""); fi
+  (detached ${SETSID:-} redis-server --bind "${addr%:*}" --port "${addr##*:}" --protected-mode yes \
+    --daemonize no --appendonly no "${save[@]}" --dir "$dir" --maxmemory 1gb --maxmemory-policy allkeys-lru \
+    --logfile "$dir/cache-server.log") >/dev/null 2>&1 </dev/null &
+  CACHE_SERVER_PID=$!
+  for _ in $(seq 100); do
+    cache_server_answers "$addr" && return 0
+    kill -0 "$CACHE_SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  tail -5 "$dir/cache-server.log" >&2 2>/dev/null || true
+  CACHE_SERVER_PID=""
+  return 1
+}
+
 # -- commands
 
 cmd_run() {
@@ -235,8 +276,18 @@ cmd_run() {
   [[ -n $addr ]] || die "could not start docker-registry on 127.0.0.1 (log: $tmp/registry.log)"
   say "registry: $addr (pid $REGISTRY_PID, storage in $tmp/storage)"
   RUN_REGISTRY=$addr
+  local server=""
+  for tries in 1 2 3; do
+    server=127.0.0.1:$(free_port)
+    start_cache_server "$server" "$tmp/cache-server" && break
+    say "compiler cache server did not start on $server (attempt $tries)"
+    server=""
+  done
+  [[ -n $server ]] || die "could not start redis-server on 127.0.0.1 (log: $tmp/cache-server/cache-server.log)"
+  say "compiler cache server: redis://$server (pid $CACHE_SERVER_PID)"
 
   export BUILDCTL_TEST_REGISTRY=$addr BUILDCTL_TEST_BASE=$BASE_TAG BUILDCTL_REQUIRE_ENGINE=1
+  export BUILDCTL_TEST_CACHE_SERVER=redis://$server
   say "running: $*"
   local rc=0
   "$@" || rc=$?
@@ -267,6 +318,7 @@ cleanup_run() {
   trap - EXIT INT TERM
   [[ -n $RUN_REGISTRY ]] && remove_registry_refs "$RUN_REGISTRY"
   [[ -n $REGISTRY_PID ]] && stop_pid "$REGISTRY_PID" registry
+  [[ -n $CACHE_SERVER_PID ]] && stop_pid "$CACHE_SERVER_PID" "compiler cache server"
   [[ -n $STARTED_DOCKERD ]] && stop_pid "$STARTED_DOCKERD" "dockerd (started by testenv)"
   rm -rf "$tmp"
 }
@@ -288,6 +340,14 @@ cmd_up_demo() {
     echo "$REGISTRY_PID" >"$DEMO_STATE/registry.pid"
     say "demo registry: $DEMO_REGISTRY (pid $REGISTRY_PID, storage in $CACHE/registry)"
   fi
+  if cache_server_answers "$DEMO_CACHE_SERVER"; then
+    say "demo compiler cache server: redis://$DEMO_CACHE_SERVER already answers (left as it is)"
+  else
+    SETSID=setsid start_cache_server "$DEMO_CACHE_SERVER" "$CACHE/cache-server" yes \
+      || die "could not start the demo compiler cache server on $DEMO_CACHE_SERVER (log: $CACHE/cache-server/cache-server.log; is the port taken?)"
+    echo "$CACHE_SERVER_PID" >"$DEMO_STATE/cache-server.pid"
+    say "demo compiler cache server: redis://$DEMO_CACHE_SERVER (pid $CACHE_SERVER_PID, snapshot in $CACHE/cache-server)"
+  fi
   docker tag "$BASE_TAG" "$DEMO_BASE_REF"
   docker push -q "$DEMO_BASE_REF" >/dev/null || die "docker push $DEMO_BASE_REF failed"
   say "demo base pushed: $(docker inspect --format '{{index .RepoDigests 0}}' "$DEMO_BASE_REF")"
@@ -295,23 +355,25 @@ cmd_up_demo() {
 
 cmd_down_demo() {
   local f pid name
-  for f in registry dockerd; do
+  for f in registry cache-server dockerd; do
     [[ -f $DEMO_STATE/$f.pid ]] || continue
     pid=$(cat "$DEMO_STATE/$f.pid")
-    name=$f; [[ $f == registry ]] && name=docker-registry
+    name=$f; [[ $f == registry ]] && name=docker-registry; [[ $f == cache-server ]] && name=redis-server
     # Only a process that is still the one up-demo started (same program) is stopped.
     if [[ -d /proc/$pid ]] && grep -qx "$name" "/proc/$pid/comm" 2>/dev/null; then
       stop_pid "$pid" "demo $f"
     fi
     rm -f "$DEMO_STATE/$f.pid"
   done
-  say "demo environment down (registry storage kept in $CACHE/registry)"
+  say "demo environment down (registry storage kept in $CACHE/registry, the compiler cache's in $CACHE/cache-server)"
 }
 
 cmd_status() {
   engine_answers && say "engine: answers at ${DOCKER_HOST:-$DEFAULT_SOCKET}" || say "engine: none answers"
   docker image inspect "$BASE_TAG" >/dev/null 2>&1 && say "base: $BASE_TAG present" || say "base: $BASE_TAG missing"
   registry_answers "$DEMO_REGISTRY" && say "demo registry: $DEMO_REGISTRY answers" || say "demo registry: down"
+  cache_server_answers "$DEMO_CACHE_SERVER" && say "demo compiler cache server: redis://$DEMO_CACHE_SERVER answers" \
+    || say "demo compiler cache server: down"
 }
 
 case ${1:-} in

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from buildctl import quoting, runs, safepath
-from buildctl.build import normalise, wheelhouse
+from buildctl.build import compilecache, normalise, wheelhouse
 from buildctl.build.state import Action, NodeResult, Outcome, RunState
 from buildctl.errors import BuildctlError, BuildFailed, SmokeFailed
 from buildctl.graph import render
@@ -74,9 +74,13 @@ class Steps:
                 outcome = "built"
         seconds = time.monotonic() - start
         with self.s.lock:
+            hits, misses = self.s.cache_stats.get(name, (None, None))
             self.s.results.append(NodeResult(name=name, outcome=outcome, engine=e.name, ref=self.s.ref(name),
-                                             seconds=seconds, backend=e.backend if outcome == "built" else ""))
-        self.s.progress.node(name, outcome, f"{self.s.ref(name)} on {self._on(e)}")
+                                             seconds=seconds, backend=e.backend if outcome == "built" else "",
+                                             cache_hits=hits, cache_misses=misses))
+        cached = "" if hits is None or misses is None else (
+            f"; compiled: {hits} of {hits + misses} objects from the cache")
+        self.s.progress.node(name, outcome, f"{self.s.ref(name)} on {self._on(e)}{cached}")
 
     def ensure(self, e: Engine, name: str) -> None:
         """Make the image of node ``name`` present in engine ``e`` (pulling what another engine pushed)."""
@@ -158,13 +162,14 @@ class Steps:
 
         return f"{PART_REPOSITORY}/{runs.owner()}:{node.slug}"
 
-    def _record_and_tag(self, e: Engine, node: Node, part: str) -> None:
+    def _record_and_tag(self, e: Engine, node: Node, part: str, *, stats: compilecache.Stats | None = None) -> None:
         """The record of the completed build first, then the content tag: a tag always has its record."""
         if self.s.cancelled.is_set():
             raise BuildFailed(f"{node.name}: cancelled", why="the build was interrupted")
         self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(
-            self.s.g, node, built_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), engine=self._on(e),
-            backend=e.backend))
+            self.s.g, node, built_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            engine=self._on(e), backend=e.backend, cache_hits=None if stats is None else stats.hits,
+            cache_misses=None if stats is None else stats.misses))
         e.tag(part, self.s.ref(node.name))
 
     def _settle_whiteouts(self, e: Engine, node: Node, rendered: render.Rendered, ref: str) -> None:
@@ -221,28 +226,44 @@ class Steps:
         rendered = render.render(node, templates=self.s.t.templates, parent_ref=self.s.ref(node.parents[0]))
         assert rendered.script is not None
         compiles = sum(1 for n in self.s.g.nodes if n.kind == "wheel")
-        jobs = compile_jobs(cores=self.s.opt.host_cores, memory_gib=self.s.opt.host_memory_gib,
-                            per_job_gib=spec.memory_per_job_gib, concurrent=min(self.s.opt.jobs, compiles))
-        self.s.config.cache.ccache.mkdir(parents=True, exist_ok=True)
+        # sized by the builder's host: this one's figures, or what another host's engine says of its own
+        cores, memory = e.capacity() if e.far else (self.s.opt.host_cores, self.s.opt.host_memory_gib)
+        jobs = compile_jobs(cores=cores, memory_gib=memory, per_job_gib=spec.memory_per_job_gib,
+                            concurrent=min(self.s.opt.jobs, compiles))
+        cache = compilecache.setup(self.s.config.compile_cache, self.s.config.cache, self.s.compile_tool,
+                                   component_on=spec.compile_cache)
         out = Path(tempfile.mkdtemp(prefix=f"out-{node.slug}-", dir=self.s.scratch))
         log = self.s.log_file(node.name)
         log.parent.mkdir(parents=True, exist_ok=True)
+        # an engine on another host gets the source and gives the wheel back as copies (Engine.run); this host's
+        # cache folder stays here (copying it both ways would cost more than the compiles it saves): a server only
+        where = ""
+        if e.far:
+            cache = compilecache.elsewhere(cache)
+            where = (f" on {e.name}, another host (the source copied in, the wheel copied out): "
+                     + ("the compiler cache server only, not this host's cache folder" if cache.on else
+                        "without a compiler cache (this host's cache folder is not shared; compile_cache names no server)"))
         try:
-            self.s.progress.log(node.name, f"compiling with {jobs} job(s)")
+            self.s.progress.log(node.name, f"compiling with {jobs} job(s){where}")
             result = e.run(self.s.ref(node.parents[0]), ["/buildctl/wheel.sh"], entrypoint=["/bin/sh"],
                            # the tree keeps the host user's uid (cp -a): git would call it "dubious" and the
                            # version would lose its +sha, so the copy is marked safe (sources.BUILD_GIT_ENV)
-                           env={"BUILDCTL_JOBS": str(jobs), **BUILD_GIT_ENV},
+                           env={"BUILDCTL_JOBS": str(jobs), **BUILD_GIT_ENV, **cache.env},
                            mounts=[Mount(source=self.s.prepared[node.component], target="/src", read_only=True),
-                                   Mount(source=self.s.config.cache.ccache, target="/ccache", read_only=False),
-                                   Mount(source=out, target="/out", read_only=False)],
+                                   Mount(source=out, target="/out", read_only=False),
+                                   *(Mount(source=src, target=dst, read_only=ro) for src, dst, ro in cache.mounts)],
                            files={"/buildctl/wheel.sh": rendered.script.encode()},
-                           network_mode="none", timeout=self.s.opt.compile_timeout)
-            log.write_text(f"$ compile {node.component} in {self.s.ref(node.parents[0])} ({jobs} jobs)\n"
+                           network_mode=cache.network_mode, timeout=self.s.opt.compile_timeout)
+            log.write_text(f"$ compile {node.component} in {self.s.ref(node.parents[0])} ({jobs} jobs){where}\n"
                            + result.stdout + result.stderr)
             lines = (result.stdout + result.stderr).strip().splitlines()
             if lines:
                 self.s.progress.log(node.name, lines[-1])
+            stats = compilecache.read_stats(out) if cache.on else None
+            if stats is not None:
+                self.s.progress.log(node.name, stats.line())
+                with self.s.lock:
+                    self.s.cache_stats[node.name] = (stats.hits, stats.misses)
             made = sorted(out.glob("*.whl"))
             if not result.ok or len(made) != 1:
                 tail = "\n".join(f"    {x}" for x in lines[-12:])
@@ -254,7 +275,7 @@ class Steps:
             wheel = self._keep_wheel(node, made[0])
         finally:
             shutil.rmtree(out, ignore_errors=True)
-        self._wheel_image(e, node, wheel)
+        self._wheel_image(e, node, wheel, stats=stats)
         self._push(e, node)
 
     def _keep_wheel(self, node: Node, made: Path) -> Path:
@@ -272,7 +293,7 @@ class Steps:
             self.s.wheels[node.component] = final / made.name
         return final / made.name
 
-    def _wheel_image(self, e: Engine, node: Node, wheel: Path) -> None:
+    def _wheel_image(self, e: Engine, node: Node, wheel: Path, *, stats: compilecache.Stats | None = None) -> None:
         with self.s.lock:
             self.s.wheels[node.component or ""] = wheel
         rendered = render.render(node, templates=self.s.t.templates, parent_ref="scratch")
@@ -281,7 +302,7 @@ class Steps:
             with self._context(node, rendered, labels=self._labels(node)) as ctx:
                 e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
                         log_file=self.s.log_file(node.name + "-image"), nocache=self.s.opt.nocache)
-            self._record_and_tag(e, node, part)
+            self._record_and_tag(e, node, part, stats=stats)
         finally:
             with contextlib.suppress(BuildctlError):
                 e.remove_image(part)

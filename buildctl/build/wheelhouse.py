@@ -222,7 +222,13 @@ def serve(root: Path, port: int = PREFERRED_PORT, host: str = "127.0.0.1") -> It
     try:
         server = cls((host, port), handler)
     except OSError:
-        server = cls((host, 0), handler)
+        try:
+            server = cls((host, 0), handler)
+        except OSError as exc:  # the address is gone since the configuration was read (config.py checked it)
+            raise BuildFailed(f"cannot serve the build's wheelhouse on {host}: {exc.strerror or exc}",
+                              why="the address must be one this host has when the build runs",
+                              fix="set config wheelhouse_address (BUILDCTL_WHEELHOUSE_ADDRESS) to an address of this "
+                                  "host that the builders reach, or leave it unset for 127.0.0.1") from None
     # serve_forever checks for shutdown every poll_interval: its default 0.5 s was half a second of every
     # build's end (shutdown waits for the next check); 0.02 s costs nothing measurable on an idle loop
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, name="buildctl-wheelhouse",

@@ -23,8 +23,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "repro", help="build a stack twice with nothing shared and compare (bit / semantic / inputs level)",
         description="Audit the stack's inputs (buildctl lock --check, and every rendered Dockerfile and build script "
                     "for anything fetched without a pin), then build it twice from its lock with nothing shared (no "
-                    "engine step cache, a cache root with its own compiler cache and wheels per build, a tag namespace "
-                    "per build) and compare every node: bit-identical (same layer diff IDs), semantically identical "
+                    "engine step cache, a cache root with its own wheels per build, a tag namespace per build) but "
+                    "the compiler cache: the first build compiles with an empty one, the second from the one the "
+                    "first filled (--cold-compiles: an empty one too). Then compare every node: bit-identical (same "
+                    "layer diff IDs), semantically identical "
                     "(the same files, packages and config; only mtimes or build metadata differ), or different, with "
                     "the files, packages and config that differ and the cause where it can be named. Exits non-zero "
                     "when a node differs beyond the level the manifest declares for it (repro.levels).")
@@ -39,6 +41,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--no-lock-check", action="store_true",
                    help="skip `buildctl lock --check` in the audit (it reaches registries, git remotes and indexes)")
     p.add_argument("--keep", action="store_true", help="keep both builds' images, caches and saved archives")
+    p.add_argument("--cold-compiles", action="store_true",
+                   help="the second build compiles with an empty compiler cache of its own too (default: it compiles "
+                        "warm, from the cache the first build filled, so that compiles from cache hits are compared "
+                        "with cold ones)")
     p.add_argument("--jobs", type=int, default=2, metavar="N", help="nodes built at once in each build (default 2)")
     p.add_argument("--engine", metavar="URL", help="Docker engine (default: DOCKER_HOST or the local socket)")
     p.add_argument("--backend", choices=BACKENDS,
@@ -79,8 +85,8 @@ def _audit_lines(findings: Sequence[dict[str, Any]]) -> list[str]:
 def handle(args: argparse.Namespace, ctx: Context) -> int:
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    if args.audit_only and (args.relock or args.keep):
-        raise UsageError("--audit-only builds nothing: --relock and --keep do not apply")
+    if args.audit_only and (args.relock or args.keep or args.cold_compiles):
+        raise UsageError("--audit-only builds nothing: --relock, --keep and --cold-compiles do not apply")
     if args.audit_only:
         return _audit_only(args, ctx)
     engine = wiring.engine(ctx.config, args.engine, backend=args.backend)
@@ -89,7 +95,7 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
             project=ctx.project, config=ctx.config, stack=args.stack, variant=args.variant, engine=engine,
             progress=CliProgress(ctx.ui), resolvers=wiring.resolvers,
             options=reprorun.Options(mode="relock" if args.relock else "lock", jobs=args.jobs, keep=args.keep,
-                                     lock_check=not args.no_lock_check))
+                                     lock_check=not args.no_lock_check, cold_compiles=args.cold_compiles))
     finally:
         engine.close()
     report = outcome.report
@@ -118,6 +124,8 @@ def _print(ui: UI, report: repro.Report, outcome: reprorun.Outcome) -> None:
         ui.print(line)
     for line in _audit_lines(report.audit):
         ui.print(line)
+    if report.compiles:
+        ui.print(f"compiles: {report.compiles}")
     for note in report.notes:
         ui.print(f"note: {note}")
     ui.print(f"report: {outcome.report_file}")

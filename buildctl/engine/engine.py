@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -327,8 +329,14 @@ class Engine(Transfers):
         the container is killed and the result says timed_out. The container is always removed: when
         this call returns or raises, and by cancel() from another thread (this call then raises Cancelled).
         It carries this process's owner label, so that a later run removes it if this one dies.
+
+        ``mounts`` are bind mounts of host folders on an engine of this host. An engine on another host (``far``)
+        cannot mount a path of this one: there each folder travels instead, copied in before the start (the
+        engine's archive API), and a writable one copied back out into its host folder once the command ended.
         """
         archive = _tar(files) if files else None
+        far = self.far
+        binds = () if far else mounts
         gpu_fix = "GPU runs need a GPU host with the NVIDIA Container Toolkit (nvidia-container-toolkit)"
         with self._errors(f"run in {image}", fix=gpu_fix if gpus else ""):
             if self._cancelled.is_set():
@@ -339,7 +347,7 @@ class Engine(Transfers):
                     docker.types.Mount(
                         target=m.target, source=str(Path(m.source).resolve()), type="bind", read_only=m.read_only
                     )
-                    for m in mounts
+                    for m in binds
                 ] or None,
                 network_mode=network_mode,
                 device_requests=(
@@ -371,6 +379,9 @@ class Engine(Transfers):
                     raise Cancelled(f"run in {image}: cancelled", why="the build was interrupted")
                 if archive is not None:
                     api.put_archive(cid, "/", archive)
+                if far:
+                    for m in mounts:
+                        self._copy_in(cid, m)
                 api.start(cid)
                 timed_out = False
                 try:
@@ -388,6 +399,10 @@ class Engine(Transfers):
                     raise Cancelled(f"run in {image}: cancelled", why="the build was interrupted")
                 stdout = api.logs(cid, stdout=True, stderr=False)
                 stderr = api.logs(cid, stdout=False, stderr=True)
+                if far:
+                    for m in mounts:
+                        if not m.read_only:
+                            self._copy_out(cid, m)
             except docker.errors.APIError:
                 if self._cancelled.is_set():  # cancel() removed it under our feet
                     raise Cancelled(f"run in {image}: cancelled", why="the build was interrupted") from None
@@ -400,6 +415,66 @@ class Engine(Transfers):
             stderr=stderr.decode("utf-8", "replace"),
             timed_out=timed_out,
         )
+
+    @property
+    def far(self) -> bool:
+        """Whether this engine is reached over the network (tcp://, ssh://): on another host, as far as buildctl
+        knows, so nothing of this host's file system can be mounted into its containers."""
+        return self.address.startswith(("tcp://", "ssh://", "http://", "https://"))
+
+    def capacity(self) -> tuple[int, float]:
+        """(CPUs, memory in GiB) of the engine's host, as the engine says (`docker info`: NCPU, MemTotal): what a
+        compile on another host is sized by, where this host's own figures say nothing."""
+        with self._errors(f"info of engine {self.name}"):
+            info = self._api().info()
+        cpus, memory = info.get("NCPU"), info.get("MemTotal")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (cpus, memory)):
+            raise EngineError(f"engine {self.name} did not say how many CPUs and how much memory its host has",
+                              why=f"its info says NCPU={cpus!r}, MemTotal={memory!r}",
+                              fix="check the engine at that endpoint (`docker -H ENDPOINT info`)")
+        return int(cpus), int(memory) / (1 << 30)
+
+    def _copy_in(self, cid: str, m: Mount) -> None:
+        """The host folder ``m.source`` into the created container at ``m.target`` (tar over the engine's API,
+        spooled on disk: a source tree can be large)."""
+        with tempfile.TemporaryFile(prefix="buildctl-copy-in-") as spool:
+            with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tf:
+                tf.add(str(m.source), arcname=m.target.strip("/"), recursive=True)  # symlinks stay links
+            spool.seek(0)
+            self._api(self.stream_timeout).put_archive(cid, "/", spool)
+
+    def _copy_out(self, cid: str, m: Mount) -> None:
+        """The container's folder ``m.target`` back into the host folder ``m.source``: its folders and plain
+        files only (a link, device or path that would leave the folder is skipped: the container's content is
+        not trusted to name host paths)."""
+        stream, _stat = self._api(self.stream_timeout).get_archive(cid, m.target)
+        with tempfile.TemporaryFile(prefix="buildctl-copy-out-") as spool:
+            for chunk in stream:
+                spool.write(chunk)
+            spool.seek(0)
+            top = Path(m.target).name
+            dest = Path(m.source)
+            with tarfile.open(fileobj=spool, mode="r:") as tf:
+                for member in tf:
+                    parts = member.name.split("/")
+                    if not parts or parts[0] != top or any(p in ("", ".", "..") for p in parts[1:]):
+                        continue
+                    rel = "/".join(parts[1:])
+                    if not rel:
+                        continue
+                    target = dest / rel
+                    if member.isdir():
+                        target.mkdir(parents=True, exist_ok=True)
+                    elif member.isfile():
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        if target.is_symlink() or not target.parent.resolve().is_relative_to(dest.resolve()):
+                            continue
+                        src = tf.extractfile(member)
+                        if src is None:
+                            continue
+                        with target.open("wb") as out:
+                            shutil.copyfileobj(src, out)
+                        os.chmod(target, 0o755 if member.mode & 0o100 else 0o644)
 
 
 def _tar(files: Mapping[str, bytes]) -> bytes:

@@ -63,6 +63,8 @@ class NodePlan:
     wheel: Path | None = None  # a wheel node: the wheel kept in the wheel cache for its key
     remote: bool = False  # the final image, in the registry and left there (``load=False``): nothing pulls it
     builder: str = ""  # where it goes (routing.for_nodes): the builders of the variant's platform, "-", "refused: ..."
+    # a wheel node whose current key was compiled here: (hits, misses) of its compiler cache, from its record
+    compile_cache: tuple[int, int] | None = None
 
     @property
     def present(self) -> bool:
@@ -179,6 +181,8 @@ class Plan:
                 "own_inputs_locked": not p.node.unlocked, "waits_for": list(p.waits_for), "why": list(p.why),
                 "note": p.note, "action": p.action, "because": p.because, "summary": p.why_line(), "publish": p.publish,
                 "remote": p.remote, "builder": p.builder or None,
+                "compile_cache": None if p.compile_cache is None else {
+                    "hits": p.compile_cache[0], "misses": p.compile_cache[1]},
             } for p in self.nodes],
             "route": None if self.route is None else {
                 "platform": self.route.platform, "emulated": self.route.emulated, "missing": self.route.missing,
@@ -418,7 +422,7 @@ def make(
         plans.append(NodePlan(node=n, ref=ref, state=state, provisional=graph.provisional(n.name), why=why,
                               note=note, waits_for=graph.waits_for(n.name), action=action, because=because,
                               publish=n.name in publish, untrusted=untrusted, wheel=kept.get(n.name),
-                              remote=n.name in remote))
+                              remote=n.name in remote, compile_cache=_compile_counts(n, records.get(n.name))))
     notes += _lock_notes(graph, missing, provisional=any(p.provisional for p in plans))
     if route is None:
         if arch is not None and not arch.native:
@@ -457,6 +461,13 @@ def _routed(p: Plan, route: Route) -> Plan:
 
 
 # ---------------------------------------------------------------------------------------------- why
+
+
+def _compile_counts(node: Node, record: NodeRecord | None) -> tuple[int, int] | None:
+    """(hits, misses) of the compiler cache when this node's current key was compiled here (its record says)."""
+    if record is None or record.key != node.key or record.cache_hits is None or record.cache_misses is None:
+        return None
+    return record.cache_hits, record.cache_misses
 
 
 def reasons(graph: Graph, node: Node, record: NodeRecord | None) -> tuple[str, ...]:

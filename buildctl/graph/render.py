@@ -61,9 +61,13 @@ from buildctl.graph.specs import (
 )
 from buildctl.manifest.model import PipConstraintPolicy
 
-RENDER_VERSION = "3"  # bump when this module's output changes for the same inputs
+RENDER_VERSION = "4"  # bump when this module's output changes for the same inputs
 EPOCH = 315532800  # 1980-01-01T00:00:00Z: mtime of every path a node creates
 WHEELHOUSE_ARG = "BUILDCTL_WHEELHOUSE"  # http://127.0.0.1:PORT/ of the host's wheelhouse, per build
+# pip ignores a plain-http find-links host outside 127/8 and ::1 unless it is trusted: the wheelhouse's own
+# host:port is, derived inside the RUN from the build arg, so that the text (and every key) stays the same for
+# any wheelhouse_address. Trusting it only lifts pip's refusal of http; --require-hashes still checks each wheel.
+WHEELHOUSE_HOST = ('wheelhouse_host=${' + WHEELHOUSE_ARG + '#http://}; wheelhouse_host=${wheelhouse_host%%/*}; \\')
 PROTECT_PATH = "/usr/local/lib/buildctl-protect.py"  # in a folder every base has
 INSTALL_PATH = "/usr/local/lib/buildctl-install.py"  # images/install.py: locked wheels without pip, or exit 3
 STAMP = "/tmp/.buildctl-stamp"
@@ -269,8 +273,10 @@ def _requirement(p: PipPin, built: Mapping[str, str]) -> str:
 
 def _pip_env(constraint: PipConstraintPolicy) -> str:
     """The environment pip (and images/install.py, which reads the same) runs with. Debian-style bases mark the
-    system Python externally managed (PEP 668); the image is ours to install into."""
-    return "PIP_BREAK_SYSTEM_PACKAGES=1 " + ("PIP_CONSTRAINT= " if constraint is PipConstraintPolicy.UNSET else "")
+    system Python externally managed (PEP 668); the image is ours to install into. The wheelhouse's host:port is
+    trusted (WHEELHOUSE_HOST sets it earlier in the RUN)."""
+    return ("PIP_BREAK_SYSTEM_PACKAGES=1 " + ("PIP_CONSTRAINT= " if constraint is PipConstraintPolicy.UNSET else "")
+            + 'PIP_TRUSTED_HOST="$wheelhouse_host" ')
 
 
 def _pip_install(python: str, constraint: PipConstraintPolicy, lines: Sequence[str], *, hashed: bool,
@@ -319,12 +325,13 @@ def _pip_step(t: Templates, python: str, constraint: PipConstraintPolicy, lines:
     ``others``: the RUN writes more than this (apt, cleanup): it then settles with the usual scan anyway.
     """
     stamp = [f"touch {STAMP}; \\"]
+    host = [WHEELHOUSE_HOST] if lines else []
     plain = [*before, *_pip_install(python, constraint, lines, hashed=hashed, find_links=find_links), *after]
     if not (installer and lines and hashed):
-        return _PipStep(stamp=stamp, block=plain, settle=_settle(t), context=[])
+        return _PipStep(stamp=stamp, block=[*host, *plain], settle=_settle(t), context=[])
     env = _pip_env(constraint)
     links = "".join(f" --find-links {link}" for link in find_links)
-    block = [f"if {env}{quoting.sh(python)} -B {INSTALL_PATH} --epoch {EPOCH}{links} -- \\"]
+    block = [*host, f"if {env}{quoting.sh(python)} -B {INSTALL_PATH} --epoch {EPOCH}{links} -- \\"]
     block += [f"    {line} \\" for line in lines]
     block += ["  ; then :; else \\", '  rc=$?; [ "$rc" -eq 3 ] || exit "$rc"; \\']
     block += [] if others else [f"  {stamp[0]}"]

@@ -403,6 +403,7 @@ class Report:
     audit: tuple[dict[str, Any], ...] = ()  # the input audit's findings (audit.Finding.to_json())
     notes: tuple[str, ...] = ()
     backend: str = "classic"  # how both builds built their images (classic or buildkit)
+    compiles: str = ""  # how the two builds compiled: build b warm from a's compiler cache, or both cold
 
     @property
     def failures(self) -> list[NodeReport]:
@@ -411,7 +412,7 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         return {"schema": REPORT_SCHEMA, "stack": self.stack, "variant": self.variant, "mode": self.mode,
                 "ok": not self.failures, "nodes": [n.to_json() for n in self.nodes], "audit": list(self.audit),
-                "notes": list(self.notes), "backend": self.backend}
+                "notes": list(self.notes), "backend": self.backend, "compiles": self.compiles}
 
 
 def render_text(report: Report, *, limit: int = 12) -> list[str]:

@@ -6,7 +6,11 @@ output into the other is separate:
 
 - no engine step cache (every step of both builds runs afresh: ``nocache``);
 - a cache root of its own per build (``<cache>/repro/<stack>/<variant>/<run>/a|b``): compiled wheels,
-  compiler cache (ccache), build records, logs;
+  build records, logs;
+- the compiler cache: build a compiles cold (an empty local folder of its own) and build b compiles warm, from
+  the folder a filled (``--cold-compiles``: b cold too, with one of its own), so that a wheel compiled from
+  cache hits is compared with the cold compile it must equal; never the configured server (it would make both
+  warm from other builds);
 - a tag namespace of its own per build (``buildctl-repro/<run>-a/...``), local to the engine (no registry:
   the second build must not pull what the first pushed).
 
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from buildctl.build import pipeline
-from buildctl.config import CacheLayout, Config
+from buildctl.config import CacheLayout, CompileCache, Config
 from buildctl.errors import BuildctlError, LockError
 from buildctl.graph import plan
 from buildctl.graph.graph import Graph
@@ -69,6 +73,7 @@ class Options:
     jobs: int = 2
     keep: bool = False  # keep both builds' images, caches and archives (to look at them)
     lock_check: bool = True  # run `buildctl lock --check` as part of the audit (reaches registries, indexes)
+    cold_compiles: bool = False  # build b compiles with a compiler cache of its own too (default: with a's, warm)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,8 +95,10 @@ def run_id() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
 
-def side_config(config: Config, root: Path) -> Config:
-    """The configuration of one build: its own cache root, sharing only hash-verified inputs, no registry."""
+def side_config(config: Config, root: Path, *, compile_folder: Path | None = None) -> Config:
+    """The configuration of one build: its own cache root, sharing only hash-verified inputs, no registry; its
+    compiler cache the local folder ``compile_folder`` (None: its own, empty), never a server, or off as
+    configured."""
     root.mkdir(parents=True, exist_ok=True)
     for shared in ("sources", "downloads"):
         src = getattr(config.cache, shared)
@@ -99,7 +106,21 @@ def side_config(config: Config, root: Path) -> Config:
         link = root / shared
         if not link.exists():
             link.symlink_to(src, target_is_directory=True)
-    return dataclasses.replace(config, cache=CacheLayout(root=root), registry=None)
+    compile_cache = CompileCache(off=True) if config.compile_cache.off else CompileCache(folder=compile_folder)
+    return dataclasses.replace(config, cache=CacheLayout(root=root), registry=None, compile_cache=compile_cache)
+
+
+def compiles_line(config: Config, options: Options, b: pipeline.Report) -> str:
+    """How the two builds compiled, in one line: what the report's ``compiles`` says."""
+    if config.compile_cache.off:
+        return "both builds compiled without a compiler cache (compile_cache is off)"
+    counts = "; ".join(f"{n.name}: {n.cache_hits} of {n.cache_hits + n.cache_misses} objects from the cache"
+                       for n in b.nodes if n.cache_hits is not None and n.cache_misses is not None)
+    if options.cold_compiles:
+        return "both builds compiled cold, each with an empty compiler cache of its own" + (
+            f" (b: {counts})" if counts else "")
+    return ("build a compiled cold (an empty compiler cache), build b warm from the cache a filled: a wheel compiled "
+            "from cache hits is compared with the cold compile" + (f" (b: {counts})" if counts else ""))
 
 
 def audit_target(t: target.Target, *, drift: Sequence[object] = ()) -> list[audit.Finding]:
@@ -238,9 +259,11 @@ def run(*, project: Path, config: Config, stack: str, variant: str | None, engin
     graphs: dict[str, Graph] = {}
     locks: dict[str, Lock | None] = {}
     bases: dict[str, str] = {}
+    built: dict[str, pipeline.Report] = {}
     with _cleanup(engine, refs, run_dir, options.keep):
         for side in SIDES:
-            cfg = side_config(config, run_dir / side)
+            warm = side == "b" and not options.cold_compiles
+            cfg = side_config(config, run_dir / side, compile_folder=(run_dir / "a" / "ccache") if warm else None)
             override = None
             if options.mode == "relock":
                 progress.step(f"build {side}: locking {t0.graph.stack} afresh")
@@ -256,7 +279,7 @@ def run(*, project: Path, config: Config, stack: str, variant: str | None, engin
             bases[side] = t.refs["base"]
             progress.step(f"build {side} of 2: every node afresh (no step cache, cache root {cfg.cache.root})")
             with progress.build(side, t.graph.names()) as node_progress:
-                building.build_target(t, engines=[engine], config=cfg,
+                built[side] = building.build_target(t, engines=[engine], config=cfg,
                                       sources=Sources.from_config(cfg, base_dir=t.manifest_path.parent),
                                       progress=node_progress, project=project,
                                       options=pipeline.Options(jobs=options.jobs, skip_smoke=True, nocache=True))
@@ -280,7 +303,8 @@ def run(*, project: Path, config: Config, stack: str, variant: str | None, engin
                 n.level is ReproLevel.BIT and n.verdict is repro.Verdict.SEMANTIC for n in nodes):
             notes.append(BUILDKIT_MTIMES)
         report = repro.Report(stack=t0.graph.stack, variant=t0.graph.variant, mode=options.mode, nodes=tuple(nodes),
-                              audit=tuple(f.to_json() for f in findings), notes=tuple(notes), backend=engine.backend)
+                              audit=tuple(f.to_json() for f in findings), notes=tuple(notes), backend=engine.backend,
+                              compiles=compiles_line(config, options, built["b"]))
         report_file = write_report(report, config.cache.reports / "repro",
                                    f"{t0.graph.stack}-{t0.graph.variant}-{rid}.json")
     return Outcome(report=report, report_file=report_file, run_dir=run_dir, refs=refs)

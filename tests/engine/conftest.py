@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -107,6 +108,27 @@ def registry() -> str:
     if problem:
         unavailable(f"the test registry {addr} {problem}", "run the tests through `make test`, which starts it")
     return addr
+
+
+@pytest.fixture(scope="session")
+def cache_server() -> str:
+    """``redis://127.0.0.1:PORT`` of the compiler cache server started for this test run (`make test`: a
+    redis-server that keeps nothing on disk), as config ``compile_cache`` names one."""
+    url = os.environ.get("BUILDCTL_TEST_CACHE_SERVER", "")
+    if not url:
+        unavailable("BUILDCTL_TEST_CACHE_SERVER is not set (no compiler cache server)",
+                    "run the tests through `make test`, which starts one")
+    host, _, port = url.removeprefix("redis://").rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(b"PING\r\n")
+            answer = s.recv(64)
+    except (OSError, ValueError) as exc:
+        answer = str(exc).encode()
+    if not answer.startswith(b"+PONG"):
+        unavailable(f"the compiler cache server {url} does not answer PING: {answer!r}",
+                    "run the tests through `make test`, which starts it")
+    return url
 
 
 class ImageCleanup:

@@ -111,9 +111,14 @@ def test_demo_layers_are_bit_identical_and_compiles_semantically(
         tb = created_times(engine, refs["b"][name], refs["b"][parent])
         assert ta and tb and ta.isdisjoint(tb), name
     run_dir = next((config.cache.root / "repro" / "demo" / "default").iterdir())
-    for side in "ab":
-        assert list((run_dir / side / "wheels" / "fastmath").glob("*/*.whl")), side  # compiled in each build
-        assert (run_dir / side / "ccache").is_dir()
+    wheels = {side: list((run_dir / side / "wheels" / "fastmath").glob("*/*.whl")) for side in "ab"}
+    assert wheels["a"] and wheels["b"]  # compiled in each build
+    # a cold, b warm from the compiler cache a filled (fastmath with PR 7 is one C file): the wheel compiled from
+    # cache hits is the cold compile's, bit for bit
+    assert (run_dir / "a" / "ccache").is_dir() and not (run_dir / "b" / "ccache").exists()
+    assert report["compiles"].startswith("build a compiled cold (an empty compiler cache), build b warm")
+    assert report["compiles"].endswith("(b: wheel:fastmath: 1 of 1 objects from the cache)")
+    assert [p.read_bytes() for p in wheels["a"]] == [p.read_bytes() for p in wheels["b"]]
     shutil.rmtree(run_dir)
 
 

@@ -105,3 +105,46 @@ def test_download_from_an_index_two_versions_and_hashes(tmp_path: Path, monkeypa
     again = wheelhouse.download(pins, folder=folder, python="3.11", platform="linux/amd64",
                                 config=_config("http://127.0.0.1:9/simple"), log_file=log)
     assert again == got
+
+
+def test_a_run_trusts_the_wheelhouse_host_it_is_given_and_no_other() -> None:
+    """render.WHEELHOUSE_HOST derives the wheelhouse's host:port inside the RUN from the build arg (the rendered text
+    is the same for every wheelhouse_address, and so is every key); pip (the host's, the same check as the base's)
+    then trusts exactly that host and port for plain http, and still requires the hashes."""
+    import subprocess
+    import sys
+
+    from buildctl.graph import render
+
+    cases = {"http://127.0.0.1:47803/": "127.0.0.1:47803", "http://10.231.7.1:48001/": "10.231.7.1:48001",
+             "http://[fd00::4]:47803/": "[fd00::4]:47803"}
+    script = "set -eu; " + render.WHEELHOUSE_HOST.removesuffix("\\") + ' printf %s "$wheelhouse_host"'
+    for url, host in cases.items():
+        for shell in ("/bin/sh", "bash"):
+            done = subprocess.run([shell, "-c", script], env={"BUILDCTL_WHEELHOUSE": url, "PATH": os.environ["PATH"]},
+                                  capture_output=True, text=True, timeout=10, check=True)
+            assert done.stdout == host, (shell, url)
+    # pip's own check of a find-links location (pip's internals import pkg_resources, which warns: in a child)
+    ask = ("import sys; from pip._internal.models.link import Link; from pip._internal.network.session import "
+           "PipSession\nfor t, u in zip(sys.argv[1::2], sys.argv[2::2]): "
+           "print(PipSession(trusted_hosts=[t]).is_secure_origin(Link(u)))")
+    argv: list[str] = []
+    expected: list[str] = []
+    for url, host in cases.items():
+        other_port = url.replace(host.rsplit(":", 1)[1], "1")
+        other_host = url.replace("10.231.7.1", "10.231.7.2").replace("fd00::4", "fd00::5").replace("127.0.0.1",
+                                                                                                   "10.9.9.9")
+        argv += [host, url + "components/fastmath/x.whl", host, other_port + "x.whl", host, other_host + "x.whl"]
+        expected += ["True", str(host.startswith("127.")), "False"]  # pip trusts any port of 127/8 (and ::1) anyway
+    said = subprocess.run([sys.executable, "-W", "ignore", "-c", ask, *argv],
+                          capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert said == expected, said
+
+
+def test_an_address_gone_since_the_configuration_was_read_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    """wheelhouse_address is checked when the configuration is loaded (config.py, hostaddr.py); one that this host
+    no longer has when the build starts (an interface gone) stops the build with an error naming the setting."""
+    with pytest.raises(BuildFailed) as failed, wheelhouse.serve(tmp_path, host="203.0.113.77"):  # TEST-NET-3
+        pass
+    assert "cannot serve the build's wheelhouse on 203.0.113.77" in failed.value.what
+    assert "wheelhouse_address" in failed.value.fix

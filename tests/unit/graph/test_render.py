@@ -114,13 +114,14 @@ COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
+    wheelhouse_host=${{BUILDCTL_WHEELHOUSE#http://}}; wheelhouse_host=${{wheelhouse_host%%/*}}; \\
     python3 /usr/local/lib/buildctl-protect.py snapshot torch 'nvidia-*' > /tmp/buildctl-protected.json; \\
     printf '%s\\n' \\
       'black==24.4.2 --hash={HB}' \\
       'click==8.1.7 --hash={HC}' \\
       'einops==0.8.0 --hash={HD}' \\
       > /tmp/buildctl-requirements.txt; \\
-    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
     rm -f /tmp/buildctl-requirements.txt; \\
     python3 /usr/local/lib/buildctl-protect.py check /tmp/buildctl-protected.json; \\
     rm -f /tmp/buildctl-protected.json; \\
@@ -139,7 +140,8 @@ COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
-    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "$BUILDCTL_WHEELHOUSE" -- \\
+    wheelhouse_host=${{BUILDCTL_WHEELHOUSE#http://}}; wheelhouse_host=${{wheelhouse_host%%/*}}; \\
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "$BUILDCTL_WHEELHOUSE" -- \\
         'black==24.4.2 --hash={HB}' \\
         'click==8.1.7 --hash={HC}' \\
         'einops==0.8.0 --hash={HD}' \\
@@ -151,7 +153,7 @@ RUN set -eu; \\
         'click==8.1.7 --hash={HC}' \\
         'einops==0.8.0 --hash={HD}' \\
         > /tmp/buildctl-requirements.txt; \\
-      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
+      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
       rm -f /tmp/buildctl-requirements.txt; \\
       python3 /usr/local/lib/buildctl-protect.py check /tmp/buildctl-protected.json; \\
       rm -f /tmp/buildctl-protected.json; \\
@@ -193,8 +195,8 @@ def test_python_policies(gs: Any) -> None:
     gr = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(),
                      extras=Extras(entrypoint=gs.ENTRY))
     text = render.render(gr.node("python"), templates=T, parent_ref="p").dockerfile
-    assert "      PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index" in text  # keep: no PIP_CONSTRAINT=
-    assert "    if PIP_BREAK_SYSTEM_PACKAGES=1 python3 -B /usr/local/lib/buildctl-install.py" in text
+    assert "      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_TRUSTED_HOST=\"$wheelhouse_host\" python3 -m pip install --no-index" in text  # keep: no PIP_CONSTRAINT=
+    assert "    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_TRUSTED_HOST=\"$wheelhouse_host\" python3 -B /usr/local/lib/buildctl-install.py" in text
     assert "protect.py check /tmp/buildctl-protected.json --replace torch; \\\n" in text
     none = replace(m, protect=replace(m.protect, packages=(), replace=()))
     gr = graph.build(none, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(entrypoint=gs.ENTRY))
@@ -211,7 +213,7 @@ def test_python_without_lock_has_no_hash_mode(gs: Any) -> None:
       einops \\
       setuptools==69.5.1 \\
       > /tmp/buildctl-requirements.txt; \\
-    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile -r /tmp/buildctl-requirements.txt; \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile -r /tmp/buildctl-requirements.txt; \\
 """ in text
 
 
@@ -226,14 +228,15 @@ COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
-    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "$BUILDCTL_WHEELHOUSE" -- \\
+    wheelhouse_host=${{BUILDCTL_WHEELHOUSE#http://}}; wheelhouse_host=${{wheelhouse_host%%/*}}; \\
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "$BUILDCTL_WHEELHOUSE" -- \\
         'mathdx==25.1.1 --hash={HE}' \\
       ; then :; else \\
       rc=$?; [ "$rc" -eq 3 ] || exit "$rc"; \\
       printf '%s\\n' \\
         'mathdx==25.1.1 --hash={HE}' \\
         > /tmp/buildctl-requirements.txt; \\
-      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
+      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -m pip install --no-index --find-links "$BUILDCTL_WHEELHOUSE" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
       rm -f /tmp/buildctl-requirements.txt; \\
     fi; \\
     rm -rf /root/.cache /tmp/*; \\
@@ -263,19 +266,43 @@ def test_wheel(gs: Any) -> None:
     assert out.script == """\
 #!/bin/sh
 # wheel: compile one component into a wheel (rendered by buildctl/graph/render.py). buildctl runs it in a
-# container of the component's compile-env image with the prepared source at /src (read-only),
-# a persistent compiler cache at /ccache and /out for the wheel; BUILDCTL_JOBS is sized by buildctl
-# from the builder's cores and memory.
+# container of the component's compile-env image with the prepared source at /src (read-only) and /out
+# for the wheel; BUILDCTL_JOBS is sized by buildctl from the builder's cores and memory.
+# Unless the compiler cache is off, buildctl also mounts ccache at /buildctl/tools/ccache and its local
+# cache folder at /ccache (a fleet's server comes as CCACHE_REMOTE_STORAGE): every compiler, nvcc
+# included, then goes through it. Nothing below depends on whether it is there, so the cache never
+# changes a key; this compile's own hits and misses go to /out/.buildctl-ccache-stats.json.
 set -eu
 rm -rf /tmp/buildctl-src
 cp -a /src/. /tmp/buildctl-src/
 cd /tmp/buildctl-src
-export CCACHE_DIR=/ccache SOURCE_DATE_EPOCH=315532800
-if [ -d /usr/lib/ccache ]; then PATH="/usr/lib/ccache:$PATH"; export PATH; fi
+export SOURCE_DATE_EPOCH=315532800
 export ENGINE_ARCHS=100
 export ENGINE_FRAMEWORK=pytorch
 export MAX_JOBS="${BUILDCTL_JOBS:-1}"
+if [ -x /buildctl/tools/ccache ]; then
+  rm -rf /tmp/buildctl-ccache
+  mkdir /tmp/buildctl-ccache
+  for c in cc c++ gcc g++ clang clang++ "$(uname -m)-linux-gnu-gcc" "$(uname -m)-linux-gnu-g++"; do
+    if command -v "$c" >/dev/null 2>&1; then ln -s /buildctl/tools/ccache "/tmp/buildctl-ccache/$c"; fi
+  done
+  nvcc="${CUDA_HOME:-${CUDA_PATH:-}}"
+  if [ -n "$nvcc" ]; then nvcc="$nvcc/bin/nvcc"; else nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"; fi
+  if [ -x "$nvcc" ]; then PYTORCH_NVCC="/buildctl/tools/ccache $nvcc"; export PYTORCH_NVCC; fi
+  PATH="/tmp/buildctl-ccache:$PATH"
+  CMAKE_C_COMPILER_LAUNCHER=/buildctl/tools/ccache
+  CMAKE_CXX_COMPILER_LAUNCHER=/buildctl/tools/ccache
+  CMAKE_CUDA_COMPILER_LAUNCHER=/buildctl/tools/ccache
+  CCACHE_DIR=/ccache
+  CCACHE_COMPILERCHECK=content
+  CCACHE_STATSLOG=/tmp/buildctl-ccache.log
+  export PATH CMAKE_C_COMPILER_LAUNCHER CMAKE_CXX_COMPILER_LAUNCHER CMAKE_CUDA_COMPILER_LAUNCHER
+  export CCACHE_DIR CCACHE_COMPILERCHECK CCACHE_STATSLOG
+fi
 pip wheel --no-build-isolation --no-deps -w /out .
+if [ -x /buildctl/tools/ccache ]; then
+  /buildctl/tools/ccache --print-log-stats --format json > /out/.buildctl-ccache-stats.json
+fi
 """
     assert out.dockerfile == """\
 # wheel: the compiled wheel alone, so that another builder pulls it instead of compiling
@@ -298,7 +325,8 @@ COPY rootfs/ /
 RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
-    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" -- \\
+    wheelhouse_host=${{BUILDCTL_WHEELHOUSE#http://}}; wheelhouse_host=${{wheelhouse_host%%/*}}; \\
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" -- \\
         'engine-core==2.10.0 --hash=sha256:{"ab" * 32}' \\
         'kernels==<built by wheel:kernels> --hash=sha256:<known after the compile>' \\
       ; then :; else \\
@@ -307,7 +335,7 @@ RUN set -eu; \\
         'engine-core==2.10.0 --hash=sha256:{"ab" * 32}' \\
         'kernels==<built by wheel:kernels> --hash=sha256:<known after the compile>' \\
         > /tmp/buildctl-requirements.txt; \\
-      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= python3 -m pip install --no-index --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
+      PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -m pip install --no-index --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/buildctl-requirements.txt; \\
       rm -f /tmp/buildctl-requirements.txt; \\
     fi; \\
     rm -rf /root/.cache /tmp/*; \\
