@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -43,6 +44,7 @@ Stage = Literal["bump", "lock", "build", "push", "promote"]
 Status = Literal["ok", "failed", "skipped"]
 STAGES: tuple[Stage, ...] = ("lock", "build", "push", "promote")
 SCHEMA = 1
+_DATED = re.compile(r"(^|-)nightly-[0-9]{8}$")  # nightly-YYYYMMDD, <variant>-nightly-YYYYMMDD: the day's latest image
 
 
 # ------------------------------------------------------------------------------------------ values
@@ -248,7 +250,10 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
             stages.append(StageResult(stage="promote", status="failed" if build.smoke == "failed" else "skipped",
                                       summary=f"nightly not moved: smoke {build.smoke}"))
         elif pushed.not_promoted:
-            stages.append(StageResult(stage="promote", status="failed", summary="; ".join(pushed.not_promoted)))
+            # exactly what moved and what did not (a registry that died between two moving tags)
+            moved = f"moved {', '.join(pushed.promoted)}; " if pushed.promoted else ""
+            stages.append(StageResult(stage="promote", status="failed",
+                                      summary=moved + "not moved: " + "; ".join(pushed.not_promoted)))
         else:
             stages.append(StageResult(stage="promote", status="ok",
                                       summary="moved " + ", ".join(pushed.promoted)))
@@ -276,7 +281,9 @@ def run(steps: Steps, targets: Sequence[tuple[str, str, bool]], *, report_dir: P
     """Run every (stack, variant, is_default_variant); write the JSON + Markdown reports; return both.
     ``bump_stacks``: stacks whose branch components ``bumper`` bumps (gated) once, before their first variant."""
     start = clock()
-    stamp = start.strftime("%Y%m%dT%H%M%SZ")
+    # the pid too: two nightlies started in the same second write a report each (latest.* is replaced
+    # atomically by whichever finishes last)
+    stamp = f"{start.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}"
     previous = previous_runs(report_dir)
     report = NightlyReport(started=start.isoformat(timespec="seconds"))
     results: list[VariantRun] = []
@@ -410,12 +417,16 @@ class RealSteps:
         t = target.load(self.project, self.config, stack, variant, registry=self.registry)
         _t, report = publishing.publish(self.project, self.config, t, registry_arg=self.registry,
                                         say=self.ui.info, warn=self.ui.warn, moving=moving, promote=bool(moving),
-                             extra_tags=tags, attest_kinds=("lock",))  # the lock beside the image, before tags move
+                                        extra_tags=[x for x in tags if not _DATED.search(x)],
+                                        dated_tags=[x for x in tags if _DATED.search(x)],
+                                        attest_kinds=("lock",))  # the lock beside the image, before tags move
         return PushStep(
             pushed={p.target: p.digest for p in report.pushed},
             promoted=tuple(p.target for p in report.promoted),
             not_promoted=tuple(f"{p.target}: {p.reason}" for p in report.not_promoted),
-            failed=tuple(f"{f.target}: {f.error}" for f in report.failed), checks=report.checks)
+            # a moving tag that failed is in not_promoted (the promote stage), the rest fail the push stage
+            failed=tuple(f"{f.target}: {f.error}" for f in report.failed if f.node != "promote"),
+            checks=report.checks)
 
 
 def targets(pins_dir: Path, stacks: Sequence[str], variant: str | None) -> list[tuple[str, str, bool]]:
