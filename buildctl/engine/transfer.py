@@ -11,7 +11,7 @@ from buildctl import retrying
 from buildctl.engine import lazy
 from buildctl.engine.client import _cut, _explanation
 from buildctl.engine.images import Images
-from buildctl.engine.values import Progress, registry_host, split_ref
+from buildctl.engine.values import ATTEMPT_AGAIN, Progress, registry_host, split_ref
 from buildctl.errors import (
     BuildctlError,
     Cancelled,
@@ -192,7 +192,7 @@ class Transfers(Images):
 
         def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
             if on_progress is not None:
-                on_progress(Progress(status=f"Retrying {what} in {wait:.3g} s: attempt {attempt} of "
+                on_progress(Progress(status=f"{ATTEMPT_AGAIN} ({what}) in {wait:.3g} s: attempt {attempt} of "
                                             f"{policy.attempts} failed ({_error_text(exc)[:200]})"))
 
         def wait(seconds: float) -> None:

@@ -37,6 +37,7 @@ from typing import Any, Literal, Protocol
 
 from buildctl import retrying
 from buildctl.engine.imageview import ImageView, ProgressView
+from buildctl.engine.values import ATTEMPT_AGAIN
 from buildctl.errors import BuildctlError, PushError, PushStalled, UnreachableError
 from buildctl.graph.graph import Graph, image_ref
 from buildctl.imageref import ImageRef
@@ -224,9 +225,12 @@ class _Layers:
 
     status: dict[str, str] = field(default_factory=dict)
     retries: int = 0
+    again: int = 0  # whole pushes the engine tried again (a transient failure: retrying.py)
 
     def __call__(self, event: ProgressView) -> None:
-        if event.status.startswith("Retrying"):
+        if event.status.startswith(ATTEMPT_AGAIN):
+            self.again += 1
+        elif event.status.startswith("Retrying"):
             self.retries += 1
         elif event.layer and (event.status in ("Pushed", "Layer already exists")
                               or event.status.startswith("Mounted from")):
@@ -324,13 +328,16 @@ class Publisher:
             def progress(event: ProgressView, layers: _Layers = layers) -> None:
                 layers(event)
                 self._log(self.redact(f"{ref}: {event}"))
-                if event.status.startswith("Retrying"):
+                if event.status.startswith("Retrying") and not event.status.startswith(ATTEMPT_AGAIN):
                     # the engine's own upload retries (up to about a minute) would otherwise look like a hang
                     self.say(f"retrying  {ref}: the engine retries an upload"
                              f"{' of layer ' + event.layer if event.layer else ''} ({event.status})")
+                elif event.status.startswith(ATTEMPT_AGAIN):
+                    self.say(f"retry     {ref}: {event.status}")
 
             try:
-                return self.engine.push(ref, on_progress=progress), layers, attempt
+                digest = self.engine.push(ref, on_progress=progress)
+                return digest, layers, attempt + layers.again
             except (PushError, UnreachableError) as exc:
                 # the engine retries transient answers itself (retrying.py, the one policy of every registry
                 # call): what it gave up on is not retried again here, only counted

@@ -29,7 +29,15 @@ from buildctl.services import evidencing, target
 from buildctl.services.target import Target
 from buildctl.ship import evidence, push
 from tests.engine.conftest import ImageCleanup
-from tests.engine.shiptools import CutRule, RegistryProcess, Relay, demo_project, htpasswd, manifest_digest
+from tests.engine.shiptools import (
+    CutRule,
+    RegistryProcess,
+    Relay,
+    demo_project,
+    htpasswd,
+    http_answer,
+    manifest_digest,
+)
 from tests.helpers import unique
 
 FAST = push.RetryPolicy(attempts=3, first_delay=0.2, factor=2.0, max_delay=1.0)
@@ -144,6 +152,25 @@ def test_a_manifest_upload_cut_once_is_retried_and_completes(engine: Engine, reg
     repo, tag = it.target.split("/", 1)[1].rsplit(":", 1)
     assert p.digest == manifest_digest(registry, repo, tag)
     assert recorded(tmp_path) == {it.target: p.digest}
+
+
+def test_a_503_on_the_manifest_upload_and_on_the_lookup_is_retried_by_the_engine(
+        engine: Engine, registry: str, relay: Relay, image_cleanup: ImageCleanup, tmp_path: Path) -> None:
+    """Issue 33 item 14: the engine's push and digest look-up (node pushes during a build, promotion, plan) go
+    through retrying.py as registry.py does: one 503 does not fail them."""
+    source = small_image(engine, image_cleanup, tmp_path)
+    it = item(source, relay.addr, image_cleanup)
+    engine.tag(source, it.target)
+    relay.rule = CutRule(pattern=MANIFEST_PUT, offset=0, times=1, answer=http_answer(503, "Service Unavailable"))
+    events: list[str] = []
+    digest = engine.push(it.target, on_progress=lambda e: events.append(str(e)))
+    assert relay.cuts == 1 and any(e.startswith("Retrying the whole transfer") for e in events)
+    repo, tag = it.target.split("/", 1)[1].rsplit(":", 1)
+    assert digest == manifest_digest(registry, repo, tag)
+    relay.rule = CutRule(pattern=rb"(HEAD|GET) /v2/\S+/manifests/", offset=0, times=1,
+                         answer=http_answer(503, "Service Unavailable"))
+    relay.cuts = 0
+    assert engine.registry_digest(it.target) == digest and relay.cuts == 1
 
 
 def test_a_layer_upload_cut_midway_is_retried_and_completes(engine: Engine, registry: str, relay: Relay,
