@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from buildctl.config import Config
-from buildctl.errors import BuildctlError
+from buildctl.errors import BuildctlError, DiskFull, disk_full
 from buildctl.lock import lockfile
 from buildctl.manifest import pins
 from buildctl.safepath import write_atomic
@@ -217,6 +217,8 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
         lock = steps.lock(stack, variant)
     except BuildctlError as exc:
         return fail("lock", t0, exc)
+    except OSError as exc:  # a full disk that no write path named: the stage fails, the report says so
+        return fail("lock", t0, _disk_full(exc))
     r = replace(r, lock=lock)
     stages.append(_stage("lock", t0, ("re-locked: " + "; ".join(lock.drift)) if lock.drift else "lock is current"))
 
@@ -225,6 +227,8 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
         build = steps.build(stack, variant)
     except BuildctlError as exc:
         return fail("build", t0, exc)
+    except OSError as exc:  # a full disk that no write path named: the stage fails, the report says so
+        return fail("build", t0, _disk_full(exc))
     r = replace(r, build=build)
     stages.append(_stage("build", t0, f"built {len(build.built)}, reused {len(build.reused)}; smoke {build.smoke}"))
 
@@ -240,6 +244,8 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
                                                                 default_variant=default_variant), moving=moving)
     except BuildctlError as exc:
         return fail("push", t0, exc)
+    except OSError as exc:
+        return fail("push", t0, _disk_full(exc))
     r = replace(r, push=pushed)
     if pushed.failed:
         stages.append(_stage("push", t0, "; ".join(pushed.failed), "failed"))
@@ -258,6 +264,22 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
             stages.append(StageResult(stage="promote", status="ok",
                                       summary="moved " + ", ".join(pushed.promoted)))
     return replace(r, stages=tuple(stages), since_previous=since_previous(previous, r))
+
+
+def _disk_full(exc: OSError) -> BuildctlError:
+    """The DiskFull a stage's OSError is, naming the file where the system said it; any other OSError goes on."""
+    full = disk_full(exc.filename or "a file (the system did not say which)", exc)
+    if full is None:
+        raise exc
+    return full
+
+
+class ReportUnwritten(DiskFull):
+    """The night ran, but its report could not be written (the disk is full there): ``report`` holds it."""
+
+    def __init__(self, full: DiskFull, report: NightlyReport) -> None:
+        super().__init__(f"the nightly report could not be written: {full.what}", why=full.why, fix=full.fix)
+        self.report = report
 
 
 def previous_runs(report_dir: Path) -> dict[tuple[str, str], Mapping[str, Any]]:
@@ -300,15 +322,35 @@ def run(steps: Steps, targets: Sequence[tuple[str, str, bool]], *, report_dir: P
         results.append(result)
         on_result(result)
     report = replace(report, runs=tuple(results), finished=clock().isoformat(timespec="seconds"))
-    report_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n"
     markdown = render_markdown(report)
-    path = report_dir / f"{stamp}.json"
-    write_atomic(path, text)
-    write_atomic(report_dir / f"{stamp}.md", markdown)
-    write_atomic(report_dir / "latest.json", text)
-    write_atomic(report_dir / "latest.md", markdown)
+    path = _unique(report_dir, stamp)
+    try:
+        try:
+            report_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _disk_full(exc) from exc
+        write_atomic(path, text)
+        write_atomic(path.with_suffix(".md"), markdown)
+        write_atomic(report_dir / "latest.json", text)
+        write_atomic(report_dir / "latest.md", markdown)
+    except DiskFull as full:
+        # the dated files go together or not at all; latest.* keep the previous night's whole
+        if not (report_dir / "latest.json").is_file() or (report_dir / "latest.json").read_text() != text:
+            for p in (path, path.with_suffix(".md")):
+                p.unlink(missing_ok=True)
+        raise ReportUnwritten(full, report) from full
     return report, path
+
+
+def _unique(report_dir: Path, stamp: str) -> Path:
+    """``<stamp>.json`` (stamp: time and pid), or ``<stamp>-2.json``... when a run of this process has it."""
+    path = report_dir / f"{stamp}.json"
+    n = 1
+    while path.exists() or path.with_suffix(".md").exists():
+        n += 1
+        path = report_dir / f"{stamp}-{n}.json"
+    return path
 
 
 # ------------------------------------------------------------------------------------------ the page

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildctl.config import Config
-from buildctl.errors import PushError, UsageError
+from buildctl.errors import PushError, UsageError, disk_full
 from buildctl.graph import graph
 from buildctl.imageref import ImageRef
 from buildctl.lock import lockfile
@@ -87,7 +87,12 @@ def publish(project: Path, config: Config, t: target.Target, *, registry_arg: st
             log.open("a", encoding="utf-8") as logf:
 
         def write_log(line: str) -> None:
-            logf.write(line + "\n")
+            try:
+                logf.write(line + "\n")
+            except OSError as exc:  # the cache is full: the push fails naming its log, not with a traceback
+                if full := disk_full(log, exc):
+                    raise full from exc
+                raise
 
         def locate(node: str, key: str) -> str | None:
             return next((ref for home in homes
