@@ -102,7 +102,9 @@ def write_atomic_both(first: tuple[Path, str], second: tuple[Path, str]) -> None
             _write_fd(fd, text)
         path1, path2 = first[0], second[0]
         old1 = path1.read_text() if path1.exists() else None
+        current = path1
         os.replace(staged[0], path1)
+        current = path2
         try:
             os.replace(staged[1], path2)
         except BaseException:

@@ -228,8 +228,9 @@ class Transfers(Images):
                 text = _explanation(exc)
                 low = text.lower()
                 if any(m in low for m in _UNREACHABLE_MARKERS):
+                    cut = retrying.transient_text(text)  # a reset or cut connection is no registry that is down
                     raise UnreachableError(
-                        f"registry {host} cannot be reached (looking up {ref})",
+                        f"registry {host} {'cut the connection' if cut else 'cannot be reached'} (looking up {ref})",
                         why=text,
                         fix=_registry_fix(host, text),
                     ) from exc

@@ -118,6 +118,17 @@ def test_a_moving_tag_that_failed_fails_promote_saying_what_moved_and_what_did_n
     assert json.loads(path.read_text())["ok"] is False
 
 
+def test_two_nightlies_in_the_same_second_keep_a_report_each(tmp_path: Path) -> None:
+    """Issue 33 item 15: the same second (and here the same process): two reports, latest.* the last one's."""
+    _r1, first = nightly.run(FakeSteps(), [("demo", "default", True)], report_dir=tmp_path, clock=clock)
+    _r2, second = nightly.run(FakeSteps(lock_hash="b" * 64), [("demo", "default", True)], report_dir=tmp_path,
+                              clock=clock)
+    assert first != second and first.is_file() and second.is_file()
+    assert json.loads(first.read_text())["runs"][0]["lock"]["hash"] == "a" * 64
+    assert (tmp_path / "latest.json").read_text() == second.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file left
+
+
 def test_no_push_builds_and_reports_only(tmp_path: Path) -> None:
     steps = FakeSteps()
     report, _ = nightly.run(steps, [("demo", "default", True)], report_dir=tmp_path, push=False, clock=clock)
