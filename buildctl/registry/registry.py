@@ -19,7 +19,9 @@ reads that find them again (``referrers``). What it speaks, and nothing more:
   engine treats 127.0.0.0/8 as insecure by default, and only after HTTPS failed there.
 
 Every error is a BuildctlError saying what failed, why and what to do, with credentials redacted;
-every request is bounded by ``timeout``, every response read by a size limit.
+every request is bounded by ``timeout``, every response read by a size limit. A transient answer (5xx, 429,
+a reset, cut or timed-out connection) is retried with backoff under retrying.py's one policy, bounded in
+attempts and time; a blob upload that fails so starts a new upload session.
 """
 
 from __future__ import annotations
@@ -168,6 +170,8 @@ class RegistryClient:
         except urllib.error.HTTPError as exc:
             data = exc.read(limit + 1) if exc.fp is not None else b""
             status, hdrs = exc.code, exc.headers
+        except http.client.HTTPException as exc:  # an answer cut short (IncompleteRead, a bad status line)
+            raise ConnectionResetError(f"the answer was cut: {exc!r}"[:300]) from exc
         if len(data) > limit:
             raise PushError(self.redact(f"{method} {url}: the answer is larger than {limit} bytes"),
                             fix="check that the registry is the one meant")
@@ -474,7 +478,7 @@ def _transient_os(exc: BaseException) -> bool:
     if isinstance(reason, str):
         return retrying.transient_text(reason)
     return isinstance(reason, ConnectionResetError | ConnectionAbortedError | BrokenPipeError | TimeoutError
-                      | http.client.RemoteDisconnected | http.client.IncompleteRead | ssl.SSLEOFError)
+                      | ssl.SSLEOFError)
 
 
 def _short(exc: BaseException) -> str:
