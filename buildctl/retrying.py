@@ -24,7 +24,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -95,21 +95,30 @@ def retry_after(value: str | None) -> float | None:
     return float(value) if value.isdigit() and len(value) < 8 else None
 
 
+# Hosts whose retries ran out in this process: later calls to them are tried once until one passes, so that a
+# registry that keeps failing costs the backoff once per run, not once per look-up (a plan asks for many).
+_GAVE_UP: set[str] = set()
+
+
 def retry(call: Callable[[], T], *, transient: Callable[[BaseException], float | None], policy: Backoff = DEFAULT,
           sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-          on_retry: Callable[[int, BaseException, float], None] = lambda _n, _e, _w: None) -> tuple[T, int]:
+          on_retry: Callable[[int, BaseException, float], None] = lambda _n, _e, _w: None,
+          host: str = "") -> tuple[T, int]:
     """``call()`` until it returns; (its value, attempts made).
 
     ``transient(exc)`` says whether a failure may pass: None for no (the exception propagates at once), else
     the wait the answer asked for (a Retry-After, in seconds; 0 for the policy's own). Past the last attempt
     or the budget, the last transient failure propagates as it is, with ``retry_attempts`` set on it (an
-    attribute, so a caller above does not retry it again)."""
+    attribute, so a caller above does not retry it again). With ``host``: once a call to it ran out of
+    retries, later ones are tried once, until one passes."""
+    if host in _GAVE_UP:
+        policy = replace(policy, attempts=1)
     start = clock()
     attempt = 0
     while True:
         attempt += 1
         try:
-            return call(), attempt
+            value = call()
         except Exception as exc:
             asked = transient(exc)
             if asked is None:
@@ -118,9 +127,14 @@ def retry(call: Callable[[], T], *, transient: Callable[[BaseException], float |
             over = asked > policy.max_delay or clock() - start + wait > policy.budget
             if attempt >= policy.attempts or over:
                 exc.retry_attempts = attempt  # type: ignore[attr-defined]
+                if host and attempt > 1:
+                    _GAVE_UP.add(host)
                 raise
             on_retry(attempt, exc, wait)
             sleep(wait)
+        else:
+            _GAVE_UP.discard(host)
+            return value, attempt
 
 
 def attempts_made(exc: BaseException) -> int:

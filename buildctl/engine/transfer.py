@@ -71,7 +71,7 @@ class Transfers(Images):
         """
         host = registry_host(ref)
         digest = self._retried(f"push of {ref}", lambda: self._transfer(
-            "push", ref, host, lambda: self._push_once(ref, host, on_progress), on_progress), on_progress)
+            "push", ref, host, lambda: self._push_once(ref, host, on_progress), on_progress), on_progress, host=host)
         if not digest:
             raise PushError(
                 f"push of {ref} reported no manifest digest",
@@ -184,7 +184,8 @@ class Transfers(Images):
                 ) from exc
         return digest
 
-    def _retried(self, what: str, call: Callable[[], T], on_progress: Callable[[Progress], None] | None) -> T:
+    def _retried(self, what: str, call: Callable[[], T], on_progress: Callable[[Progress], None] | None, *,
+                 host: str = "") -> T:
         """``call()`` under the one retry policy of every registry call (retrying.py): a transient failure (a 5xx
         or 429 the registry answered, a reset or cut connection, a timeout) is tried again with backoff, bounded
         in attempts and time; a stall was retried by ``_transfer`` already and is not retried again."""
@@ -199,7 +200,7 @@ class Transfers(Images):
             if self._cancelled.wait(seconds):
                 raise Cancelled(f"{what}: cancelled", why="the build was interrupted")
 
-        value, _n = retrying.retry(call, transient=_transient, policy=policy, sleep=wait, on_retry=on_retry)
+        value, _n = retrying.retry(call, transient=_transient, policy=policy, sleep=wait, on_retry=on_retry, host=host)
         return value
 
     def registry_digest(self, ref: str) -> str | None:
@@ -208,7 +209,8 @@ class Transfers(Images):
         Bounded by ``network_timeout``: an unreachable registry raises UnreachableError quickly; a transient
         answer is retried (``_retried``).
         """
-        return self._retried(f"looking up {ref}", lambda: self._registry_digest_once(ref), None)
+        return self._retried(f"looking up {ref}", lambda: self._registry_digest_once(ref), None,
+                             host=registry_host(ref))
 
     def _registry_digest_once(self, ref: str) -> str | None:
         host = registry_host(ref)
@@ -248,7 +250,7 @@ class Transfers(Images):
         """Pull ``ref`` (tag or digest); return the local image id. Stalls are retried as in push()."""
         host = registry_host(ref)
         self._retried(f"pull of {ref}", lambda: self._transfer(
-            "pull", ref, host, lambda: self._pull_once(ref, host, platform), on_progress), on_progress)
+            "pull", ref, host, lambda: self._pull_once(ref, host, platform), on_progress), on_progress, host=host)
         image_id = self.image_id(ref)
         if image_id is None:
             raise EngineError(f"pull of {ref} finished but the engine has no such image")

@@ -275,7 +275,7 @@ class RegistryClient:
 
         try:
             answer, _n = retrying.retry(once, transient=transient if retry else (lambda _e: None), policy=self.retry,
-                                        sleep=self.sleep, on_retry=on_retry)
+                                        sleep=self.sleep, on_retry=on_retry, host=self.host)
         except _Busy as busy:
             error = self._failure(method, url, busy.answer, attempts=retrying.attempts_made(busy))
             error.transient = True  # type: ignore[attr-defined]

@@ -131,3 +131,21 @@ def test_the_policy_from_the_environment_is_bounded() -> None:
     assert (p.attempts, p.budget) == (6, 8.0) and p.first_delay <= 1.0 and p.max_delay <= 4.0
     bad = retrying.policy_from_env({"BUILDCTL_REGISTRY_RETRIES": "0", "BUILDCTL_REGISTRY_RETRY_BUDGET": "nan"})
     assert (bad.attempts, bad.budget) == (retrying.DEFAULT.attempts, retrying.DEFAULT.budget)
+
+
+def test_a_host_that_ran_out_of_retries_is_tried_once_until_a_call_passes() -> None:
+    """A plan looks up many refs: a registry that keeps failing costs the backoff once, not once per look-up."""
+    host = "gave-up.test:5000"
+    clock = Clock()
+    _calls, call = failing(10, Busy())
+    with pytest.raises(Busy):
+        retrying.retry(call, transient=transient, policy=POLICY, sleep=clock.sleep, clock=clock, host=host)
+    calls, call = failing(10, Busy())
+    with pytest.raises(Busy) as err:
+        retrying.retry(call, transient=transient, policy=POLICY, sleep=clock.sleep, clock=clock, host=host)
+    assert len(calls) == 1 and retrying.attempts_made(err.value) == 1
+    _calls, call = failing(0, Busy())
+    retrying.retry(call, transient=transient, policy=POLICY, sleep=clock.sleep, clock=clock, host=host)
+    calls, call = failing(2, Busy())  # it passed once: retried again
+    assert retrying.retry(call, transient=transient, policy=POLICY, sleep=clock.sleep, clock=clock,
+                          host=host) == ("done", 3)
