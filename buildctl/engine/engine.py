@@ -52,6 +52,7 @@ from buildctl.errors import (
     BuildFailed,
     Cancelled,
     EngineError,
+    disk_full,
 )
 from buildctl.runs import OWNER_LABEL, dead_owner, owner
 
@@ -171,10 +172,18 @@ class Engine(Transfers):
             out = log_file.open("w", encoding="utf-8")
 
         def emit(text: str) -> None:
-            nonlocal partial
+            nonlocal partial, out
             if out is not None:
-                out.write(text)
-                out.flush()
+                try:
+                    out.write(text)
+                    out.flush()
+                except OSError as exc:  # the disk filled up under the build: say which file, stop the build
+                    with suppress(OSError):
+                        out.close()
+                    out = None
+                    if full := disk_full(log_file, exc):
+                        raise full from exc
+                    raise
             else:
                 lines.append(text)
             partial += text
