@@ -12,7 +12,8 @@ pushes during a build, base pulls, the push stage and promotion alike).
   connection (no registry listens there: retrying would only delay the message), a certificate that
   is not trusted;
 - bounded twice: ``attempts`` tries in all, and no new attempt starts past ``budget`` seconds since the
-  first (a Retry-After longer than the time left ends the retries at once).
+  first (a Retry-After longer than the time left ends the retries at once); a timeout is retried once only
+  (``once_for_timeouts``): a registry that never answers fails after about two timeouts.
 
 ``BUILDCTL_REGISTRY_RETRIES`` (attempts) and ``BUILDCTL_REGISTRY_RETRY_BUDGET`` (seconds) set the policy
 for a run (``policy_from_env``); tests use a fast policy.
@@ -82,6 +83,29 @@ def policy_from_env(env: Mapping[str, str] = os.environ, base: Backoff = DEFAULT
                    max_delay=min(base.max_delay, max(first, budget / 2)), budget=budget)
 
 
+_TIMEOUT_TEXT = re.compile(r"timed out|timeout|deadline exceeded", re.IGNORECASE)
+
+
+def once_for_timeouts(transient: Callable[[BaseException], float | None],
+                      is_timeout: Callable[[BaseException], bool]) -> Callable[[BaseException], float | None]:
+    """``transient`` for one call, except that a timeout is retried once only: one slow answer passes, a
+    registry that never answers fails after about two timeouts, not after the whole backoff."""
+    seen = [0]
+
+    def check(exc: BaseException) -> float | None:
+        wait = transient(exc)
+        if wait is not None and is_timeout(exc):
+            seen[0] += 1
+            if seen[0] > 1:
+                return None
+        return wait
+    return check
+
+
+def timeout_text(text: str) -> bool:
+    return bool(_TIMEOUT_TEXT.search(text))
+
+
 def transient_text(text: str) -> bool:
     """Whether an error's text says a transient failure (and nothing that makes it permanent)."""
     return bool(_TRANSIENT_TEXT.search(text)) and not _PERMANENT_TEXT.search(text)
@@ -122,6 +146,10 @@ def retry(call: Callable[[], T], *, transient: Callable[[BaseException], float |
         except Exception as exc:
             asked = transient(exc)
             if asked is None:
+                if attempt > 1:  # it was retried: say so, and spare later calls to the host the backoff
+                    exc.retry_attempts = attempt  # type: ignore[attr-defined]
+                    if host:
+                        _GAVE_UP.add(host)
                 raise
             wait = max(policy.delay(attempt), min(asked, policy.max_delay)) if asked else policy.delay(attempt)
             over = asked > policy.max_delay or clock() - start + wait > policy.budget

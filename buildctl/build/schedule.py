@@ -73,11 +73,18 @@ class Scheduler:
             c, t = e.remove_leftovers()
             containers += c
             tags += t
+        images: list[str] = []
+        for dead in runs.dead_scratch(self.s.config.cache.root / "tmp"):  # step images of killed classic builds
+            for e in self.s.engines:
+                journal = dead / runs.journal_name(e.address)
+                with contextlib.suppress(OSError):
+                    images += e.remove_intermediates(journal.read_text().split())
         folders = runs.sweep_scratch(self.s.config.cache.root / "tmp")
         folders += runs.sweep_scratch(self.s.config.cache.wheels, nested=True)
-        if containers or tags or folders:
+        if containers or tags or folders or images:
             self.s.progress.node("leftovers", "removed", f"left by runs that died: {len(containers)} container(s), "
-                                 f"{len(tags)} temporary tag(s), {len(folders)} temporary folder(s)")
+                                 f"{len(tags)} temporary tag(s), {len(images)} untagged step image(s), "
+                                 f"{len(folders)} temporary folder(s)")
 
     def stop(self, signame: str) -> str:
         """After SIGINT/SIGTERM: cut running work, wait for the workers, remove what this run started; say what."""

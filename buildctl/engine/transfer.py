@@ -200,7 +200,8 @@ class Transfers(Images):
             if self._cancelled.wait(seconds):
                 raise Cancelled(f"{what}: cancelled", why="the build was interrupted")
 
-        value, _n = retrying.retry(call, transient=_transient, policy=policy, sleep=wait, on_retry=on_retry, host=host)
+        transient = retrying.once_for_timeouts(_transient, lambda e: retrying.timeout_text(_error_text(e)))
+        value, _n = retrying.retry(call, transient=transient, policy=policy, sleep=wait, on_retry=on_retry, host=host)
         return value
 
     def registry_digest(self, ref: str) -> str | None:

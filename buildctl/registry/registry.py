@@ -274,7 +274,8 @@ class RegistryClient:
                                  f"({_short(exc)}); next in {wait:.3g} s"))
 
         try:
-            answer, _n = retrying.retry(once, transient=transient if retry else (lambda _e: None), policy=self.retry,
+            check = retrying.once_for_timeouts(transient, lambda e: isinstance(getattr(e, "reason", e), TimeoutError))
+            answer, _n = retrying.retry(once, transient=check if retry else (lambda _e: None), policy=self.retry,
                                         sleep=self.sleep, on_retry=on_retry, host=self.host)
         except _Busy as busy:
             error = self._failure(method, url, busy.answer, attempts=retrying.attempts_made(busy))
