@@ -149,3 +149,13 @@ def test_a_host_that_ran_out_of_retries_is_tried_once_until_a_call_passes() -> N
     calls, call = failing(2, Busy())  # it passed once: retried again
     assert retrying.retry(call, transient=transient, policy=POLICY, sleep=clock.sleep, clock=clock,
                           host=host) == ("done", 3)
+
+
+def test_a_timeout_is_retried_once_only() -> None:
+    """One slow answer passes; a registry that never answers fails after two timeouts, not the whole backoff."""
+    clock = Clock()
+    calls, call = failing(10, TimeoutError("timed out"))
+    check = retrying.once_for_timeouts(lambda _e: 0.0, lambda e: isinstance(e, TimeoutError))
+    with pytest.raises(TimeoutError) as err:
+        retrying.retry(call, transient=check, policy=POLICY, sleep=clock.sleep, clock=clock)
+    assert len(calls) == 2 and clock.waits == [1.0] and retrying.attempts_made(err.value) == 2
