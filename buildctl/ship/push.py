@@ -10,13 +10,16 @@ in order and returns a ``PushReport``. For each item:
    error chunk is a failure even though docker-py does not raise) and confirms the pushed digest by
    reading the manifest back from the registry. Layers the registry has are not uploaded again (the
    engine checks each blob first: "Layer already exists");
-3. a failure that may pass (a cut connection, a timeout, a 5xx) is retried with exponential backoff,
-   a bounded number of times; one that will not (refused credentials, an unknown image) is not.
+3. a failure that may pass (a cut connection, a timeout, a 5xx, a 429) is retried with exponential backoff,
+   bounded in attempts and time, by the engine under retrying.py's one policy (what it gave up on is counted,
+   not retried again here); one that will not (refused credentials, an unknown image) is not. Dated tags
+   (``nightly-YYYYMMDD``, ``PushItem.dated``) name the day's latest image: a later run of the day moves them.
 
 ``promote`` then moves moving tags (latest, nightly) only when every immutable tag was confirmed and
 the ``evidence`` check passes for the image: it reads the smoke evidence attached to the pushed digest
 in the registry (services/evidencing.py; never a label the builder wrote) and the size budget; and it
-confirms that each moving tag has the very digest of the immutable one. A ``ReportSink`` rewrites the report file after every confirmation, so the file never
+confirms that each moving tag has the very digest of the immutable one; a moving tag that fails is in the
+report (``failed`` and ``not_promoted``, ``ok: false``) with the ones after it, and a rerun moves them. A ``ReportSink`` rewrites the report file after every confirmation, so the file never
 lists a push the registry has not confirmed. Every text that leaves this module goes through the
 ``Redactor``: credentials never reach output, logs or reports.
 
