@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from buildctl import __version__
+from buildctl import __version__, safepath
 from buildctl.config import Config, load_config
-from buildctl.errors import BuildctlError, Interrupted, UsageError
+from buildctl.errors import BuildctlError, Interrupted, UsageError, disk_full
 from buildctl.ui import UI
 
 # Modules that add subcommands (each defines ``register(sub)``), in --help order.
@@ -157,11 +157,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(os.environ)
         project = (args.project or find_project(Path.cwd())).resolve()
         ctx = Context(project=project, config=config, ui=ui)
+        _sweep_temps(ctx)
         handler: Handler = args.func
         return handler(args, ctx)
     except BuildctlError as exc:
         ui.error(str(exc))
         return exc.exit_code
+    except OSError as exc:
+        full = disk_full(exc.filename or "a file (the system did not say which)", exc)
+        if full is None:
+            raise
+        ui.error(str(full))  # a full disk where no write path of buildctl named the file itself
+        return full.exit_code
     except Interrupted as exc:
         ui.error(f"interrupted by {exc.name}: {exc.done or 'stopped; nothing half-done was tagged or written'}")
         return exc.exit_code
@@ -170,6 +177,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         restore()
+
+
+def _sweep_temps(ctx: Context) -> None:
+    """The temporary files of writers that died (SIGKILL between a write and its rename: safepath.sweep_temps)
+    in pins/ and the cache's state/ and reports/, removed at the start of every command, saying so."""
+    removed = safepath.sweep_temps(ctx.pins_dir)
+    for folder in (ctx.config.cache.root / "state", ctx.config.cache.reports):
+        removed += safepath.sweep_temps(folder, recursive=True)
+    if removed:
+        ctx.ui.info(f"removed {len(removed)} temporary file(s) that runs which died left: "
+                    + ", ".join(str(p) for p in removed[:5]) + (" ..." if len(removed) > 5 else ""))
 
 
 def run() -> NoReturn:

@@ -6,6 +6,7 @@ Each error says what failed, why, and what to do next.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 
 
@@ -168,6 +169,21 @@ class Interrupted(BaseException):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+class DiskFull(BuildctlError):
+    """A write failed for want of space (ENOSPC, EDQUOT): names the file it could not write."""
+
+    exit_code = 16
+
+
+def disk_full(path: object, exc: OSError) -> DiskFull | None:
+    """The DiskFull for ``exc`` when it is a full disk or quota (None otherwise), naming ``path``."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    said = "no space left on device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
+    return DiskFull(f"cannot write {path}: {said}", why=str(exc), fix=f"free space on the filesystem that holds {path} (`df -h`), then run again: "
+                                      "nothing half-written is kept")
 
 
 class PushStalled(PushError):

@@ -83,6 +83,19 @@ def scratch(root: Path) -> Path:
     return path
 
 
+def dead_scratch(root: Path) -> list[Path]:
+    """The temporary folders ``run-<owner>`` under ``root`` whose owner is dead (what ``sweep_scratch`` removes)."""
+    if not root.is_dir():
+        return []
+    return [p for p in sorted(root.iterdir()) if p.is_dir() and not p.is_symlink() and p.name.startswith("run-")
+            and dead_owner(p.name[4:])]
+
+
+def journal_name(address: str) -> str:
+    """The file in a run's scratch folder where classic builds on the engine at ``address`` list their step images."""
+    return "classic-images." + re.sub(r"[^A-Za-z0-9_.-]", "_", address)[:100]
+
+
 def sweep_scratch(root: Path, *, nested: bool = False) -> list[Path]:
     """Remove the temporary folders of dead runs under ``root``: ``run-<owner>`` (or, with ``nested``, the
     ``run-<owner>-<random>`` folders one level down, as ``wheels/<component>/`` holds them while a wheel is

@@ -9,10 +9,13 @@ symlink, and a later file whose path runs through it would otherwise land wherev
 from __future__ import annotations
 
 import os
+import re
 import tempfile
+import time
 from pathlib import Path
 
-from buildctl.errors import BuildctlError
+from buildctl import runs
+from buildctl.errors import BuildctlError, disk_full
 
 
 class UnsafePath(BuildctlError):
@@ -67,20 +70,43 @@ def _mode_for(path: Path) -> int:
         return 0o666 & ~_umask()
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` (UTF-8, line ends as they are in ``text``) so that readers see the old or the
-    new file, never a part; with the mode a plain write would leave (``_mode_for``)."""
+# A temporary file beside its target while it is written: ``.<name>.<owner>.<random>.tmp`` (runs.owner: host, pid
+# and start time), so that a later run tells a dead writer's leftover (SIGKILL between the write and the rename)
+# from a live one's and sweeps it (``sweep_temps``).
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<owner>[a-z0-9-]{1,40}\.[0-9]{1,10}\.[0-9]{1,20})\.[A-Za-z0-9_]{1,16}\.tmp\Z")
+_OLD_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp\Z")  # before owners were in the name: swept after a day
+_OLD_AGE = 86400.0
+
+
+def _stage(path: Path) -> tuple[int, str]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    return tempfile.mkstemp(prefix=f".{path.name}.{runs.owner()}.", suffix=".tmp", dir=path.parent)
+
+
+def _write_fd(fd: int, text: str, path: Path) -> None:
+    """``text`` as UTF-8 with its line ends as they are, the file given the mode a plain write of ``path`` would
+    leave (``_mode_for``)."""
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        os.fchmod(f.fileno(), _mode_for(path))
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new file, never a part. A full disk is a
+    DiskFull naming ``path`` (the old file, if any, is left as it was; the temporary file is removed)."""
+    tmp = ""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            os.fchmod(f.fileno(), _mode_for(path))
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        fd, tmp = _stage(path)
+        _write_fd(fd, text, path)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        full = disk_full(path, exc) if isinstance(exc, OSError) else None
+        if full is not None:
+            raise full from exc
         raise
 
 
@@ -91,19 +117,18 @@ def write_atomic_both(first: tuple[Path, str], second: tuple[Path, str]) -> None
     ``second``. Should the second rename fail (or a signal arrive between), ``first`` gets its old text back
     (or is removed when it did not exist), so nothing is left with one file new and the other old."""
     staged: list[str] = []
+    current = first[0]
     try:
         for path, text in (first, second):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            current = path
+            fd, tmp = _stage(path)
             staged.append(tmp)
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                os.fchmod(f.fileno(), _mode_for(path))
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
+            _write_fd(fd, text, path)
         path1, path2 = first[0], second[0]
         old1 = path1.read_bytes().decode("utf-8") if path1.exists() else None
+        current = path1
         os.replace(staged[0], path1)
+        current = path2
         try:
             os.replace(staged[1], path2)
         except BaseException:
@@ -112,6 +137,38 @@ def write_atomic_both(first: tuple[Path, str], second: tuple[Path, str]) -> None
             else:
                 write_atomic(path1, old1)
             raise
+    except OSError as exc:
+        full = disk_full(current, exc)
+        if full is not None:
+            raise full from exc
+        raise
     finally:
         for tmp in staged:
             Path(tmp).unlink(missing_ok=True)
+
+
+def sweep_temps(folder: Path, *, recursive: bool = False) -> list[Path]:
+    """Remove the temporary files that writers which died left in ``folder`` (and below, with ``recursive``):
+    those of a dead owner on this host (runs.Owner.dead), and unowned ones (older names) after a day. A live
+    writer's, or one on another host, is never touched. Returns what was removed."""
+    removed: list[Path] = []
+    try:
+        candidates = list(folder.rglob(".*.tmp") if recursive else folder.glob(".*.tmp"))
+    except OSError:
+        return removed
+    now = time.time()
+    for p in sorted(candidates):
+        try:
+            if p.is_symlink() or not p.is_file():
+                continue
+            m = _TEMP.match(p.name)
+            if m is not None:
+                stale = runs.dead_owner(m["owner"])
+            else:
+                stale = bool(_OLD_TEMP.match(p.name)) and now - p.stat().st_mtime > _OLD_AGE
+            if stale:
+                p.unlink()
+                removed.append(p)
+        except OSError:
+            continue
+    return removed

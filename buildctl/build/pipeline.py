@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from buildctl import runs
 from buildctl.build import wheelhouse
 from buildctl.build.dryrun import Renderable, dry_run
 from buildctl.build.inputs import BuildInput, Fetchers
@@ -139,6 +140,8 @@ class _Build:
                 import signal
                 raise Interrupted(signal.SIGINT, "SIGINT", self.schedule.stop("SIGINT")) from None
             finally:
+                for e in self.s.engines:
+                    e.intermediates = None
                 shutil.rmtree(self.s.scratch, ignore_errors=True)
 
     def _run(self) -> Report:
@@ -163,6 +166,8 @@ class _Build:
             self.host.fetch_compile_tool(actions)
             self.host.fetch_pip(actions)
             self.s.scratch.mkdir(parents=True, exist_ok=True)  # this run's: <cache>/tmp/run-<owner>/
+            for e in self.s.engines:  # classic builds list their step images there: swept if this run is killed
+                e.intermediates = self.s.scratch / runs.journal_name(e.address)
             with self._wheelhouse() as url:
                 self.s.wheelhouse_url = url
                 self.schedule.execute(actions, publish, self.steps.task)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from buildctl import runs
 from buildctl.build.state import Action, RunState
-from buildctl.errors import BuildctlError, BuildFailed
+from buildctl.errors import BuildctlError, BuildFailed, disk_full
 
 if TYPE_CHECKING:
     from buildctl.engine.engine import Engine
@@ -29,15 +29,21 @@ class Scheduler:
     def exclusive(self) -> Iterator[None]:
         """One run per stack, variant and cache: the second waits (saying for whom), then reuses the first's work."""
         folder = self.s.config.cache.root / "locks"
-        folder.mkdir(parents=True, exist_ok=True)
         slug = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{self.s.g.stack}.{self.s.g.variant}")
         path = folder / f"{slug}.lock"
-        with path.open("a+") as f:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            f = path.open("a+b", buffering=0)  # unbuffered: a write that fails is not tried again at close
+        except OSError as exc:
+            if full := disk_full(path, exc):
+                raise full from exc
+            raise
+        with f:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 f.seek(0)
-                holder = f.read().strip() or "another process"
+                holder = f.read().decode("utf-8", "replace").strip() or "another process"
                 # short: a progress line keeps 100 characters of detail
                 self.s.progress.node("lock", "waiting", f"{holder} builds {self.s.g.stack}/{self.s.g.variant} with this "
                                      "cache: waiting, then reusing its work")
@@ -45,8 +51,12 @@ class Scheduler:
                 self.s.progress.node("lock", "acquired", "the other build finished; going on")
             f.seek(0)
             f.truncate()
-            f.write(f"pid {os.getpid()}\n")
-            f.flush()
+            try:
+                f.write(f"pid {os.getpid()}\n".encode())
+            except OSError as exc:  # the cache is full from the start: say so before any work
+                if full := disk_full(path, exc):
+                    raise full from exc
+                raise
             try:
                 yield
             finally:
@@ -63,11 +73,18 @@ class Scheduler:
             c, t = e.remove_leftovers()
             containers += c
             tags += t
+        images: list[str] = []
+        for dead in runs.dead_scratch(self.s.config.cache.root / "tmp"):  # step images of killed classic builds
+            for e in self.s.engines:
+                journal = dead / runs.journal_name(e.address)
+                with contextlib.suppress(OSError):
+                    images += e.remove_intermediates(journal.read_text().split())
         folders = runs.sweep_scratch(self.s.config.cache.root / "tmp")
         folders += runs.sweep_scratch(self.s.config.cache.wheels, nested=True)
-        if containers or tags or folders:
+        if containers or tags or folders or images:
             self.s.progress.node("leftovers", "removed", f"left by runs that died: {len(containers)} container(s), "
-                                 f"{len(tags)} temporary tag(s), {len(folders)} temporary folder(s)")
+                                 f"{len(tags)} temporary tag(s), {len(images)} untagged step image(s), "
+                                 f"{len(folders)} temporary folder(s)")
 
     def stop(self, signame: str) -> str:
         """After SIGINT/SIGTERM: cut running work, wait for the workers, remove what this run started; say what."""

@@ -57,11 +57,20 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
     unknown = sorted(set(args.bump) - {stack for stack, _v, _d in todo})
     if unknown:
         raise UsageError(f"--bump {unknown[0]}: the nightly does not run that stack", fix="name it as a STACK too")
-    report, path = nightly.run(steps, todo, report_dir=report_dir, push=not args.no_push, on_result=said,
-                               bumper=steps, bump_stacks=args.bump)
-    if args.json:
+    try:
+        report, path = nightly.run(steps, todo, report_dir=report_dir, push=not args.no_push, on_result=said,
+                                   bumper=steps, bump_stacks=args.bump)
+    except nightly.ReportUnwritten as exc:
+        # the disk is full where the report goes: the page is printed here, and stderr says it is nowhere else
+        show(ctx, exc.report, as_json=args.json)
+        raise
+    show(ctx, report, as_json=args.json)
+    ctx.ui.info(f"report: {path} and {path.with_suffix('.md')}")
+    return 0 if report.ok else 1
+
+
+def show(ctx: Context, report: nightly.NightlyReport, *, as_json: bool) -> None:
+    if as_json:
         ctx.ui.json(report.to_json())
     else:
         ctx.ui.print(nightly.render_markdown(report).rstrip("\n"))
-    ctx.ui.info(f"report: {path} and {path.with_suffix('.md')}")
-    return 0 if report.ok else 1

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from urllib.parse import quote, urlencode
 
+from buildctl import retrying
 from buildctl.engine import lazy, peek
 from buildctl.errors import (
     BuildctlError,
@@ -77,6 +78,11 @@ class Client:
         self.stream_timeout = stream_timeout
         self.stall_timeout = stall_timeout
         self.attempts = max(1, attempts)
+        # transient registry answers during push, pull and look-ups: the one policy of retrying.py
+        self.retry = retrying.policy_from_env()
+        # where classic builds list the step images they commit (the run's scratch folder, set by the pipeline): a
+        # build killed midway leaves them untagged, and a later run removes those of dead runs (remove_intermediates)
+        self.intermediates: Path | None = None
         self._clients: dict[float, docker.APIClient] = {}
         self._wire_path: str | None = None  # the socket peek.request asks through ("": docker-py asks; None: not known)
         self._version: str | None = None

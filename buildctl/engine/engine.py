@@ -54,6 +54,7 @@ from buildctl.errors import (
     BuildFailed,
     Cancelled,
     EngineError,
+    disk_full,
 )
 from buildctl.runs import OWNER_LABEL, dead_owner, owner
 
@@ -68,6 +69,8 @@ else:
 
 # The classic builder's words for a step's container: "---> Running in 3f2a..." and, once it is gone,
 # "Removing intermediate container 3f2a..." (group 1 set).
+# " ---> 3f2a1b2c3d4e": the image a classic build step committed (or took from the cache, after "Using cache").
+_STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12,64})\s*$", re.MULTILINE)
 _STEP_CONTAINER = re.compile(r"(?:Running in|(Removing intermediate container)) ([0-9a-f]{12,64})")
 # The classic builder looks for a step's cache by reading, one by one, every image that could be it: the parent's
 # children, or for a step right after FROM scratch every image without a parent (each pulled or loaded image).
@@ -173,10 +176,18 @@ class Engine(Transfers):
             out = log_file.open("w", encoding="utf-8")
 
         def emit(text: str) -> None:
-            nonlocal partial
+            nonlocal partial, out
             if out is not None:
-                out.write(text)
-                out.flush()
+                try:
+                    out.write(text)
+                    out.flush()
+                except OSError as exc:  # the disk filled up under the build: say which file, stop the build
+                    with suppress(OSError):
+                        out.close()
+                    out = None
+                    if full := disk_full(log_file, exc):
+                        raise full from exc
+                    raise
             else:
                 lines.append(text)
             partial += text
@@ -253,6 +264,7 @@ class Engine(Transfers):
                 decode=True,
                 timeout=self.stream_timeout,
             )
+            cached = False
             for chunk in stream:
                 if "error" in chunk:
                     # Keep reading: the engine ends the stream itself after the error.
@@ -262,6 +274,12 @@ class Engine(Transfers):
                     continue
                 if "stream" in chunk:
                     text = str(chunk["stream"])
+                    if "---> Using cache" in text or re.search(r"^Step \d+/\d+ : FROM ", text, re.MULTILINE):
+                        cached = True  # the next image is the cache's or the base: not this build's own
+                    for m in _STEP_IMAGE.finditer(text):
+                        if not cached:  # committed by this build: listed, so that a later run can remove it
+                            self._journal(m.group(1))
+                        cached = False
                     for m in _STEP_CONTAINER.finditer(text):
                         with self._lock:
                             (self._step_containers.discard if m.group(1) else self._step_containers.add)(
@@ -275,6 +293,30 @@ class Engine(Transfers):
                 if isinstance(aux, dict) and "ID" in aux:
                     image_id = str(aux["ID"])
         return image_id, error
+
+    def _journal(self, image: str) -> None:
+        if self.intermediates is None:
+            return
+        with suppress(OSError), self.intermediates.open("a", encoding="utf-8") as f:
+            f.write(image + "\n")
+
+    def remove_intermediates(self, images: Sequence[str]) -> list[str]:
+        """Remove the step images a killed classic build listed (``intermediates``), newest first, each only while
+        it has no tag and no image builds on it (the engine refuses to remove one with children or a container);
+        return those removed."""
+        removed: list[str] = []
+        for image in reversed(list(dict.fromkeys(images))):
+            if not re.fullmatch(r"[0-9a-f]{12,64}", image):
+                continue
+            try:
+                info = self.inspect_image(image)
+                if info.repo_tags:
+                    continue
+                self.remove_image(image)
+            except EngineError:
+                continue  # children, a container, or gone already: not ours to force
+            removed.append(image)
+        return removed
 
     def _build_buildkit(self, *, context_dir: Path, dockerfile: str, tag: str, labels: Mapping[str, str],
                         buildargs: Mapping[str, str] | None,

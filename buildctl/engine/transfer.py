@@ -5,12 +5,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from buildctl import retrying
 from buildctl.engine import lazy
 from buildctl.engine.client import _cut, _explanation
 from buildctl.engine.images import Images
-from buildctl.engine.values import Progress, registry_host, split_ref
+from buildctl.engine.values import ATTEMPT_AGAIN, Progress, registry_host, split_ref
 from buildctl.errors import (
     BuildctlError,
     Cancelled,
@@ -31,6 +32,8 @@ else:
     docker = lazy.Module("docker")
     requests = lazy.Module("requests")
     urllib3 = lazy.Module("urllib3")
+
+T = TypeVar("T")
 
 # Statuses of a push or pull stream that say a layer is done (no more bytes to move for it).
 _LAYER_DONE = ("pushed", "layer already exists", "mounted from", "pull complete", "already exists",
@@ -67,7 +70,8 @@ class Transfers(Images):
         credential helpers), read by docker-py; they are never printed or logged here.
         """
         host = registry_host(ref)
-        digest = self._transfer("push", ref, host, lambda: self._push_once(ref, host, on_progress), on_progress)
+        digest = self._retried(f"push of {ref}", lambda: self._transfer(
+            "push", ref, host, lambda: self._push_once(ref, host, on_progress), on_progress), on_progress, host=host)
         if not digest:
             raise PushError(
                 f"push of {ref} reported no manifest digest",
@@ -180,11 +184,36 @@ class Transfers(Images):
                 ) from exc
         return digest
 
+    def _retried(self, what: str, call: Callable[[], T], on_progress: Callable[[Progress], None] | None, *,
+                 host: str = "") -> T:
+        """``call()`` under the one retry policy of every registry call (retrying.py): a transient failure (a 5xx
+        or 429 the registry answered, a reset or cut connection, a timeout) is tried again with backoff, bounded
+        in attempts and time; a stall was retried by ``_transfer`` already and is not retried again."""
+        policy = self.retry
+
+        def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
+            if on_progress is not None:
+                on_progress(Progress(status=f"{ATTEMPT_AGAIN} ({what}) in {wait:.3g} s: attempt {attempt} of "
+                                            f"{policy.attempts} failed ({_error_text(exc)[:200]})"))
+
+        def wait(seconds: float) -> None:
+            if self._cancelled.wait(seconds):
+                raise Cancelled(f"{what}: cancelled", why="the build was interrupted")
+
+        transient = retrying.once_for_timeouts(_transient, lambda e: retrying.timeout_text(_error_text(e)))
+        value, _n = retrying.retry(call, transient=transient, policy=policy, sleep=wait, on_retry=on_retry, host=host)
+        return value
+
     def registry_digest(self, ref: str) -> str | None:
         """The registry's manifest digest for ``ref``; None when the tag (or repository) is missing.
 
-        Bounded by ``network_timeout``: an unreachable registry raises UnreachableError quickly.
+        Bounded by ``network_timeout``: an unreachable registry raises UnreachableError quickly; a transient
+        answer is retried (``_retried``).
         """
+        return self._retried(f"looking up {ref}", lambda: self._registry_digest_once(ref), None,
+                             host=registry_host(ref))
+
+    def _registry_digest_once(self, ref: str) -> str | None:
         host = registry_host(ref)
         with self._errors(f"looking up {ref}"):
             api = self._api(self.network_timeout)  # an engine that does not answer is an EngineError
@@ -202,8 +231,9 @@ class Transfers(Images):
                 text = _explanation(exc)
                 low = text.lower()
                 if any(m in low for m in _UNREACHABLE_MARKERS):
+                    cut = retrying.transient_text(text)  # a reset or cut connection is no registry that is down
                     raise UnreachableError(
-                        f"registry {host} cannot be reached (looking up {ref})",
+                        f"registry {host} {'cut the connection' if cut else 'cannot be reached'} (looking up {ref})",
                         why=text,
                         fix=_registry_fix(host, text),
                     ) from exc
@@ -220,7 +250,8 @@ class Transfers(Images):
              on_progress: Callable[[Progress], None] | None = None) -> str:
         """Pull ``ref`` (tag or digest); return the local image id. Stalls are retried as in push()."""
         host = registry_host(ref)
-        self._transfer("pull", ref, host, lambda: self._pull_once(ref, host, platform), on_progress)
+        self._retried(f"pull of {ref}", lambda: self._transfer(
+            "pull", ref, host, lambda: self._pull_once(ref, host, platform), on_progress), on_progress, host=host)
         image_id = self.image_id(ref)
         if image_id is None:
             raise EngineError(f"pull of {ref} finished but the engine has no such image")
@@ -305,12 +336,32 @@ class _Watch:
                 if not status.lower().startswith(_LAYER_DONE)]
 
 
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, BuildctlError):
+        return f"{exc.what}: {exc.why}" if exc.why else exc.what
+    return str(exc)
+
+
+def _transient(exc: BaseException) -> float | None:
+    """0.0 (the policy's own wait) for a failure that may pass, None for one that will not (retrying.retry)."""
+    if isinstance(exc, PushStalled | PullStalled | Cancelled) or not isinstance(exc, BuildctlError):
+        return None
+    return 0.0 if retrying.transient_text(_error_text(exc)) else None
+
+
 def _registry_fix(host: str, text: str) -> str:
     low = text.lower()
     if "does not exist locally" in low:
         return "build or tag the image in this engine first"
     if any(m in low for m in _AUTH_MARKERS):
         return f"log in to {host} with `docker login {host}` (buildctl uses docker's own credentials)"
+    if "no space left" in low:
+        return f"the registry {host} (or the engine) ran out of disk space: free some, then run again"
+    if retrying.transient_text(text):
+        return (f"the registry {host} failed on its side or the connection to it was cut (retried with backoff); "
+                "check its log, its storage and what sits between it and the engine, then run again")
+    if host.startswith(("127.", "localhost")) and not ("connection refused" in low or "dial tcp" in low):
+        return f"check the registry at {host}: its log says why it answered so"
     if host.startswith(("127.", "localhost")):
         return f"start the registry at {host} (`make test` and `make demo` start one), or check the port"
     return (

@@ -68,6 +68,11 @@ class ImageInfo:
     layer_dirs: tuple[str, ...] = ()
 
 
+# the status of the progress event that says a whole push or pull is tried again (transfer.py, retrying.py):
+# push.py counts these as attempts, apart from the engine's own layer retries ("Retrying in N seconds")
+ATTEMPT_AGAIN = "Retrying the whole transfer"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Progress:
     """One progress event of a push or pull (a layer's status, or an overall message)."""

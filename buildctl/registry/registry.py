@@ -19,7 +19,9 @@ reads that find them again (``referrers``). What it speaks, and nothing more:
   engine treats 127.0.0.0/8 as insecure by default, and only after HTTPS failed there.
 
 Every error is a BuildctlError saying what failed, why and what to do, with credentials redacted;
-every request is bounded by ``timeout``, every response read by a size limit.
+every request is bounded by ``timeout``, every response read by a size limit. A transient answer (5xx, 429,
+a reset, cut or timed-out connection) is retried with backoff under retrying.py's one policy, bounded in
+attempts and time; a blob upload that fails so starts a new upload session.
 """
 
 from __future__ import annotations
@@ -31,16 +33,17 @@ import ipaddress
 import json
 import re
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
 from typing import Any
 
-from buildctl import untrusted
+from buildctl import retrying, untrusted
 from buildctl.errors import BuildctlError, PushError, UnreachableError
 from buildctl.registry.credentials import Login, Redactor
 
@@ -127,12 +130,16 @@ class RegistryClient:
     """One registry host (``host[:port]``), through its HTTP API."""
 
     def __init__(self, host: str, *, login: Login | None = None, ca_bundle: Path | None = None,
-                 timeout: float = 10.0, redact: Redactor | None = None) -> None:
+                 timeout: float = 10.0, redact: Redactor | None = None, retry: retrying.Backoff | None = None,
+                 sleep: Callable[[float], None] = time.sleep, say: Callable[[str], None] = lambda _t: None) -> None:
         if not host or "/" in host or any(c.isspace() for c in host):
             raise PushError(f"not a registry host: {host!r}", fix="give HOST or HOST:PORT")
         self.host = host
         self.login = login
         self.timeout = timeout
+        self.retry = retry or retrying.policy_from_env()
+        self.sleep = sleep
+        self.say = say
         self.redact = (redact or Redactor()).with_secrets(
             *((login.password, self._basic_header(login).removeprefix("Basic ")) if login else ()))
         self._ssl = ssl.create_default_context()
@@ -163,6 +170,8 @@ class RegistryClient:
         except urllib.error.HTTPError as exc:
             data = exc.read(limit + 1) if exc.fp is not None else b""
             status, hdrs = exc.code, exc.headers
+        except http.client.HTTPException as exc:  # an answer cut short (IncompleteRead, a bad status line)
+            raise ConnectionResetError(f"the answer was cut: {exc!r}"[:300]) from exc
         if len(data) > limit:
             raise PushError(self.redact(f"{method} {url}: the answer is larger than {limit} bytes"),
                             fix="check that the registry is the one meant")
@@ -170,12 +179,15 @@ class RegistryClient:
 
     def _base(self) -> str:
         if self._scheme is None:
-            self._scheme = self._probe()
+            self._scheme, _n = retrying.retry(
+                self._probe, transient=lambda e: 0.0 if getattr(e, "transient", False) else None,
+                policy=self.retry, sleep=self.sleep)
         return f"{self._scheme}://{self.host}"
 
     def _probe(self) -> str:
         schemes = ("https", "http") if _loopback(self.host) else ("https",)
         problems = []
+        cut = False
         for scheme in schemes:
             try:
                 self._raw("GET", f"{scheme}://{self.host}/v2/")
@@ -189,10 +201,13 @@ class RegistryClient:
                         why=str(reason), fix="name the CA that signed it: ca_bundle in the configuration "
                                              "(BUILDCTL_CA_BUNDLE)") from exc
                 problems.append(f"{scheme}: {reason}")
-        raise UnreachableError(
+                cut = cut or _transient_os(exc)
+        error = UnreachableError(
             self.redact(f"the registry {self.host} does not answer"), why="; ".join(problems),
             fix=f"check that {self.host} is up and reachable from here (and, behind a TLS-intercepting proxy, "
                 "that ca_bundle names its CA)")
+        error.transient = cut  # type: ignore[attr-defined]
+        raise error
 
     def _auth_header(self, challenge: str, scope: str) -> str | None:
         scheme, _, params = challenge.partition(" ")
@@ -236,37 +251,86 @@ class RegistryClient:
 
     def request(self, method: str, path_or_url: str, *, repo: str, body: bytes | None = None,
                 headers: Mapping[str, str] | None = None, limit: int = MAX_MANIFEST,
-                ok: Sequence[int] = (200,)) -> _Answer:
+                ok: Sequence[int] = (200,), retry: bool = True) -> _Answer:
         """One API request, authenticated as the registry asks; a status outside ``ok`` (and not 404,
-        which the caller reads) raises."""
+        which the caller reads) raises. A transient failure (5xx, 429, a reset or timed-out connection) is
+        retried by the one policy of retrying.py (``retry=False``: the caller retries a sequence itself);
+        the error raised then carries ``transient = True``."""
         url = path_or_url if "://" in path_or_url else self._base() + path_or_url
+
+        def once() -> _Answer:
+            answer = self._once(method, url, repo=repo, body=body, headers=headers, limit=limit)
+            if answer.status in retrying.TRANSIENT_STATUS and answer.status not in ok:
+                raise _Busy(answer)
+            return answer
+
+        def transient(exc: BaseException) -> float | None:
+            if isinstance(exc, _Busy):
+                return retrying.retry_after(exc.answer.headers.get("Retry-After")) or 0.0
+            return 0.0 if _transient_os(exc) else None
+
+        def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
+            self.say(self.redact(f"retry     {method} {url}: attempt {attempt} of {self.retry.attempts} failed "
+                                 f"({_short(exc)}); next in {wait:.3g} s"))
+
+        try:
+            check = retrying.once_for_timeouts(transient, lambda e: isinstance(getattr(e, "reason", e), TimeoutError))
+            answer, _n = retrying.retry(once, transient=check if retry else (lambda _e: None), policy=self.retry,
+                                        sleep=self.sleep, on_retry=on_retry, host=self.host)
+        except _Busy as busy:
+            error = self._failure(method, url, busy.answer, attempts=retrying.attempts_made(busy))
+            error.transient = True  # type: ignore[attr-defined]
+            error.retry_attempts = retrying.attempts_made(busy)  # type: ignore[attr-defined]
+            raise error from None
+        except OSError as exc:
+            attempts = retrying.attempts_made(exc)
+            tries = f" after {attempts} attempts" if attempts > 1 else ""
+            reason = getattr(exc, "reason", exc)
+            cut = _transient_os(exc)
+            error = UnreachableError(
+                self.redact(f"{method} {url} failed{tries}"), why=self.redact(str(reason)),
+                fix=(f"the connection to the registry {self.host} was cut or timed out"
+                     + (" every time" if attempts > 1 else "")
+                     + "; check the registry and what sits between it and this host, then run again") if cut else
+                    f"check that the registry {self.host} is up and listens there")
+            error.transient = cut  # type: ignore[attr-defined]
+            error.retry_attempts = attempts  # type: ignore[attr-defined]
+            raise error from exc
+        if answer.status in ok or (answer.status == 404 and method in ("GET", "HEAD")):
+            return answer
+        raise self._failure(method, url, answer)
+
+    def _once(self, method: str, url: str, *, repo: str, body: bytes | None, headers: Mapping[str, str] | None,
+              limit: int) -> _Answer:
         scope = f"repository:{repo}:pull,push"
         hdrs = dict(headers or {})
         if scope in self._tokens:
             hdrs["Authorization"] = f"Bearer {self._tokens[scope]}"
         elif self._basic and self.login is not None:
             hdrs["Authorization"] = self._basic_header(self.login)
-        try:
-            answer = self._raw(method, url, body=body, headers=hdrs, limit=limit)
-            if answer.status == 401:
-                challenge = answer.headers.get("WWW-Authenticate", "")
-                auth = self._auth_header(challenge, scope)
-                if auth is not None:
-                    answer = self._raw(method, url, body=body, headers={**hdrs, "Authorization": auth}, limit=limit)
-        except OSError as exc:
-            raise UnreachableError(self.redact(f"{method} {url} failed"), why=str(getattr(exc, "reason", exc)),
-                                   fix=f"check that the registry {self.host} is up") from exc
-        if answer.status in ok or (answer.status == 404 and method in ("GET", "HEAD")):
-            return answer
-        raise self._failure(method, url, answer)
+        answer = self._raw(method, url, body=body, headers=hdrs, limit=limit)
+        if answer.status == 401:
+            challenge = answer.headers.get("WWW-Authenticate", "")
+            auth = self._auth_header(challenge, scope)
+            if auth is not None:
+                answer = self._raw(method, url, body=body, headers={**hdrs, "Authorization": auth}, limit=limit)
+        return answer
 
-    def _failure(self, method: str, url: str, answer: _Answer) -> BuildctlError:
+    def _failure(self, method: str, url: str, answer: _Answer, *, attempts: int = 0) -> BuildctlError:
         detail = answer.body[:500].decode("utf-8", "replace").strip()
-        what = self.redact(f"{method} {url}: the registry answered HTTP {answer.status}")
+        tries = f" ({attempts} attempts)" if attempts > 1 else ""
+        what = self.redact(f"{method} {url}: the registry answered HTTP {answer.status}{tries}")
         if answer.status in (401, 403):
             return PushError(what, why=self.redact(detail or "unauthorized"),
                              fix=f"the registry {self.host} refused the credentials: log in with `docker login "
                                  f"{self.host}`, or set BUILDCTL_REGISTRY_AUTH=USER:PASSWORD")
+        if answer.status == 429:
+            return PushError(what, why=self.redact(detail or "too many requests"),
+                             fix=f"the registry {self.host} limits the rate of requests: run again later")
+        if answer.status >= 500:
+            return PushError(what, why=self.redact(detail or "(no detail)"),
+                             fix=f"the registry {self.host} failed on its side: check its log and its storage (a "
+                                 "full disk answers 500), then run again")
         return PushError(what, why=self.redact(detail or "(no detail)"),
                          fix="check the registry's log; a registry older than distribution 2.7 may not take OCI "
                              "manifests")
@@ -283,18 +347,28 @@ class RegistryClient:
         desc = Descriptor(media_type=media_type, digest=digest, size=len(data))
         if self.blob_exists(repo, digest):
             return desc
-        start = self.request("POST", f"/v2/{repo}/blobs/uploads/", repo=repo, ok=(202,),
-                             headers={"Content-Length": "0"}, body=b"")
-        location = start.headers.get("Location", "")
-        if not location:
-            raise PushError(f"the registry {self.host} started an upload without a Location", fix="check the registry")
-        url = urllib.parse.urljoin(self._base() + "/", location)
-        if urllib.parse.urlsplit(url).netloc != self.host:
-            raise PushError(self.redact(f"the registry {self.host} sent the upload elsewhere ({url})"),
-                            fix="uploads to another host are not followed")
-        url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"digest": digest})
-        self.request("PUT", url, repo=repo, body=data, ok=(201,),
-                     headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(data))})
+
+        def upload() -> None:
+            start = self.request("POST", f"/v2/{repo}/blobs/uploads/", repo=repo, ok=(202,),
+                                 headers={"Content-Length": "0"}, body=b"")
+            location = start.headers.get("Location", "")
+            if not location:
+                raise PushError(f"the registry {self.host} started an upload without a Location",
+                                fix="check the registry")
+            url = urllib.parse.urljoin(self._base() + "/", location)
+            if urllib.parse.urlsplit(url).netloc != self.host:
+                raise PushError(self.redact(f"the registry {self.host} sent the upload elsewhere ({url})"),
+                                fix="uploads to another host are not followed")
+            url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"digest": digest})
+            # not retried alone: an upload session the registry failed is not resumed, a new one is started
+            self.request("PUT", url, repo=repo, body=data, ok=(201,), retry=False,
+                         headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(data))})
+
+        def again(exc: BaseException) -> float | None:
+            fresh = getattr(exc, "transient", False) and not retrying.attempts_made(exc)
+            return 0.0 if fresh else None
+
+        retrying.retry(upload, transient=again, policy=self.retry, sleep=self.sleep)
         return desc
 
     def get_blob(self, repo: str, digest: str, *, limit: int = MAX_BLOB) -> bytes | None:
@@ -388,6 +462,31 @@ class RegistryClient:
         index = {"schemaVersion": 2, "mediaType": OCI_INDEX,
                  "manifests": [d.to_json() for d in (*entries, desc)]}
         self.put_manifest(repo, tag, canonical_json(index), OCI_INDEX)
+
+
+class _Busy(Exception):
+    """A transient HTTP answer (5xx, 429), raised inside ``request`` so that retrying.retry sees it."""
+
+    def __init__(self, answer: _Answer) -> None:
+        super().__init__(f"HTTP {answer.status}")
+        self.answer = answer
+
+
+def _transient_os(exc: BaseException) -> bool:
+    """A connection that was reset, cut or timed out (not one refused, not an untrusted certificate)."""
+    reason = getattr(exc, "reason", exc)
+    if isinstance(reason, ssl.SSLCertVerificationError | ConnectionRefusedError):
+        return False
+    if isinstance(reason, str):
+        return retrying.transient_text(reason)
+    return isinstance(reason, ConnectionResetError | ConnectionAbortedError | BrokenPipeError | TimeoutError
+                      | ssl.SSLEOFError)
+
+
+def _short(exc: BaseException) -> str:
+    if isinstance(exc, _Busy):
+        return str(exc)
+    return str(getattr(exc, "reason", exc))[:200]
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

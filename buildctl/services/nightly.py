@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -33,7 +34,7 @@ from typing import Any, Literal, Protocol
 
 from buildctl.build.state import Report
 from buildctl.config import Config
-from buildctl.errors import BuildctlError
+from buildctl.errors import BuildctlError, DiskFull, disk_full
 from buildctl.graph import routing
 from buildctl.graph.graph import Graph
 from buildctl.lock import lockfile
@@ -46,6 +47,7 @@ Stage = Literal["bump", "lock", "build", "push", "promote"]
 Status = Literal["ok", "failed", "skipped"]
 STAGES: tuple[Stage, ...] = ("lock", "build", "push", "promote")
 SCHEMA = 1
+_DATED = re.compile(r"(^|-)nightly-[0-9]{8}\Z")  # nightly-YYYYMMDD, <variant>-nightly-YYYYMMDD: the day's latest image
 
 
 # ------------------------------------------------------------------------------------------ values
@@ -224,6 +226,8 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
         lock = steps.lock(stack, variant)
     except BuildctlError as exc:
         return fail("lock", t0, exc)
+    except OSError as exc:  # a full disk that no write path named: the stage fails, the report says so
+        return fail("lock", t0, _disk_full(exc))
     r = replace(r, lock=lock)
     stages.append(_stage("lock", t0, ("re-locked: " + "; ".join(lock.drift)) if lock.drift else "lock is current"))
 
@@ -232,6 +236,8 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
         build = steps.build(stack, variant)
     except BuildctlError as exc:
         return fail("build", t0, exc)
+    except OSError as exc:  # a full disk that no write path named: the stage fails, the report says so
+        return fail("build", t0, _disk_full(exc))
     r = replace(r, build=build)
     stages.append(_stage("build", t0, f"built {len(build.built)}, reused {len(build.reused)}; smoke {build.smoke}"))
 
@@ -247,6 +253,8 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
                                                                 default_variant=default_variant), moving=moving)
     except BuildctlError as exc:
         return fail("push", t0, exc)
+    except OSError as exc:
+        return fail("push", t0, _disk_full(exc))
     r = replace(r, push=pushed)
     if pushed.failed:
         stages.append(_stage("push", t0, "; ".join(pushed.failed), "failed"))
@@ -257,7 +265,10 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
             stages.append(StageResult(stage="promote", status="failed" if build.smoke == "failed" else "skipped",
                                       summary=f"nightly not moved: smoke {build.smoke}"))
         elif pushed.not_promoted:
-            stages.append(StageResult(stage="promote", status="failed", summary="; ".join(pushed.not_promoted)))
+            # exactly what moved and what did not (a registry that died between two moving tags)
+            moved = f"moved {', '.join(pushed.promoted)}; " if pushed.promoted else ""
+            stages.append(StageResult(stage="promote", status="failed",
+                                      summary=moved + "not moved: " + "; ".join(pushed.not_promoted)))
         else:
             stages.append(StageResult(stage="promote", status="ok",
                                       summary="moved " + ", ".join(pushed.promoted)))
@@ -272,6 +283,22 @@ def compile_cache_lines(graph: Graph, report: Report) -> tuple[str, ...]:
             component = graph.node(n.name).component or n.name
             out.append(f"{component}: {n.cache_hits} of {n.cache_hits + n.cache_misses} compiled objects from the cache")
     return tuple(out)
+
+
+def _disk_full(exc: OSError) -> BuildctlError:
+    """The DiskFull a stage's OSError is, naming the file where the system said it; any other OSError goes on."""
+    full = disk_full(exc.filename or "a file (the system did not say which)", exc)
+    if full is None:
+        raise exc
+    return full
+
+
+class ReportUnwritten(DiskFull):
+    """The night ran, but its report could not be written (the disk is full there): ``report`` holds it."""
+
+    def __init__(self, full: DiskFull, report: NightlyReport) -> None:
+        super().__init__(f"the nightly report could not be written: {full.what}", why=full.why, fix=full.fix)
+        self.report = report
 
 
 def previous_runs(report_dir: Path) -> dict[tuple[str, str], Mapping[str, Any]]:
@@ -295,7 +322,9 @@ def run(steps: Steps, targets: Sequence[tuple[str, str, bool]], *, report_dir: P
     """Run every (stack, variant, is_default_variant); write the JSON + Markdown reports; return both.
     ``bump_stacks``: stacks whose branch components ``bumper`` bumps (gated) once, before their first variant."""
     start = clock()
-    stamp = start.strftime("%Y%m%dT%H%M%SZ")
+    # the pid too: two nightlies started in the same second write a report each (latest.* is replaced
+    # atomically by whichever finishes last)
+    stamp = f"{start.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}"
     previous = previous_runs(report_dir)
     report = NightlyReport(started=start.isoformat(timespec="seconds"))
     results: list[VariantRun] = []
@@ -312,15 +341,35 @@ def run(steps: Steps, targets: Sequence[tuple[str, str, bool]], *, report_dir: P
         results.append(result)
         on_result(result)
     report = replace(report, runs=tuple(results), finished=clock().isoformat(timespec="seconds"))
-    report_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n"
     markdown = render_markdown(report)
-    path = report_dir / f"{stamp}.json"
-    write_atomic(path, text)
-    write_atomic(report_dir / f"{stamp}.md", markdown)
-    write_atomic(report_dir / "latest.json", text)
-    write_atomic(report_dir / "latest.md", markdown)
+    path = _unique(report_dir, stamp)
+    try:
+        try:
+            report_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _disk_full(exc) from exc
+        write_atomic(path, text)
+        write_atomic(path.with_suffix(".md"), markdown)
+        write_atomic(report_dir / "latest.json", text)
+        write_atomic(report_dir / "latest.md", markdown)
+    except DiskFull as full:
+        # the dated files go together or not at all; latest.* keep the previous night's whole
+        if not (report_dir / "latest.json").is_file() or (report_dir / "latest.json").read_text() != text:
+            for p in (path, path.with_suffix(".md")):
+                p.unlink(missing_ok=True)
+        raise ReportUnwritten(full, report) from full
     return report, path
+
+
+def _unique(report_dir: Path, stamp: str) -> Path:
+    """``<stamp>.json`` (stamp: time and pid), or ``<stamp>-2.json``... when a run of this process has it."""
+    path = report_dir / f"{stamp}.json"
+    n = 1
+    while path.exists() or path.with_suffix(".md").exists():
+        n += 1
+        path = report_dir / f"{stamp}-{n}.json"
+    return path
 
 
 # ------------------------------------------------------------------------------------------ the page
@@ -466,12 +515,16 @@ class RealSteps:
         t = target.load(self.project, self.config, stack, variant, registry=self.registry)
         _t, report = publishing.publish(self.project, self.config, t, registry_arg=self.registry,
                                         say=self.ui.info, warn=self.ui.warn, moving=moving, promote=bool(moving),
-                             extra_tags=tags, attest_kinds=("lock",))  # the lock beside the image, before tags move
+                                        extra_tags=[x for x in tags if not _DATED.search(x)],
+                                        dated_tags=[x for x in tags if _DATED.search(x)],
+                                        attest_kinds=("lock",))  # the lock beside the image, before tags move
         return PushStep(
             pushed={p.target: p.digest for p in report.pushed},
             promoted=tuple(p.target for p in report.promoted),
             not_promoted=tuple(f"{p.target}: {p.reason}" for p in report.not_promoted),
-            failed=tuple(f"{f.target}: {f.error}" for f in report.failed), checks=report.checks)
+            # a moving tag that failed is in not_promoted (the promote stage), the rest fail the push stage
+            failed=tuple(f"{f.target}: {f.error}" for f in report.failed if f.node != "promote"),
+            checks=report.checks)
 
 
 def targets(pins_dir: Path, stacks: Sequence[str], variant: str | None) -> list[tuple[str, str, bool]]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildctl.config import Config
-from buildctl.errors import PushError, UsageError
+from buildctl.errors import PushError, UsageError, disk_full
 from buildctl.graph import graph
 from buildctl.imageref import ImageRef
 from buildctl.lock import lockfile
@@ -67,9 +67,9 @@ def _attacher(project: Path, config: Config, engine: Engine, registry: str, reda
 
 def publish(project: Path, config: Config, t: target.Target, *, registry_arg: str | None, moving: Sequence[str],
             promote: bool, say: Callable[[str], None], warn: Callable[[str], None], extra_tags: Sequence[str] = (),
-            attest_kinds: Sequence[str] = ()) -> tuple[target.Target, push.PushReport]:
+            attest_kinds: Sequence[str] = (), dated_tags: Sequence[str] = ()) -> tuple[target.Target, push.PushReport]:
     """Push a built variant: nodes by content tag, the final image by its public tag and ``extra_tags``
-    (immutable), then the evidence ``attest_kinds`` beside the final image, then, with ``promote``, the
+    (immutable) and ``dated_tags`` (``nightly-YYYYMMDD``: moved to this run's image, confirmed by digest), then the evidence ``attest_kinds`` beside the final image, then, with ``promote``, the
     ``moving`` tags (only past a passed smoke gate). Shared by `buildctl push` and `buildctl nightly`."""
     lockfile.refuse_partial(t.lock, t.variant.name, action="push", lock_file=str(lockfile.lock_path(t.manifest_path)))
     if t.registry is None:
@@ -87,7 +87,12 @@ def publish(project: Path, config: Config, t: target.Target, *, registry_arg: st
             log.open("a", encoding="utf-8") as logf:
 
         def write_log(line: str) -> None:
-            logf.write(line + "\n")
+            try:
+                logf.write(line + "\n")
+            except OSError as exc:  # the cache is full: the push fails naming its log, not with a traceback
+                if full := disk_full(log, exc):
+                    raise full from exc
+                raise
 
         def locate(node: str, key: str) -> str | None:
             return next((ref for home in homes
@@ -110,7 +115,10 @@ def publish(project: Path, config: Config, t: target.Target, *, registry_arg: st
         last = items[-1]
         items += [push.PushItem(source=last.source, target=f"{public}:{tag}", node=last.node, key=last.key)
                   for tag in extra_tags]
-        attach = _attacher(project, config, engine, registry, redact, items[-1].source, attest_kinds,
+        items += [push.PushItem(source=last.source, target=f"{public}:{tag}", node=last.node, key=last.key,
+                                dated=True) for tag in dated_tags]
+        # evidence goes to the digest of the final image's own tag: the one every moving and dated tag names
+        attach = _attacher(project, config, engine, registry, redact, last.source, attest_kinds,
                            t) if attest_kinds else None
 
         def local_id(node: str) -> str | None:
@@ -121,5 +129,5 @@ def publish(project: Path, config: Config, t: target.Target, *, registry_arg: st
         check = evidencing.checker(config, t, registry=registry, moving=moving, local_id=local_id) if promote else None
         report = push.run(engine, items, stack=t.manifest.stack, variant=t.variant.name, registry=registry,
                           promote=promote, reports=config.cache.reports, redact=redact,
-                          say=say, log=write_log, attach=attach, evidence=check)
+                          say=say, log=write_log, attach=attach, evidence=check, attach_to=last.target)
     return t, report

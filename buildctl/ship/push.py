@@ -10,13 +10,16 @@ in order and returns a ``PushReport``. For each item:
    error chunk is a failure even though docker-py does not raise) and confirms the pushed digest by
    reading the manifest back from the registry. Layers the registry has are not uploaded again (the
    engine checks each blob first: "Layer already exists");
-3. a failure that may pass (a cut connection, a timeout, a 5xx) is retried with exponential backoff,
-   a bounded number of times; one that will not (refused credentials, an unknown image) is not.
+3. a failure that may pass (a cut connection, a timeout, a 5xx, a 429) is retried with exponential backoff,
+   bounded in attempts and time, by the engine under retrying.py's one policy (what it gave up on is counted,
+   not retried again here); one that will not (refused credentials, an unknown image) is not. Dated tags
+   (``nightly-YYYYMMDD``, ``PushItem.dated``) name the day's latest image: a later run of the day moves them.
 
 ``promote`` then moves moving tags (latest, nightly) only when every immutable tag was confirmed and
 the ``evidence`` check passes for the image: it reads the smoke evidence attached to the pushed digest
 in the registry (services/evidencing.py; never a label the builder wrote) and the size budget; and it
-confirms that each moving tag has the very digest of the immutable one. A ``ReportSink`` rewrites the report file after every confirmation, so the file never
+confirms that each moving tag has the very digest of the immutable one; a moving tag that fails is in the
+report (``failed`` and ``not_promoted``, ``ok: false``) with the ones after it, and a rerun moves them. A ``ReportSink`` rewrites the report file after every confirmation, so the file never
 lists a push the registry has not confirmed. Every text that leaves this module goes through the
 ``Redactor``: credentials never reach output, logs or reports.
 
@@ -26,6 +29,7 @@ The nightly job reuses these pieces with its own items and moving tags.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,7 +38,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from buildctl import retrying
 from buildctl.engine.imageview import ImageView, ProgressView
+from buildctl.engine.values import ATTEMPT_AGAIN
 from buildctl.errors import BuildctlError, PushError, PushStalled, UnreachableError
 from buildctl.graph.graph import Graph, image_ref
 from buildctl.imageref import ImageRef
@@ -100,6 +106,9 @@ class PushItem:
     node: str  # graph node name; the final image's node for the image itself
     key: str = ""  # the node's content key ("" for tags that are not content keys)
     moving: tuple[str, ...] = ()  # moving refs (…:latest, …:nightly) it gets if its smoke passed
+    # a dated tag (``nightly-YYYYMMDD``): it names the image of the day's latest run, so a later run of the same
+    # day moves it (confirmed by digest) instead of keeping the morning's image under it
+    dated: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,7 +199,8 @@ class ReportSink:
 
     def __init__(self, reports: Path, stack: str, variant: str, started: str, redact: Redactor) -> None:
         self.folder = reports / "push" / stack / variant
-        self.path = self.folder / f"{started.replace(':', '')}.json"
+        # the pid too: two runs started in the same second keep a report each
+        self.path = self.folder / f"{started.replace(':', '')}-{os.getpid()}.json"
         self.redact = redact
 
     def write(self, report: PushReport) -> None:
@@ -218,9 +228,12 @@ class _Layers:
 
     status: dict[str, str] = field(default_factory=dict)
     retries: int = 0
+    again: int = 0  # whole pushes the engine tried again (a transient failure: retrying.py)
 
     def __call__(self, event: ProgressView) -> None:
-        if event.status.startswith("Retrying"):
+        if event.status.startswith(ATTEMPT_AGAIN):
+            self.again += 1
+        elif event.status.startswith("Retrying"):
             self.retries += 1
         elif event.layer and (event.status in ("Pushed", "Layer already exists")
                               or event.status.startswith("Mounted from")):
@@ -296,9 +309,11 @@ class Publisher:
             if f"{target.name()}@{remote}" in local.repo_digests:
                 self.say(f"present   {item.target} {remote} (nothing to upload)")
                 return Pushed(target=item.target, digest=remote, node=item.node, key=item.key, outcome="present")
-            self.say(f"kept      {item.target} {remote}: the registry holds another image under this "
-                     "immutable tag; it is not overwritten")
-            return Pushed(target=item.target, digest=remote, node=item.node, key=item.key, outcome="kept")
+            if not item.dated:
+                self.say(f"kept      {item.target} {remote}: the registry holds another image under this "
+                         "immutable tag; it is not overwritten")
+                return Pushed(target=item.target, digest=remote, node=item.node, key=item.key, outcome="kept")
+            self.say(f"moving    {item.target} from {remote}: a dated tag names the day's latest image")
         self.engine.tag(item.source, item.target)
         digest, layers, attempts = self._push_with_retries(item.target)
         self.say(f"pushed    {item.target} {digest} ({layers.uploaded} layer(s) uploaded, "
@@ -316,17 +331,24 @@ class Publisher:
             def progress(event: ProgressView, layers: _Layers = layers) -> None:
                 layers(event)
                 self._log(self.redact(f"{ref}: {event}"))
-                if event.status.startswith("Retrying"):
+                if event.status.startswith("Retrying") and not event.status.startswith(ATTEMPT_AGAIN):
                     # the engine's own upload retries (up to about a minute) would otherwise look like a hang
                     self.say(f"retrying  {ref}: the engine retries an upload"
                              f"{' of layer ' + event.layer if event.layer else ''} ({event.status})")
+                elif event.status.startswith(ATTEMPT_AGAIN):
+                    self.say(f"retry     {ref}: {event.status}")
 
             try:
-                return self.engine.push(ref, on_progress=progress), layers, attempt
+                digest = self.engine.push(ref, on_progress=progress)
+                return digest, layers, attempt + layers.again
             except (PushError, UnreachableError) as exc:
-                err = self._error(ref, exc, attempts=attempt)
+                # the engine retries transient answers itself (retrying.py, the one policy of every registry
+                # call): what it gave up on is not retried again here, only counted
+                made = retrying.attempts_made(exc)
+                err = self._error(ref, exc, attempts=attempt - 1 + max(made, 1))
                 # a stall was retried by the engine layer already (each attempt waits stall_timeout)
-                if err.kind != "transient" or attempt >= self.policy.attempts or isinstance(exc, PushStalled):
+                if err.kind != "transient" or attempt >= self.policy.attempts or isinstance(exc, PushStalled) \
+                        or made:
                     raise err from exc
                 wait = self.policy.delay(attempt)
                 self.say(f"retry     {ref}: attempt {attempt} of {self.policy.attempts} failed "
@@ -359,8 +381,15 @@ class Publisher:
         """Move each item's moving tags, if all pushes were confirmed and its ``evidence`` check (target ->
         refusal, "" for none) let it through."""
         confirmed = {p.target: p for p in report.pushed}
+        broken = ""  # a moving tag that failed: the rest are not attempted (the report lists each)
         for item in items:
             for moving in item.moving:
+                if broken:
+                    report = replace(report, not_promoted=(*report.not_promoted, Promotion(
+                        target=moving, source=item.target, digest=None,
+                        reason=f"not attempted: moving {broken} failed")))
+                    self.say(f"not moved {moving}: not attempted (moving {broken} failed)")
+                    continue
                 reason = _refusal(item, report, confirmed) or evidence.get(
                     item.target, "no promotion check was made for it (smoke evidence is read from the registry)")
                 if reason:
@@ -370,12 +399,27 @@ class Publisher:
                     continue
                 want = confirmed[item.target].digest
                 assert item.source is not None  # _refusal: a promoted image was built here
-                self.engine.tag(item.source, moving)
-                digest, _layers, _attempts = self._push_with_retries(moving)
-                if digest != want:
-                    raise PushError(f"moving tag {moving} got {digest}, not the digest of {item.target} ({want})",
-                                    why="the registry made a different manifest for the same image",
-                                    fix="check the registry; the immutable tag is unaffected")
+                try:
+                    self.engine.tag(item.source, moving)
+                    digest, _layers, _attempts = self._push_with_retries(moving)
+                    if digest != want:
+                        raise PushError(f"moving tag {moving} got {digest}, not the digest of {item.target} ({want})",
+                                        why="the registry made a different manifest for the same image",
+                                        fix="check the registry; the immutable tag is unaffected")
+                except (PushError, UnreachableError) as exc:
+                    err = exc if isinstance(exc, PushFailed) else self._error(moving, exc, attempts=0)
+                    text = self.redact(f"{err.what}: {err.why}" if err.why else err.what)
+                    broken = moving
+                    report = replace(
+                        report, failed=(*report.failed, Failed(
+                            target=moving, node="promote", kind=err.kind, error=text, attempts=err.attempts,
+                            fix=self.redact(err.fix or "run again: confirmed tags are not pushed twice"))),
+                        not_promoted=(*report.not_promoted,
+                                      Promotion(target=moving, source=item.target, digest=None, reason=text)))
+                    self.say(f"FAILED    moving {moving}: {err.why or err.what}")
+                    if sink is not None:
+                        sink.write(report)
+                    continue
                 report = replace(report, promoted=(*report.promoted,
                                  Promotion(target=moving, source=item.target, digest=digest)))
                 self.say(f"moved     {moving} -> {digest}")
@@ -386,6 +430,13 @@ class Publisher:
 
 def _refusal(item: PushItem, report: PushReport, confirmed: Mapping[str, Pushed]) -> str:
     if not report.ok:
+        # say what failed: an evidence attach is not an immutable tag
+        attach = [f for f in report.failed if f.node == "attach"]
+        if attach:
+            return f"attaching evidence to {attach[0].target} failed: {attach[0].error}"
+        if report.failed:
+            return f"the push of {report.failed[0].target} failed" + (
+                f" ({len(report.not_attempted)} later tag(s) not attempted)" if report.not_attempted else "")
         return "not every immutable tag was confirmed"
     done = confirmed.get(item.target)
     if done is None:
@@ -429,7 +480,7 @@ def run(engine: PushEngine, items: Sequence[PushItem], *, stack: str, variant: s
         sleep: Callable[[float], None] = time.sleep, say: Callable[[str], None] = lambda _t: None,
         log: Callable[[str], None] = lambda _t: None, clock: Callable[[], str] = _utc,
         attach: Callable[[Pushed], Sequence[Attached]] | None = None,
-        evidence: Callable[[Pushed], Verdict] | None = None) -> PushReport:
+        evidence: Callable[[Pushed], Verdict] | None = None, attach_to: str | None = None) -> PushReport:
     """Push every item, then (with ``attach``) attach evidence to the last one (the final image, once all
     were confirmed), then (with ``promote``) ask ``evidence`` about each confirmed image that has moving
     tags and move them where it has no refusal; the report is written as it goes. An attachment or a
@@ -439,8 +490,22 @@ def run(engine: PushEngine, items: Sequence[PushItem], *, stack: str, variant: s
     sink = ReportSink(reports, stack, variant, started, redact)
     report = PushReport(stack=stack, variant=variant, registry=registry, started=started)
     report = publisher.push_items(items, report, sink)
+    if report.ok and items:
+        # the image the tags name: ``attach_to`` (the final image's own tag), never a tag the registry kept
+        # for another image; then every dated tag of it must name that very digest
+        subject = attach_to or items[-1].target
+        last = next(p for p in report.pushed if p.target == subject)
+        stray = [f"{p.target} names {p.digest}" for p in report.pushed
+                 if p.node == last.node and p.digest != last.digest
+                 and any(i.target == p.target and i.dated for i in items)]
+        if stray:
+            report = replace(report, failed=(*report.failed, Failed(
+                target=last.target, node="verify", kind="transient", attempts=1,
+                error=redact(f"the dated tags of {last.target} do not name its digest {last.digest}: "
+                             + "; ".join(stray)), fix="check the registry: another push moved them meanwhile")))
+            sink.write(report)
     if attach is not None and report.ok and items:
-        last = next(p for p in report.pushed if p.target == items[-1].target)
+        last = next(p for p in report.pushed if p.target == (attach_to or items[-1].target))
         try:
             done = tuple(attach(last))
         except (PushError, UnreachableError) as exc:

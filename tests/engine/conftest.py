@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench import engine2
+from buildctl import retrying
 from buildctl.engine.engine import Engine
 from buildctl.engine.values import RUN_LABEL
 from buildctl.errors import EngineError
@@ -56,6 +57,8 @@ def containers(label: str, engine: Engine | None = None) -> list[str]:
 def engine() -> Iterator[Engine]:
     # Named per session: containers that run() creates carry the name in a label, so a leak is ours.
     eng = Engine(name=f"test-{os.getpid()}")
+    # transient registry answers are retried as in production (retrying.py), only with short waits
+    eng.retry = retrying.Backoff(attempts=3, first_delay=0.2, factor=2.0, max_delay=1.0, budget=30.0)
     problem: EngineError | None = None
     try:
         eng.ping()

@@ -13,6 +13,7 @@ import contextlib
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -103,6 +104,17 @@ class CutRule:
     pattern: bytes  # a regular expression over the client->registry bytes
     offset: int  # bytes of the matching request (from its first byte) let through before the cut
     times: int | None = 1  # connections to cut; None: every one
+    # instead of a cut: this whole HTTP answer (b"HTTP/1.1 503 ...") is given to the matching request, which never
+    # reaches the registry, and the connection is closed; b"" closes it with a reset (no answer at all)
+    answer: bytes | None = None
+    delay: float = 0.0  # instead of a cut: the matching request is held this long, then relayed (a slow answer)
+
+
+def http_answer(status: int, reason: str, headers: dict[str, str] | None = None) -> bytes:
+    """A complete HTTP answer with an empty body, for CutRule.answer."""
+    lines = [f"HTTP/1.1 {status} {reason}", "Content-Length: 0", "Connection: close",
+             *(f"{k}: {v}" for k, v in (headers or {}).items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
 @dataclass
@@ -179,8 +191,26 @@ class Relay:
                     found = re.search(rule.pattern, window)
                     if found is not None:
                         match_at = start + found.start()
+                before = total
                 total += len(chunk)
-                if rule is not None and match_at is not None and total >= match_at + rule.offset:
+                if rule is not None and match_at is not None and rule.delay:
+                    with self._lock:
+                        self.cuts += 1
+                    match_at = None
+                    time.sleep(rule.delay)
+                    window = b""  # the held request is not matched again
+                elif rule is not None and match_at is not None and rule.answer is not None:
+                    keep = match_at - before
+                    if keep > 0:
+                        server.sendall(chunk[:keep])
+                    with self._lock:
+                        self.cuts += 1
+                    if rule.answer:
+                        client.sendall(rule.answer)
+                    else:  # a reset: no answer, RST instead of FIN
+                        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    break
+                elif rule is not None and match_at is not None and total >= match_at + rule.offset:
                     keep = match_at + rule.offset - (total - len(chunk))
                     if keep > 0:
                         server.sendall(chunk[:keep])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.errors import UsageError
+from buildctl.errors import DiskFull, UsageError
 from buildctl.manifest import pins
 from buildctl.safepath import write_atomic_both
 from buildctl.services.bumping import BumpReport, Moved, choose
@@ -60,7 +60,7 @@ def test_both_files_are_written_or_neither(tmp_path: Path, monkeypatch: pytest.M
         real(src, dst)
 
     monkeypatch.setattr(os, "replace", second_fails)
-    with pytest.raises(OSError):
+    with pytest.raises(DiskFull, match=r"cannot write .*s\.yaml: no space left"):  # names the file (issue 33 item 13)
         write_atomic_both((lock, "newer lock\n"), (manifest, "newer manifest\n"))
     monkeypatch.undo()
     assert (lock.read_text(), manifest.read_text()) == ("new lock\n", "new manifest\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ class FakeSteps:
     keys: dict[str, str] = field(default_factory=lambda: {"system": "k1", "python": "k2", "entrypoint": "k3"})
     fail: dict[str, Exception] = field(default_factory=dict)
     push_failed: tuple[str, ...] = ()
+    not_moved: tuple[str, ...] = ()  # moving tags that failed ("tag: why"), the others moved
     calls: list[tuple[str, ...]] = field(default_factory=list)
 
     def lock(self, stack: str, variant: str) -> LockStep:
@@ -41,8 +43,9 @@ class FakeSteps:
     def push(self, stack: str, variant: str, *, tags: Sequence[str], moving: Sequence[str]) -> PushStep:
         self.calls.append(("push", stack, variant, *tags, "|", *moving))
         pushed = {f"reg/{stack}:{t}": "sha256:" + "d" * 64 for t in tags}
-        return PushStep(pushed=pushed, promoted=tuple(f"reg/{stack}:{m}" for m in moving),
-                        not_promoted=(), failed=self.push_failed)
+        failed = {x.split(":")[0] for x in self.not_moved}
+        return PushStep(pushed=pushed, promoted=tuple(f"reg/{stack}:{m}" for m in moving if m not in failed),
+                        not_promoted=tuple(f"reg/{stack}:{x}" for x in self.not_moved), failed=self.push_failed)
 
 
 def clock() -> datetime:
@@ -59,7 +62,7 @@ def test_green_run_pushes_immutable_tags_then_moves_nightly(tmp_path: Path) -> N
     r = report.runs[0]
     assert [(s.stage, s.status) for s in r.stages] == [("lock", "ok"), ("build", "ok"), ("push", "ok"),
                                                         ("promote", "ok")]
-    assert path.name == "20261130T020000Z.json"
+    assert path.name == f"20261130T020000Z-{os.getpid()}.json"  # two runs in one second: a report each
     assert json.loads((tmp_path / "latest.json").read_text())["ok"] is True
     page = (tmp_path / "latest.md").read_text()
     assert "# Nightly 2026-11-30: all green" in page
@@ -103,6 +106,27 @@ def test_push_failure_is_reported_and_nothing_is_promoted(tmp_path: Path) -> Non
     report, _ = nightly.run(steps, [("demo", "default", True)], report_dir=tmp_path, clock=clock)
     stages = {s.stage: s.status for s in report.runs[0].stages}
     assert stages == {"lock": "ok", "build": "ok", "push": "failed", "promote": "skipped"}
+
+
+def test_a_moving_tag_that_failed_fails_promote_saying_what_moved_and_what_did_not(tmp_path: Path) -> None:
+    """Issue 33 item 16: the report of the night lists exactly what moved and what did not."""
+    steps = FakeSteps(not_moved=("nightly: push of reg/demo:nightly failed: connection refused",))
+    report, path = nightly.run(steps, [("demo", "default", True)], report_dir=tmp_path, clock=clock)
+    stage = report.runs[0].stages[-1]
+    assert (stage.stage, stage.status) == ("promote", "failed") and not report.ok
+    assert stage.summary.startswith("not moved: reg/demo:nightly: push of")
+    assert json.loads(path.read_text())["ok"] is False
+
+
+def test_two_nightlies_in_the_same_second_keep_a_report_each(tmp_path: Path) -> None:
+    """Issue 33 item 15: the same second (and here the same process): two reports, latest.* the last one's."""
+    _r1, first = nightly.run(FakeSteps(), [("demo", "default", True)], report_dir=tmp_path, clock=clock)
+    _r2, second = nightly.run(FakeSteps(lock_hash="b" * 64), [("demo", "default", True)], report_dir=tmp_path,
+                              clock=clock)
+    assert first != second and first.is_file() and second.is_file()
+    assert json.loads(first.read_text())["runs"][0]["lock"]["hash"] == "a" * 64
+    assert (tmp_path / "latest.json").read_text() == second.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file left
 
 
 def test_no_push_builds_and_reports_only(tmp_path: Path) -> None:

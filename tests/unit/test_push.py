@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +80,7 @@ def test_a_push_is_recorded_with_its_confirmed_digest_and_layer_counts(tmp_path:
     assert (p.outcome, p.digest, p.uploaded, p.existing, p.attempts) == ("pushed", D1, 1, 2, 1)
     assert ("tag", (it.source, it.target)) in eng.calls
     assert recorded(tmp_path)["digests"] == {it.target: D1}
-    assert (tmp_path / "push/demo/v/2026-01-02T030405Z.json").read_text() == \
+    assert (tmp_path / f"push/demo/v/2026-01-02T030405Z-{os.getpid()}.json").read_text() == \
         (tmp_path / "push/demo/v/latest.json").read_text()
     assert sleeps == []
 
@@ -200,7 +201,8 @@ def test_nothing_is_promoted_when_any_push_failed(tmp_path: Path) -> None:
     eng = engine_with(final, node)
     eng.push_script = [(D1, PUSHED), stream_error("manifest invalid: bad")]
     report, _, _ = run(eng, [final, node], tmp_path, promote=True)
-    assert report.promoted == () and "not every immutable tag" in report.not_promoted[0].reason
+    # the reason names the push that failed
+    assert report.promoted == () and report.not_promoted[0].reason == f"the push of {node.target} failed"
     assert len([c for c in eng.calls if c[0] == "push"]) == 2  # the permanent failure was not retried
 
 
@@ -230,8 +232,77 @@ def test_a_moving_tag_that_gets_another_digest_is_an_error(tmp_path: Path) -> No
     it = item(moving=("latest",))
     eng = engine_with(it)
     eng.push_script = [(D1, PUSHED), (D2, [])]
-    with pytest.raises(PushError, match="not the digest of"):
-        run(eng, [it], tmp_path, promote=True)
+    report, _, _ = run(eng, [it], tmp_path, promote=True)
+    assert not report.ok and report.promoted == ()
+    assert "not the digest of" in report.failed[0].error and report.failed[0].node == "promote"
+
+
+def test_the_registry_dying_between_two_moving_tags_is_reported_exactly_and_a_rerun_converges(
+        tmp_path: Path) -> None:
+    """Issue 33 item 16: `default-nightly` moved, then the registry died before `nightly`: the report lists what
+    moved and what did not, says ok: false (latest.json too), and a rerun moves the rest."""
+    it = item("entrypoint", "k1", ("default-nightly", "nightly"))
+    eng = engine_with(it)
+    dead = stream_error("dial tcp 127.0.0.1:5999: connect: connection refused")
+    eng.push_script = [(D1, PUSHED), (D1, []), dead, dead, dead]
+    report, _, said = run(eng, [it], tmp_path, promote=True)
+    assert [p.target for p in report.promoted] == [it.moving[0]]
+    assert [(p.target, p.digest) for p in report.not_promoted] == [(it.moving[1], None)]
+    assert [(f.target, f.node) for f in report.failed] == [(it.moving[1], "promote")]
+    latest = json.loads((tmp_path / "push/demo/v/latest.json").read_text())
+    assert latest["ok"] is False and latest["failed"][0]["target"] == it.moving[1]
+    assert latest["digests"] == {it.target: D1, it.moving[0]: D1}
+    assert any(line.startswith(f"FAILED    moving {it.moving[1]}") for line in said)
+    # the registry is back: the rerun pushes nothing twice and moves both
+    assert it.source is not None
+    eng.images[it.source] = Image(labels={SMOKE_LABEL: "passed"}, repo_digests=(f"{REG}/demo/entrypoint@{D1}",))
+    eng.push_script = [(D1, []), (D1, [])]
+    again, _, _ = run(eng, [it], tmp_path, promote=True)
+    assert again.ok and [p.target for p in again.promoted] == list(it.moving)
+    assert again.pushed[0].outcome == "present"
+
+
+def test_a_dated_tag_moves_to_the_new_image_and_evidence_goes_to_the_final_images_digest(tmp_path: Path) -> None:
+    """Issue 33 item 12: a second nightly of a day: `nightly-YYYYMMDD` held the morning's image (D2); it moves to
+    this run's (D1), and the evidence is attached to D1, the digest the final tag and every dated tag name."""
+    final = item("entrypoint", "k1", ("nightly",))
+    dated = push.PushItem(source=final.source, target=f"{REG}/demo:nightly-20261204", node="entrypoint", key="k1",
+                          dated=True)
+    immutable = push.PushItem(source=final.source, target=f"{REG}/demo:demo-default-abc", node="entrypoint",
+                              key="k1")
+    eng = engine_with(final)
+    eng.registry = {dated.target: D2, immutable.target: D2}  # the morning's image under both
+    eng.push_script = [(D1, PUSHED), (D1, []), (D1, [])]
+    attached: list[str] = []
+
+    def attach(p: push.Pushed) -> list[Any]:
+        attached.append(p.digest)
+        return []
+
+    report = push.run(eng, [final, immutable, dated], stack="demo", variant="v", registry=REG, promote=True,
+                      reports=tmp_path, redact=Redactor(), sleep=lambda _s: None, attach=attach,
+                      evidence=ALLOW, attach_to=final.target)
+    outcomes = {p.target: (p.outcome, p.digest) for p in report.pushed}
+    assert outcomes == {final.target: ("pushed", D1), immutable.target: ("kept", D2), dated.target: ("pushed", D1)}
+    assert attached == [D1] and report.ok
+    assert [(p.target, p.digest) for p in report.promoted] == [(final.moving[0], D1)]
+
+
+def test_a_failed_attach_is_named_as_such_not_as_an_unconfirmed_tag(tmp_path: Path) -> None:
+    """Issue 33 item 18: the lock attach failed, so the moving tags stay: the reason says so."""
+    it = item("entrypoint", "k1", ("nightly",))
+    eng = engine_with(it)
+    eng.push_script = [(D1, PUSHED)]
+
+    def attach(_p: push.Pushed) -> list[Any]:
+        raise PushError("PUT http://r/v2/demo/manifests/x: the registry answered HTTP 500 (4 attempts)",
+                        why="storage failed")
+
+    report = push.run(eng, [it], stack="demo", variant="v", registry=REG, promote=True, reports=tmp_path,
+                      redact=Redactor(), sleep=lambda _s: None, attach=attach, evidence=ALLOW)
+    reason = report.not_promoted[0].reason
+    assert reason.startswith(f"attaching evidence to {it.target} failed: PUT") and "HTTP 500" in reason
+    assert "immutable" not in reason
 
 
 def test_render_names_every_outcome() -> None:
