@@ -70,7 +70,7 @@ else:
 # The classic builder's words for a step's container: "---> Running in 3f2a..." and, once it is gone,
 # "Removing intermediate container 3f2a..." (group 1 set).
 # " ---> 3f2a1b2c3d4e": the image a classic build step committed (or took from the cache, after "Using cache").
-_STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12,64})\s*$", re.MULTILINE)
+_STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12,64})[ \t\r]*(?=\n|\Z)", re.MULTILINE)
 _STEP_CONTAINER = re.compile(r"(?:Running in|(Removing intermediate container)) ([0-9a-f]{12,64})")
 # The classic builder looks for a step's cache by reading, one by one, every image that could be it: the parent's
 # children, or for a step right after FROM scratch every image without a parent (each pulled or loaded image).
