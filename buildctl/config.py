@@ -6,8 +6,8 @@ One documented layout (README, "Where things live"):
   (``~/.config/buildctl/config.toml``); every key has an environment override.
 - cache root: ``$BUILDCTL_CACHE`` or ``$XDG_CACHE_HOME/buildctl`` (``~/.cache/buildctl``), holding
   ``sources/`` (git mirrors and exported trees), ``wheels/<node>/<key>/`` (compiled wheels by key),
-  ``ccache/`` (compiler cache), ``logs/<stack>/<variant>/<node>.log``, ``reports/`` (smoke, nightly,
-  repro) and ``downloads/``.
+  ``ccache/`` (compiler cache, unless ``compile_cache`` names another folder), ``tools/`` (the ccache binary),
+  ``logs/<stack>/<variant>/<node>.log``, ``reports/`` (smoke, nightly, repro) and ``downloads/``.
 - registry credentials: docker's own ``~/.docker/config.json`` (never buildctl's file).
 """
 

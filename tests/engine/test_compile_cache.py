@@ -19,7 +19,18 @@ from buildctl import cli
 from buildctl.build import pipeline
 from buildctl.engine.engine import Engine
 from buildctl.graph.records import RecordStore, state_root
-from tests.engine.test_build import PROJECT, Demo, base_env, demo_lock, demo_lock_light, light_demo, outcomes
+from buildctl.services import building
+from buildctl.sources.sources import Sources
+from tests.engine.test_build import (
+    PROJECT,
+    Demo,
+    Recorder,
+    base_env,
+    demo_lock,
+    demo_lock_light,
+    light_demo,
+    outcomes,
+)
 from tests.helpers import unique
 
 __all__ = ["demo_lock", "demo_lock_light", "light_demo"]  # fixtures of test_build.py
@@ -94,6 +105,18 @@ def use_commit(demo: Demo, repo: Repo, sha: str, *, first: bool) -> None:
     demo.edit_lock(change)
 
 
+def build(demo: Demo, engines: list[Engine]) -> tuple[pipeline.Report, Recorder]:
+    """Demo.build, keeping the progress events (the line each node ends with)."""
+    t = demo.target()
+    demo.register(t, engines)
+    config = demo.config()
+    events = Recorder()
+    report = building.build_target(t, engines=engines, config=config,
+                                   sources=Sources.from_config(config, base_dir=demo.root / "pins"), progress=events,
+                                   project=demo.root, options=pipeline.Options(jobs=2, skip_smoke=True))
+    return report, events
+
+
 def compile_counts(report: pipeline.Report) -> tuple[int | None, int | None]:
     [n] = [n for n in report.nodes if n.name == "wheel:fastmath"]
     assert n.outcome == "built"
@@ -123,9 +146,11 @@ def test_changed_sources_recompile_alone_on_this_builder_and_a_second_one(
     before = demo.target().graph.node("wheel:fastmath").key
     second = repo.commit({"fastmath/_extra1.c": extra_source(1, version=1)}, "fastmath: extra 1, version 1")
     use_commit(demo, repo, second, first=False)
-    warm = demo.build([engine])
+    warm, events = build(demo, [engine])
     assert sorted(warm.built) == ["assemble", "entrypoint", "wheel:fastmath"]
     assert compile_counts(warm) == (EXTRA - 1, 2)
+    [(_, _, line)] = [e for e in events.events if e[:2] == ("wheel:fastmath", "built")]
+    assert line.endswith(f"; compiled: {EXTRA - 1} of {EXTRA + 1} objects from the cache"), line
     capsys.readouterr()
     assert cli.main(["--project", str(demo.root), "plan", "demo", "--json"]) == 0
     plan = {n["name"]: n for n in json.loads(capsys.readouterr().out)["nodes"]}

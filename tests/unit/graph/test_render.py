@@ -301,7 +301,8 @@ if [ -x /buildctl/tools/ccache ]; then
 fi
 pip wheel --no-build-isolation --no-deps -w /out .
 if [ -x /buildctl/tools/ccache ]; then
-  /buildctl/tools/ccache --print-log-stats --format json > /out/.buildctl-ccache-stats.json
+  /buildctl/tools/ccache --print-log-stats --format json > /out/.buildctl-ccache-stats.json \\
+    || rm -f /out/.buildctl-ccache-stats.json
 fi
 """
     assert out.dockerfile == """\
