@@ -149,6 +149,13 @@ PY
 }
 
 elapsed() { echo $(( $(date +%s) - t_job )); }
+# The machine's own compiler variables: a compile-env container has only its image's environment.
+fact env_compilers "CC=${CC-<unset>} CXX=${CXX-<unset>} CUDAHOSTCXX=${CUDAHOSTCXX-<unset>} CUDACXX=${CUDACXX-<unset>} PIP_VERBOSE=${PIP_VERBOSE-<unset>}"
+if [ "${UNSET_CC_CXX:-0}" = 1 ]; then unset CC CXX; say "CC and CXX unset for the runs (UNSET_CC_CXX=1)"; fi
+if [ -n "${RUNS:-}" ]; then   # e.g. RUNS='r1-cold:A:ccache r2-pyonly:B:ccache': these runs alone, in order
+  for spec in $RUNS; do IFS=: read -r n x k <<< "$spec"; run_one "$n" "$x" "$k" || break; done
+  say "== job done"; touch "$W/done"; exit 0
+fi
 run_one c1-cold A ccache && run_one c2-pyonly B ccache && run_one c3-onefile C ccache && run_one c4-no2150 D ccache
 if [ "$(elapsed)" -lt "$SC_COLD_BEFORE_S" ]; then
   run_one s1-cold A sccache && { [ "$(elapsed)" -lt "$SC_WARM_BEFORE_S" ] && run_one s2-pyonly B sccache || fact skipped "s2-pyonly at $(elapsed) s"; }
