@@ -5,7 +5,8 @@
 # wheels as its wheelhouse), then wheel-<component>.sh with BUILDCTL_JOBS as buildctl computes it, each
 # compile in its own mount namespace where /src (read-only), /out, /ccache and a private /tmp are what the
 # node's container mounts. Both compiles start with setsid and outlive this call; progress in /tmp/b17.
-# Run as: bash .devcarry/c1/compile.sh   (from the repository root on the device)
+# Run as: bash tests/data/gpu/h200-hopper/compile.sh   (from the repository root on the device; the carried
+# .devcarry/c1 from prepare.py). Exit status: 0 both compiled, 1 one failed, 2 one still running.
 set -u
 export PYTHONUNBUFFERED=1
 C=$PWD/.devcarry/c1
@@ -78,4 +79,15 @@ while [ $(( $(date +%s) - t0 )) -lt "${WAIT_S:-540}" ]; do
 done
 for c in transformer-engine deepep-hybridep; do echo "$c rc/seconds: $(cat "$W/$c.rc" 2>/dev/null || echo running)"; ls -la "$W/out-$c"; done
 cp "$W/pip-before.json" "$W/pip-check-before.txt" "$OUT/" 2>/dev/null
-for c in transformer-engine deepep-hybridep; do [ -f "$W/$c.rc" ] && [ "$(cut -d' ' -f1 "$W/$c.rc")" != 0 ] && { echo "== $c log (failed)"; tail -n 40 "$W/$c.log"; }; done
+# Exit status: 0 when both compiles finished with status 0, 1 when one failed, 2 when one is still running
+# (the WAIT_S window ended first; it runs on under setsid and train.sh waits for it).
+status=0
+for c in transformer-engine deepep-hybridep; do
+  if [ ! -f "$W/$c.rc" ]; then
+    [ "$status" = 1 ] || status=2
+  elif [ "$(cut -d' ' -f1 "$W/$c.rc")" != 0 ]; then
+    status=1; echo "== $c log (failed)"; tail -n 40 "$W/$c.log"
+  fi
+done
+echo "compile.sh exit status $status"
+exit "$status"

@@ -1,7 +1,11 @@
 """Host side of the proxy trainings: what train.sh needs besides the compile (h200-hopper's prepare.py packs
 that), rendered by buildctl itself. Run from the buildctl checkout's root with it first on PYTHONPATH:
 
-    PYTHONPATH=. python3 tests/data/gpu/h200-train/prepare_train.py DEST [MLPERF_COMMON_GIT_DIR]
+    PYTHONPATH=. python3 tests/data/gpu/h200-train/prepare_train.py DEST MLPERF_COMMON_GIT_DIR
+
+MLPERF_COMMON_GIT_DIR is a git directory of NVIDIA/mlperf-common (a bare mirror such as
+/work/mirrors/NVIDIA/mlperf-common.git, or a clone's .git); instead of the argument, the environment
+variable MLPERF_COMMON_GIT may name it. Neither given, or no such git directory: status 1 with a message, before anything is written.
 
 writes into DEST (.devcarry/train):
 - buildctl-launch-<stack>: render_launch_script(manifest, variant) of deepseek-v3-gb200 / hopper and
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -34,10 +39,25 @@ from buildctl.manifest.pins import load, select_variant
 
 STACKS = {"deepseek-v3-gb200": "hopper", "megatron-bert": "ngc2401"}
 PROXIES = {"deepseek-v3-gb200": "dsv3-proxy-1gpu", "megatron-bert": "bert-proxy-1gpu"}
-MIRROR = "/work/.mirror/NVIDIA+mlperf-common/repo"
+MIRROR_ENV = "MLPERF_COMMON_GIT"
+USAGE = "usage: prepare_train.py DEST MLPERF_COMMON_GIT_DIR  (or the environment variable MLPERF_COMMON_GIT)"
 
 
-def main(dest: Path, mirror: str = MIRROR) -> int:
+def mirror_dir(args: list[str]) -> str:
+    """The mlperf-common git directory: the argument, else $MLPERF_COMMON_GIT; SystemExit (status 1) when neither
+    names a git directory that has main:client/bindpcie."""
+    mirror = args[0] if args else os.environ.get(MIRROR_ENV, "")
+    if not mirror:
+        raise SystemExit(f"prepare_train.py: no NVIDIA/mlperf-common git directory given (bindpcie comes from its "
+                         f"main:client/bindpcie)\n{USAGE}")
+    probe = subprocess.run(["git", "--git-dir", mirror, "cat-file", "-e", "main:client/bindpcie"], capture_output=True)
+    if probe.returncode != 0:
+        raise SystemExit(f"prepare_train.py: {mirror} is not a git directory of NVIDIA/mlperf-common with "
+                         f"main:client/bindpcie ({probe.stderr.decode(errors='replace').strip()[:200]})\n{USAGE}")
+    return mirror
+
+
+def main(dest: Path, mirror: str) -> int:
     root = Path.cwd()
     dest.mkdir(parents=True, exist_ok=True)
     profiles = []
@@ -70,4 +90,7 @@ def main(dest: Path, mirror: str = MIRROR) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), *sys.argv[2:3]))
+    if len(sys.argv) not in (2, 3):
+        print(USAGE, file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(Path(sys.argv[1]), mirror_dir(sys.argv[2:])))

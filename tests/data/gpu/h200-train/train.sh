@@ -10,6 +10,13 @@
 #   BUILDCTL_PROFILE=<profile>, under `timeout`, its whole log in $OUT/train-<profile>.log and its report
 #   (report.py: smoke.trainlog's reader, as the train check reads it) merged into $OUT/reports.json.
 # Run as: bash tests/data/gpu/h200-train/train.sh   (from the repository root on the device)
+# It needs the buildctl checkout there: the device tool runs the command in a copy of the session's checkout,
+# and the trainings run as `python3 -m smoke` from that root (TRAIN_VIA=smoke, SMOKE_TRAIN=1) with this
+# folder's make_bert_data.py and report.py; it stops at once when the root holds no smoke/ suite.
+# TRAIN_CARRY: the folder prepare_train.py, fetch_wheels.sh and the README's commands filled (launch scripts,
+# image-env-<stack>.sh, expect-<stack>.json, profiles.txt, bindpcie, whl/, deb/, megatron-lm.tar.gz);
+# default .devcarry/train under the root, the ignored folder named in the call's `carry`. Set it when the
+# carry travels under another name (e.g. TRAIN_CARRY=$PWD/.devcarry/train2).
 # Knobs: PROFILES='stack:profile ...' (default: profiles.txt), TRAIN_TIMEOUT_S (240), WAIT_S (for the
 # compiles, 240), TRAIN_VIA=smoke (default: each training runs as the smoke suite's train check, GPU tier, with
 # $T/expect-<stack>.json from prepare_train.py; TRAIN_VIA=direct runs the script itself), SMOKE_TRAIN=1 (direct
@@ -19,6 +26,12 @@ export PYTHONUNBUFFERED=1
 ROOT=$PWD
 HERE=$(cd "$(dirname "$0")" && pwd)
 T=${TRAIN_CARRY:-$ROOT/.devcarry/train}
+if [ ! -f "$ROOT/smoke/__main__.py" ]; then
+  echo "train.sh: $ROOT is not a buildctl checkout (no smoke/__main__.py): run it from the checkout's root"; exit 1
+fi
+if [ ! -f "$T/profiles.txt" ] && [ -z "${PROFILES:-}" ]; then
+  echo "train.sh: TRAIN_CARRY=$T holds no profiles.txt (prepare_train.py writes it) and PROFILES is unset"; exit 1
+fi
 W=/tmp/b17                   # compile.sh's work folder
 R=/tmp/h5train               # this script's
 rm -rf "$R/bin" "$R/standin" "$R"/report-*.json; mkdir -p "$R/bin" "$OUT"

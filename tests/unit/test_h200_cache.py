@@ -1,0 +1,113 @@
+"""What the compiler-cache runs on the H200 gave (tests/data/gpu/h200-cache/, 2026-12-04).
+
+buildctl's rendered wheel script of deepseek-v3-gb200 / hopper / transformer-engine ran on the device tool's
+H200 run after run with one ccache folder kept (job.sh); results.json is summarize.py's reading of the
+lines the device returned (lease1/, lease2/ results.jsonl). These tests hold results.json to those lines and
+to itself: the runs that were asked for are there, every ratio comes from the recorded seconds, the hits and
+misses add up. They read the figures; none is written here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "gpu" / "h200-cache"
+RESULTS: dict[str, Any] = json.loads((DATA / "results.json").read_text())
+TREES: dict[str, Any] = json.loads((DATA / "trees.json").read_text())
+
+
+def runs(lease: str) -> dict[str, dict[str, Any]]:
+    return {r["run"]: r for r in RESULTS["leases"][lease]["runs"]}
+
+
+def raw(lease: str) -> dict[str, dict[str, Any]]:
+    lines = [json.loads(x) for x in (DATA / lease / "results.jsonl").read_text().splitlines() if x.strip()]
+    return {x["run"]: x for x in lines if "run" in x}
+
+
+def test_the_four_ccache_runs_are_there_in_order_each_on_its_tree_with_a_wheel() -> None:
+    lease1 = [r for r in RESULTS["leases"]["lease1"]["runs"] if r["cache"] == "ccache"]
+    assert [(r["run"], r["tree"]) for r in lease1] == [
+        ("c1-cold", "A"), ("c2-pyonly", "B"), ("c3-onefile", "C"), ("c4-no2150", "D")]
+    for lease in RESULTS["leases"]:
+        for r in runs(lease).values():
+            short = RESULTS["trees"][r["tree"]]["short"]
+            assert r["rc"] == 0 and r["seconds"] > 0, r["run"]
+            # the wheel is the one of that run's tree: TE's version suffix is the tree's commit
+            assert r["wheel"].startswith(f"transformer_engine-2.9.0+{short}-"), (r["run"], r["wheel"])
+
+
+def test_results_json_is_what_the_device_returned() -> None:
+    for lease in RESULTS["leases"]:
+        back = raw(lease)
+        assert list(back) == list(runs(lease)), lease
+        for name, r in runs(lease).items():
+            b = back[name]
+            for key in ("tree", "cache", "rc", "seconds", "jobs", "wheel", "wheel_sha256", "command"):
+                assert r[key] == b[key], (lease, name, key)
+            if r["cache"] == "ccache":
+                s = b["ccache_print_stats"]
+                assert r["hits"] == s["direct_cache_hit"] + s["preprocessed_cache_hit"], name
+                assert r["misses"] == s["cache_miss"], name
+            else:
+                st = b["sccache_stats"]["stats"]
+                assert r["hits"] == sum(st["cache_hits"]["counts"].values()), name
+                assert r["misses"] == sum(st["cache_misses"]["counts"].values()), name
+
+
+def test_hits_and_misses_add_up() -> None:
+    for lease in RESULTS["leases"]:
+        rs = list(runs(lease).values())
+        for cache in ("ccache", "sccache"):
+            mine = [r for r in rs if r["cache"] == cache]
+            if not mine:
+                continue
+            # every run of one tool compiles the same units: what one run misses, another hits
+            assert len({r["hits"] + r["misses"] for r in mine}) == 1, (lease, cache, [(r["hits"], r["misses"]) for r in mine])
+            assert mine[0]["run"].endswith("-cold") and mine[0]["hits"] <= mine[0]["misses"], (lease, cache)
+        for r in rs:
+            if r["cache"] != "ccache":
+                continue
+            s = r["ccache_stats"]
+            # ccache's own two ledgers agree, and the script's per-compile log says what the outside counters say
+            assert s.get("local_storage_hit", 0) == r["hits"] and s.get("local_storage_miss", 0) == r["misses"], r["run"]
+            assert r["script_stats"]["hits"] == r["hits"] and r["script_stats"]["misses"] == r["misses"], r["run"]
+    one = runs("lease1")
+    # an unchanged tree but for .py files recompiles less than a tree with one more changed unit
+    assert one["c3-onefile"]["misses"] > one["c2-pyonly"]["misses"]
+    assert one["c1-cold"]["hits"] == 0 and runs("lease2")["r1-cold"]["hits"] == 0
+
+
+def test_every_ratio_comes_from_the_recorded_seconds() -> None:
+    assert RESULTS["comparisons"]
+    for c in RESULTS["comparisons"]:
+        by = runs(c["lease"])
+        base, run = by[c["base"]]["seconds"], by[c["run"]]["seconds"]
+        want = round(base / run, 2) if c["kind"] == "speedup" else round(run / base, 2)
+        assert c["value"] == want, c
+        if c["target"] is None:
+            assert c["met"] is None, c
+        else:
+            assert c["met"] == (want >= c["target"] if c["kind"] == "speedup" else want <= c["target"]), c
+    readme = (DATA / "README.md").read_text()
+    for c in RESULTS["comparisons"]:
+        assert f"{c['value']:.2f}" in readme, f"README.md lacks {c['name']}: {c['value']:.2f}"
+
+
+def test_the_script_that_ran_is_buildctls_rendered_one_and_the_trees_are_the_named_ones() -> None:
+    script = (DATA / RESULTS["script"]["file"]).read_text()
+    assert hashlib.sha256(script.encode()).hexdigest() == RESULTS["script"]["sha256"] == TREES["wheel_script_sha256"]
+    assert "/buildctl/tools/ccache" in script and "pip wheel --no-build-isolation" in script
+    for lease in RESULTS["leases"]:
+        for r in runs(lease).values():
+            tools = "/tmp/h200cache/tools' /buildctl/tools" if r["cache"] == "ccache" else "/tmp/h200cache/notools' /buildctl/tools"
+            assert tools in r["command"] and f"src-{r['tree']}' /src" in r["command"], r["run"]
+    t = TREES["trees"]
+    assert all(p.endswith(".py") or p.startswith(".git/") for p in t["B"]["changed_vs_A"])  # #2286: Python only
+    assert "commit dd7ab715a55d" not in t["A"]["changes"] and "commit dd7ab715a55d" in t["B"]["changes"]
+    assert "PR #2150" in t["B"]["changes"] and "PR #2150" not in t["D"]["changes"]
+    assert RESULTS["trees"]["C"]["from"] == t["B"]["commit"] and RESULTS["trees"]["C"]["file"].endswith(".cu")
