@@ -289,7 +289,23 @@ if [ -x /buildctl/tools/ccache ]; then
   nvcc="${CUDA_HOME:-${CUDA_PATH:-}}"
   if [ -n "$nvcc" ]; then nvcc="$nvcc/bin/nvcc"; else nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"; fi
   if [ -x "$nvcc" ]; then PYTORCH_NVCC="/buildctl/tools/ccache $nvcc"; export PYTORCH_NVCC; fi
-  PATH="/tmp/buildctl-ccache:$PATH"
+  # A CC/CXX the image sets to a compiler's path (torch's extension build runs $CXX as given) would pass the
+  # links: it names a link of the same name instead, and the compiler's own folder comes right after the links
+  # on PATH, so that ccache runs that very compiler.
+  first=""
+  for v in CC CXX; do
+    eval "c=\\${$v:-}"
+    case "$c" in
+      /*) if [ -f "$c" ] && [ -x "$c" ]; then
+            [ -e "/tmp/buildctl-ccache/${c##*/}" ] || ln -s /buildctl/tools/ccache "/tmp/buildctl-ccache/${c##*/}"
+            d="${c%/*}"
+            first="${first}${d:-/}:"
+            eval "$v=/tmp/buildctl-ccache/\\${c##*/}"
+            export "$v"
+          fi ;;
+    esac
+  done
+  PATH="/tmp/buildctl-ccache:$first$PATH"
   CMAKE_C_COMPILER_LAUNCHER=/buildctl/tools/ccache
   CMAKE_CXX_COMPILER_LAUNCHER=/buildctl/tools/ccache
   CMAKE_CUDA_COMPILER_LAUNCHER=/buildctl/tools/ccache
