@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from buildctl import quoting, runs, safepath
 from buildctl.build import compilecache, normalise, wheelhouse
 from buildctl.build.state import Action, NodeResult, Outcome, RunState
-from buildctl.errors import BuildctlError, BuildFailed, SmokeFailed
+from buildctl.errors import BuildctlError, BuildFailed, SmokeFailed, disk_full
 from buildctl.graph import render
 from buildctl.graph.graph import Node, shared_labels
 from buildctl.graph.records import NodeRecord
@@ -283,15 +283,10 @@ class Steps:
         assert node.component
         if self.s.cancelled.is_set():
             raise BuildFailed(f"{node.name}: cancelled", why="the build was interrupted")
-        final = self.s.config.cache.wheels / node.component / node.key
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f"run-{runs.owner()}-", dir=final.parent))  # swept if this run dies
-        shutil.copy2(made, tmp / made.name)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        kept = keep_wheel(self.s.config.cache.wheels / node.component / node.key, made)
         with self.s.lock:
-            self.s.wheels[node.component] = final / made.name
-        return final / made.name
+            self.s.wheels[node.component] = kept
+        return kept
 
     def _wheel_image(self, e: Engine, node: Node, wheel: Path, *, stats: compilecache.Stats | None = None) -> None:
         with self.s.lock:
@@ -322,6 +317,25 @@ class Steps:
             if found is None:
                 raise BuildFailed(f"the image {ref} holds no wheel", fix="remove it from the registry and build again")
             self._keep_wheel(node, found)
+
+
+def keep_wheel(final: Path, made: Path) -> Path:
+    """Put the wheel ``made`` alone in the folder ``final`` (wheels/<component>/<key>/), whole or not at all: it is
+    copied into a folder of this run beside it (swept by a later run if this one dies), which then replaces
+    ``final``. A copy that fails (a full disk: DiskFull naming the wheel) leaves no part of it behind."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"run-{runs.owner()}-", dir=final.parent))
+    try:
+        shutil.copy2(made, tmp / made.name)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        full = disk_full(final / made.name, exc) if isinstance(exc, OSError) else None
+        if full is not None:
+            raise full from exc
+        raise
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return final / made.name
 
 
 def compile_jobs(*, cores: int, memory_gib: float, per_job_gib: float, concurrent: int) -> int:

@@ -158,3 +158,20 @@ def test_a_writer_killed_between_write_and_rename_leaves_a_temp_the_next_command
     monkeypatch.setenv("BUILDCTL_CACHE", str(tmp_path / "cache"))
     assert cli.main(["--project", str(project), "pins", "check"]) == 0
     assert not left.exists() and mine.exists()
+
+
+def test_a_compiled_wheel_kept_on_a_full_cache_is_named_and_leaves_no_part(small_fs: Path, tmp_path: Path) -> None:
+    """A compile that finished, its wheel copied into the wheel cache on a full disk: DiskFull naming the wheel's
+    place, and no part of it anywhere under the wheel cache (a later run must never find a truncated wheel)."""
+    from buildctl.build.steps import keep_wheel
+
+    made = tmp_path / "fastmath-0.2.0-cp311-cp311-linux_x86_64.whl"
+    made.write_bytes(os.urandom(200 * 1024))  # more than the filesystem keeps free once filled
+    final = small_fs / "wheels" / "fastmath" / ("k" * 64)
+    final.parent.mkdir(parents=True)
+    fill(small_fs)
+    with pytest.raises(DiskFull) as err:
+        keep_wheel(final, made)
+    assert str(final / made.name) in err.value.what and err.value.exit_code == 16
+    assert not final.exists()
+    assert [p.name for p in final.parent.iterdir()] == []  # the run's folder with the part went too
