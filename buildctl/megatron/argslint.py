@@ -93,6 +93,16 @@ def _entry_script(manifest: Manifest) -> str | None:
     return script
 
 
+def _megatron_launch(manifest: Manifest, table: FlagTable | None) -> bool:
+    """Whether the launch is Megatron-LM's, so that what its validate_args refuses applies (combos.py): the
+    entrypoint names its component, a Megatron source was read, or the command runs one of its ``pretrain_*.py``
+    entry scripts. Another program's ``--save`` or ``--data-path`` (the demo trainer's) means what it says."""
+    e = manifest.entrypoint
+    script = _entry_script(manifest) or ""
+    return (e is not None and e.megatron is not None) or table is not None or (
+        script.rsplit("/", 1)[-1].startswith("pretrain_"))
+
+
 def lint(manifest: Manifest, variant: Variant, megatron_root: Path | None, profile: str | None = None, *,
          missing_reason: str = "no Megatron-LM source was given") -> LintReport:
     """Check the arguments of ``manifest``'s entrypoint (with ``profile`` laid over them).
@@ -133,6 +143,7 @@ def lint(manifest: Manifest, variant: Variant, megatron_root: Path | None, profi
     env_at = variant.entrypoint.at if "NVLINK_DOMAIN_SIZE" in variant.entrypoint.env else manifest.at
     checks = _Consistency(uses, table, gpus, gpus_from, prof.at if prof is not None else e.at,
                           root=megatron_root if table is not None else None, variant=variant, env=env, env_at=env_at)
+    checks.megatron = _megatron_launch(manifest, table)
     findings.extend(checks.run())
     return LintReport(
         stack=manifest.stack, variant=variant.name, profile=profile_name, gpus=gpus,

@@ -13,6 +13,10 @@ from buildctl.megatron.report import Finding, _Use
 class _Consistency(_Checks):
     """Every consistency check of one launch: those of _Checks and the upstream assertions here."""
 
+    # Whether the launch is Megatron-LM's (the entrypoint names its component): combos.py's table is what
+    # validate_args refuses, and another program's --save or --data-path means what that program says.
+    megatron = True
+
     def run(self) -> list[Finding]:
         for check in (self.parallel_sizes, self.pipeline_layout, self.moe_layer_freq, self.hybridep,
                       self.mxfp8_param_gather, self.layers_per_stage, self.virtual_pipeline, self.attention_sizes,
@@ -27,6 +31,8 @@ class _Consistency(_Checks):
 
     def combinations(self) -> None:
         """Flags validate_args or TransformerConfig refuse together, or without another (combos.py's table)."""
+        if not self.megatron:
+            return
         for r in combos.ALL:
             if r.when(self):
                 self.add("error", r.check, r.flag, f"{r.message}: Megatron-LM refuses it ({r.cite.text!r})", r.fix,

@@ -372,3 +372,17 @@ def test_a_finding_names_flag_line_and_fix() -> None:
     assert "--fp16 and --bf16 together" in f.message and "assert not args.bf16" in f.message
     assert f.suggestion == "keep one of --fp16 and --bf16"
     assert f.source == "Megatron-LM effebd81 megatron/training/arguments.py:750"
+
+
+
+def test_another_programs_launch_is_not_held_to_megatrons_combinations() -> None:
+    """The demo trainer's `--save` without `--save-interval` is its own business: combos.py's rules are what
+    Megatron-LM's validate_args refuses, and apply only to a Megatron launch (a pretrain_*.py, an entrypoint
+    naming the Megatron component, or a Megatron source read)."""
+    from dataclasses import replace
+
+    megatron = manifest("- --save: /checkpoints\n")
+    assert megatron.entrypoint is not None
+    assert any("--save-interval" in f.message for f in run(megatron).findings)
+    other = replace(megatron, entrypoint=replace(megatron.entrypoint, command=("python3", "train.py")))
+    assert not [f for f in run(other).findings if "--save-interval" in f.message]
