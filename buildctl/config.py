@@ -37,6 +37,7 @@ CONFIG_KEYS = {
     "builders": "BUILDCTL_BUILDERS",
     "docker_cli": "BUILDCTL_DOCKER_CLI",
     "wheelhouse_address": "BUILDCTL_WHEELHOUSE_ADDRESS",
+    "compile_cache": "BUILDCTL_COMPILE_CACHE",
 }
 BACKENDS = ("classic", "buildkit")  # how a node's image is built (engine/buildkit.py says which does what)
 
@@ -74,6 +75,34 @@ class CacheLayout:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CompileCache:
+    """Where compile nodes keep their compiler cache (config ``compile_cache``, build/compilecache.py): unset, the
+    local folder ``<cache>/ccache``; an absolute path, that folder; ``redis://HOST:PORT``, that server (a fleet's)
+    with the local folder as the first level; ``off``, no cache."""
+
+    off: bool = False
+    folder: Path | None = None  # None: <cache>/ccache
+    server: str | None = None  # redis://HOST:PORT[/DB]
+
+    @staticmethod
+    def parse(value: str) -> CompileCache:
+        """The setting from its one string (ValueError saying what is wrong)."""
+        if value == "off":
+            return CompileCache(off=True)
+        if value.startswith("/"):
+            problem = syntax.abs_path(value)
+            if problem:
+                raise ValueError(f"{value!r} {problem}")
+            return CompileCache(folder=Path(value))
+        m = re.match(r"^redis://(?P<host>[^/:]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})(/[0-9]{1,2})?$", value)
+        if m and syntax.host_port(m.group("host")) is None and 0 < int(m.group("port")) < 65536:
+            return CompileCache(server=value)
+        if value.startswith("redis://"):
+            raise ValueError(f"{value!r} is not redis://HOST:PORT[/DB] (a name or an address, and a port)")
+        raise ValueError(f"{value!r} is not a compiler cache: \"off\", an absolute folder, or redis://HOST:PORT")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     """User configuration, after environment overrides."""
 
@@ -104,6 +133,7 @@ class Config:
     # the address of this host the build's wheelhouse is served on (None: 127.0.0.1): one a builder on another
     # machine reaches (syntax.bind_address: an IP address of one interface, never 0.0.0.0 or ::)
     wheelhouse_address: str | None = None
+    compile_cache: CompileCache = field(default_factory=CompileCache)
     cache: CacheLayout
 
 
@@ -319,6 +349,15 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
     )
     ca = string("ca_bundle")
     cli = string("docker_cli")
+    compile_cache = CompileCache()
+    if values.get("compile_cache") not in (None, ""):
+        raw_cc = values["compile_cache"]
+        if not isinstance(raw_cc, str):
+            raise fail("compile_cache", f"expected a string, got {raw_cc!r}")
+        try:
+            compile_cache = CompileCache.parse(raw_cc)
+        except ValueError as exc:
+            raise fail("compile_cache", str(exc)) from None
     return Config(
         path=path,
         default_stack=string("default_stack") or "deepseek-v3-gb200",
@@ -335,5 +374,6 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
         builders=builders,
         docker_cli=Path(cli) if cli else None,
         wheelhouse_address=string("wheelhouse_address"),
+        compile_cache=compile_cache,
         cache=CacheLayout(root=cache_root),
     )

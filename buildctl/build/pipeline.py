@@ -157,6 +157,7 @@ class _Build:
                 self._check_platform()
             self.host.prepare_sources(actions)
             self.host.fetch_downloads(actions)
+            self.host.fetch_compile_tool(actions)
             self.host.fetch_pip(actions)
             self.s.scratch.mkdir(parents=True, exist_ok=True)  # this run's: <cache>/tmp/run-<owner>/
             with self._wheelhouse() as url:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl.build import wheelhouse
+from buildctl.build import compilecache, wheelhouse
 from buildctl.build.inputs import Fetchers
 from buildctl.build.state import Action, RunState
 from buildctl.errors import BuildFailed
@@ -24,6 +24,7 @@ from buildctl.graph.specs import (
     PipPin,
     PythonNodeSpec,
     SystemNodeSpec,
+    WheelNodeSpec,
 )
 from buildctl.sources.index import HttpFetcher
 
@@ -50,6 +51,19 @@ class HostPrep:
 
     def _node_for(self, component: str) -> str:
         return f"wheel:{component}" if f"wheel:{component}" in self.s.g.names() else "assemble"
+
+    def fetch_compile_tool(self, actions: Mapping[str, Action]) -> None:
+        """The compiler cache's binary (build/compilecache.py), when a compile to run uses the cache."""
+        if self.s.config.compile_cache.off:
+            return
+        compiles = [n for n in self.s.g.nodes if isinstance(n.spec, WheelNodeSpec) and n.spec.compile_cache
+                    and actions.get(n.name) == "build"]
+        if compiles:
+            self.s.compile_tool = compilecache.ensure_tool(self.s.config.cache, self.s.g.platform,
+                                                           self.fetchers.downloads())
+            if self.s.compile_tool is None:
+                self.s.progress.node(compiles[0].name, "cache", f"no compiler cache is pinned for {self.s.g.platform}: "
+                                     "compiling without one")
 
     def fetch_downloads(self, actions: Mapping[str, Action]) -> None:
         files: dict[str, FileSpec] = {}

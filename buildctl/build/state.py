@@ -56,6 +56,9 @@ class NodeResult:
     ref: str
     seconds: float
     backend: str = ""  # how it was built: classic or buildkit ("" for one cached or pulled)
+    # compiles: the compiler calls the compiler cache served and those it missed (None: no cache or no compile)
+    cache_hits: int | None = None
+    cache_misses: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +123,8 @@ class RunState:
         self.pip_files: dict[str, Path] = {}  # wheel file name -> a downloaded wheel (install: pip), verified
         self.built: dict[str, str] = {}  # "name==version" -> sha256 of the wheel built from its locked sdist
         self.wheels: dict[str, Path] = {}  # component -> its compiled wheel file
+        self.compile_tool: Path | None = None  # the compiler cache's binary (build/compilecache.py), when compiles use it
+        self.cache_stats: dict[str, tuple[int, int]] = {}  # compile node -> (cache hits, misses) of its compile here
         self.busy: dict[str, int] = {e.name: 0 for e in self.engines}
         self.lock = threading.Lock()
         self.cancelled = threading.Event()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from buildctl import quoting, runs, safepath
-from buildctl.build import normalise, wheelhouse
+from buildctl.build import compilecache, normalise, wheelhouse
 from buildctl.build.state import Action, NodeResult, Outcome, RunState
 from buildctl.errors import BuildctlError, BuildFailed, SmokeFailed
 from buildctl.graph import render
@@ -74,9 +74,13 @@ class Steps:
                 outcome = "built"
         seconds = time.monotonic() - start
         with self.s.lock:
+            hits, misses = self.s.cache_stats.get(name, (None, None))
             self.s.results.append(NodeResult(name=name, outcome=outcome, engine=e.name, ref=self.s.ref(name),
-                                             seconds=seconds, backend=e.backend if outcome == "built" else ""))
-        self.s.progress.node(name, outcome, f"{self.s.ref(name)} on {e.name}")
+                                             seconds=seconds, backend=e.backend if outcome == "built" else "",
+                                             cache_hits=hits, cache_misses=misses))
+        cached = "" if hits is None or misses is None else (
+            f"; compiled: {hits} of {hits + misses} objects from the cache")
+        self.s.progress.node(name, outcome, f"{self.s.ref(name)} on {e.name}{cached}")
 
     def ensure(self, e: Engine, name: str) -> None:
         """Make the image of node ``name`` present in engine ``e`` (pulling what another engine pushed)."""
@@ -154,13 +158,14 @@ class Steps:
 
         return f"{PART_REPOSITORY}/{runs.owner()}:{node.slug}"
 
-    def _record_and_tag(self, e: Engine, node: Node, part: str) -> None:
+    def _record_and_tag(self, e: Engine, node: Node, part: str, *, stats: compilecache.Stats | None = None) -> None:
         """The record of the completed build first, then the content tag: a tag always has its record."""
         if self.s.cancelled.is_set():
             raise BuildFailed(f"{node.name}: cancelled", why="the build was interrupted")
         self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(
             self.s.g, node, built_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), engine=e.name,
-            backend=e.backend))
+            backend=e.backend, cache_hits=None if stats is None else stats.hits,
+            cache_misses=None if stats is None else stats.misses))
         e.tag(part, self.s.ref(node.name))
 
     def _settle_whiteouts(self, e: Engine, node: Node, rendered: render.Rendered, ref: str) -> None:
@@ -219,7 +224,8 @@ class Steps:
         compiles = sum(1 for n in self.s.g.nodes if n.kind == "wheel")
         jobs = compile_jobs(cores=self.s.opt.host_cores, memory_gib=self.s.opt.host_memory_gib,
                             per_job_gib=spec.memory_per_job_gib, concurrent=min(self.s.opt.jobs, compiles))
-        self.s.config.cache.ccache.mkdir(parents=True, exist_ok=True)
+        cache = compilecache.setup(self.s.config.compile_cache, self.s.config.cache, self.s.compile_tool,
+                                   component_on=spec.compile_cache)
         out = Path(tempfile.mkdtemp(prefix=f"out-{node.slug}-", dir=self.s.scratch))
         log = self.s.log_file(node.name)
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -228,17 +234,22 @@ class Steps:
             result = e.run(self.s.ref(node.parents[0]), ["/buildctl/wheel.sh"], entrypoint=["/bin/sh"],
                            # the tree keeps the host user's uid (cp -a): git would call it "dubious" and the
                            # version would lose its +sha, so the copy is marked safe (sources.BUILD_GIT_ENV)
-                           env={"BUILDCTL_JOBS": str(jobs), **BUILD_GIT_ENV},
+                           env={"BUILDCTL_JOBS": str(jobs), **BUILD_GIT_ENV, **cache.env},
                            mounts=[Mount(source=self.s.prepared[node.component], target="/src", read_only=True),
-                                   Mount(source=self.s.config.cache.ccache, target="/ccache", read_only=False),
-                                   Mount(source=out, target="/out", read_only=False)],
+                                   Mount(source=out, target="/out", read_only=False),
+                                   *(Mount(source=src, target=dst, read_only=ro) for src, dst, ro in cache.mounts)],
                            files={"/buildctl/wheel.sh": rendered.script.encode()},
-                           network_mode="none", timeout=self.s.opt.compile_timeout)
+                           network_mode=cache.network_mode, timeout=self.s.opt.compile_timeout)
             log.write_text(f"$ compile {node.component} in {self.s.ref(node.parents[0])} ({jobs} jobs)\n"
                            + result.stdout + result.stderr)
             lines = (result.stdout + result.stderr).strip().splitlines()
             if lines:
                 self.s.progress.log(node.name, lines[-1])
+            stats = compilecache.read_stats(out) if cache.on else None
+            if stats is not None:
+                self.s.progress.log(node.name, stats.line())
+                with self.s.lock:
+                    self.s.cache_stats[node.name] = (stats.hits, stats.misses)
             made = sorted(out.glob("*.whl"))
             if not result.ok or len(made) != 1:
                 tail = "\n".join(f"    {x}" for x in lines[-12:])
@@ -250,7 +261,7 @@ class Steps:
             wheel = self._keep_wheel(node, made[0])
         finally:
             shutil.rmtree(out, ignore_errors=True)
-        self._wheel_image(e, node, wheel)
+        self._wheel_image(e, node, wheel, stats=stats)
         self._push(e, node)
 
     def _keep_wheel(self, node: Node, made: Path) -> Path:
@@ -268,7 +279,7 @@ class Steps:
             self.s.wheels[node.component] = final / made.name
         return final / made.name
 
-    def _wheel_image(self, e: Engine, node: Node, wheel: Path) -> None:
+    def _wheel_image(self, e: Engine, node: Node, wheel: Path, *, stats: compilecache.Stats | None = None) -> None:
         with self.s.lock:
             self.s.wheels[node.component or ""] = wheel
         rendered = render.render(node, templates=self.s.t.templates, parent_ref="scratch")
@@ -277,7 +288,7 @@ class Steps:
             with self._context(node, rendered, labels=self._labels(node)) as ctx:
                 e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
                         log_file=self.s.log_file(node.name + "-image"), nocache=self.s.opt.nocache)
-            self._record_and_tag(e, node, part)
+            self._record_and_tag(e, node, part, stats=stats)
         finally:
             with contextlib.suppress(BuildctlError):
                 e.remove_image(part)

@@ -446,7 +446,8 @@ def build(
             component=c.name)
         add(f"wheel:{c.name}", "wheel", (env_name,), WheelNodeSpec(
             component=c.name, source=source, env=manifest.component_env(c, variant), command=c.build.command,
-            parallel_env=c.build.parallel_env, memory_per_job_gib=c.build.memory_per_job_gib),
+            parallel_env=c.build.parallel_env, memory_per_job_gib=c.build.memory_per_job_gib,
+            compile_cache=c.build.compile_cache),
             [src_why], component=c.name)
         wheel_nodes.append(f"wheel:{c.name}")
         wheels.append(WheelInstall(component=c.name, dist=c.install.dist))

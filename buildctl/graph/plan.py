@@ -61,6 +61,8 @@ class NodePlan:
     untrusted: bool = False  # tagged in the engine without the record of a completed build: its image is removed
     wheel: Path | None = None  # a wheel node: the wheel kept in the wheel cache for its key
     remote: bool = False  # the final image, in the registry and left there (``load=False``): nothing pulls it
+    # a wheel node whose current key was compiled here: (hits, misses) of its compiler cache, from its record
+    compile_cache: tuple[int, int] | None = None
 
     @property
     def present(self) -> bool:
@@ -136,6 +138,8 @@ class Plan:
                 "own_inputs_locked": not p.node.unlocked, "waits_for": list(p.waits_for), "why": list(p.why),
                 "note": p.note, "action": p.action, "because": p.because, "publish": p.publish,
                 "remote": p.remote,
+                "compile_cache": None if p.compile_cache is None else {
+                    "hits": p.compile_cache[0], "misses": p.compile_cache[1]},
             } for p in self.nodes],
             "to_build": self.to_build,
             "to_publish": self.to_publish,
@@ -366,7 +370,7 @@ def make(
         plans.append(NodePlan(node=n, ref=ref, state=state, provisional=graph.provisional(n.name), why=why,
                               note=note, waits_for=graph.waits_for(n.name), action=action, because=because,
                               publish=n.name in publish, untrusted=untrusted, wheel=kept.get(n.name),
-                              remote=n.name in remote))
+                              remote=n.name in remote, compile_cache=_compile_counts(n, records.get(n.name))))
     if graph.lock_digest is None:
         notes.append(f"{graph.stack} has no lock for variant {graph.variant}: keys marked provisional will change "
                      f"once locked (`buildctl lock {graph.stack} --variant {graph.variant}`)")
@@ -383,6 +387,13 @@ def make(
 
 
 # ---------------------------------------------------------------------------------------------- why
+
+
+def _compile_counts(node: Node, record: NodeRecord | None) -> tuple[int, int] | None:
+    """(hits, misses) of the compiler cache when this node's current key was compiled here (its record says)."""
+    if record is None or record.key != node.key or record.cache_hits is None or record.cache_misses is None:
+        return None
+    return record.cache_hits, record.cache_misses
 
 
 def reasons(graph: Graph, node: Node, record: NodeRecord | None) -> tuple[str, ...]:

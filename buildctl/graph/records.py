@@ -39,23 +39,36 @@ class NodeRecord:
     built_at: str = ""  # informational
     engine: str = ""  # informational: which engine built it
     backend: str = ""  # informational: how (classic or buildkit; "" for a pull, or a record from before backends)
+    # informational, compiles only: the compiler calls served from the compiler cache and those it missed
+    # (None: no cache, a pull, or a record from before the cache)
+    cache_hits: int | None = None
+    cache_misses: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "node": self.node, "kind": self.kind, "key": self.key,
                 "parents": dict(self.parents), "template": self.template, "inputs": self.inputs,
-                "built_at": self.built_at, "engine": self.engine, "backend": self.backend}
+                "built_at": self.built_at, "engine": self.engine, "backend": self.backend,
+                **({} if self.cache_hits is None or self.cache_misses is None
+                   else {"cache_hits": self.cache_hits, "cache_misses": self.cache_misses})}
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> NodeRecord:
         return NodeRecord(node=data["node"], kind=data["kind"], key=data["key"], parents=dict(data["parents"]),
                           template=data["template"], inputs=data["inputs"], built_at=data.get("built_at", ""),
-                          engine=data.get("engine", ""), backend=data.get("backend", ""))
+                          engine=data.get("engine", ""), backend=data.get("backend", ""),
+                          cache_hits=_count(data.get("cache_hits")), cache_misses=_count(data.get("cache_misses")))
 
     @staticmethod
-    def of(graph: Graph, node: Node, *, built_at: str = "", engine: str = "", backend: str = "") -> NodeRecord:
+    def of(graph: Graph, node: Node, *, built_at: str = "", engine: str = "", backend: str = "",
+           cache_hits: int | None = None, cache_misses: int | None = None) -> NodeRecord:
         return NodeRecord(node=node.name, kind=node.kind, key=node.key,
                           parents={p: graph.node(p).key for p in node.parents}, template=node.template,
-                          inputs=node.inputs, built_at=built_at, engine=engine, backend=backend)
+                          inputs=node.inputs, built_at=built_at, engine=engine, backend=backend,
+                          cache_hits=cache_hits, cache_misses=cache_misses)
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 class RecordStore:

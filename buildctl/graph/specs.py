@@ -148,6 +148,7 @@ class WheelNodeSpec:
     command: str
     parallel_env: str | None
     memory_per_job_gib: float = field(metadata=_nokey())  # sizes the job count, which is not an input
+    compile_cache: bool = field(default=True, metadata=_nokey())  # the cache never changes what is built
 
 
 @dataclass(frozen=True, kw_only=True)

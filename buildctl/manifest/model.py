@@ -274,6 +274,8 @@ class ComponentBuild:
         default=None, metadata=_doc("env var that receives the job count (MAX_JOBS, NVTE_BUILD_THREADS_PER_JOB)")
     )
     memory_per_job_gib: float = field(default=4.0, metadata=_doc("memory one compile job needs"))
+    compile_cache: bool = field(
+        default=True, metadata=_doc("compile through the compiler cache (config compile_cache); never part of a key"))
     at: Location = loc()
 
 
