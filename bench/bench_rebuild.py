@@ -277,6 +277,18 @@ def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: d
 DOCKERFILES = ("multistage", "multistage-cm", "multistage-uv", "recipe")
 
 
+def bisect_alone(b: Bench, res: dict[str, Any], bisect: tuple[list[tuple[str, int]], int]) -> None:
+    """--bisect-only: the cold build of s0 (buildctl, in this process, the engine's step cache off), then the
+    bisect; no other scenario."""
+    say("host inputs of every state (pip wheels, source trees)")
+    b.prefetch()
+    res["buildkit_backend"] = {"ran": False, "why": "left out of this run (--bisect-only)"}
+    say("cold build of s0")
+    res["cold"] = {"buildctl": asdict(b.buildctl("s0", nocache=True, in_process=True))}
+    res["bisect"] = run_bisect(b, bisect[0], bisect[1], res["cold"]["buildctl"])
+    res["summary"], res["runs"] = {}, {}
+
+
 def bisect_order(n: int, culprit: int) -> list[tuple[str, int]]:
     """The states a bisection of fastmath's ``n`` commits after main builds, in its order, when commit ``culprit``
     (1..n) is the first bad one: the good end (s0, main: built already), the bad end (commit n), then the
@@ -355,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="10,50,200", help="component counts of the growth stacks (default 10,50,200)")
     ap.add_argument("--graph-nodes", type=int, default=200, help="also plan and no-op build a graph of about this "
                     "many nodes (compiled components, each compile a tiny stdlib wheel build; default 200, 0: not)")
+    ap.add_argument("--bisect-only", action="store_true", help="only the cold build of s0 and the bisect")
     ap.add_argument("--no-buildkit-backend", action="store_true", help="leave buildctl's BuildKit backend column out "
                     "(a shorter run)")
     ap.add_argument("--registry", default=os.environ.get("BUILDCTL_BENCH_REGISTRY", DEMO_REGISTRY),
@@ -421,6 +434,7 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
                                         "quick": args.quick, "registry": args.registry,
                                         "graph_nodes": args.graph_nodes, "bisect_commits": args.bisect,
                                         "buildkit_backend_column": not args.no_buildkit_backend,
+                                        "bisect_only": args.bisect_only,
                                         "bytecode_cache": True, "dropped_env": sorted(
                                             {"PYTHONDONTWRITEBYTECODE"} & set(os.environ))},
                            "load_before": load_before}
@@ -463,7 +477,11 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
             base_ref = f"{args.registry}/{BASE_PATH}"
             with wheelhouse.serve(whdir, port=0) as url:
                 b.wheelhouse_url = url
-                if args.quick:
+                if args.bisect_only:
+                    if not bisect:
+                        raise BenchError("--bisect-only needs a bisect (--bisect N, N > 0)")
+                    bisect_alone(b, res, bisect)
+                elif args.quick:
                     # --quick (counts, no timing claims): the growth stacks (--local, their own cache, nothing
                     # through the counting relay) are built and measured while the scenarios run
                     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -472,7 +490,9 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
                         res["growth"] = beside.result()
                 else:
                     scenarios(b, args.reps, proxy, counter, res, bisect)
-            if not args.quick:
+            if args.bisect_only:
+                res["growth"] = {}
+            elif not args.quick:
                 res["growth"] = growth_or_error(b, sizes, args.reps, base_ref, args.graph_nodes)
     finally:
         if b is not None:

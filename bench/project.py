@@ -114,7 +114,9 @@ def fastmath_repo(work: Path, weight: int, reps: int, *, light: bool = False, bi
     for k in range(1, bisect + 1):
         name = f"fastmath/_weight{(k - 1) % weight}.c" if weight else BISECT_FILE
         with (tree / name).open("a") as f:
-            f.write(f"/* bench: bisect commit {k} */\n" if weight else f"bisect commit {k}\n")
+            # code, not a comment: the preprocessor drops comments, and ccache would find the object unchanged
+            f.write(f"double bench_bisect{k}(double x) {{ return x * {k}.5; }}\n" if weight
+                    else f"bisect commit {k}\n")
         git("-C", str(tree), "add", name)
         git("-C", str(tree), "commit", "-q", "-m", f"bench bisect commit {k}: a one-file change")
         history.append(git("-C", str(tree), "rev-parse", "HEAD"))
