@@ -18,7 +18,16 @@ repeated --reps times (each repetition makes a change never built before, so no 
       (with --no-load, a fleet builder's run: what the registry has stays there) against the recipe built
       with BuildKit --cache-from the image pushed with an inline cache; (d1p) is (d1) with the final image
       pulled into the second engine (no --no-load), against the same recipe figures;
-  (e) pushing an unchanged image again: bytes sent to the registry (through a counting relay).
+  (e) pushing an unchanged image again: bytes sent to the registry (through a counting relay);
+  (c2) (c) with another PR on a fresh second engine that shares only the registry and the compiler-cache
+      server with the first: buildctl against the multi-stage file with ccache in a cache mount (empty there).
+
+Two variants of the multi-stage file (bench/baselines.py): with ccache in a BuildKit cache mount
+(multistage-cm, in (c) and (c2)) and installing with uv instead of pip (multistage-uv, in (b)). Every buildctl
+build uses the run's own redis-server (bench/cacheserver.py, started empty, stopped after) as its compiler
+cache (BUILDCTL_COMPILE_CACHE). The bisect figure: --bisect commits after fastmath's main, each adding code to
+one generated file; the states a bisection builds, in its order, built on the first builder; the compile
+node's seconds summed against its seconds in the cold build of s0.
 
 Figures: wall time, nodes (buildctl) or build steps (Dockerfiles) rebuilt, compiles run. The fastmath
 compile gets realistic weight from generated C sources (--weight files, about 1.5 s of gcc CPU time each here;
@@ -29,6 +38,7 @@ stdlib script that writes a tiny wheel). A table goes to stdout, every repetitio
 bench/results/<time>.json (--out).
 
     python3 bench/bench_rebuild.py [--reps N] [--weight N] [--sizes 10,50,200] [--registry HOST:PORT]
+                                   [--bisect N] [--bisect-only] [--no-buildkit-backend]
     python3 bench/bench_rebuild.py --quick    # CI: one repetition, small sizes, no apt, a pure-Python "compile",
                                               # all of (d) on one second engine, growth beside the scenarios
 
@@ -38,7 +48,8 @@ Everything it makes (images, tags, containers, the second engine, pushed manifes
 
 This file holds the scenarios and main; its parts: bench/common.py (shared constants, errors, docker and
 registry calls), project.py (the demo project's states and locks), runner.py (the three tools run and
-timed), figures.py (the report), baselines.py (the two Dockerfiles), growth.py, regproxy.py, engine2.py.
+timed), figures.py (the report), baselines.py (the Dockerfiles), growth.py, regproxy.py, engine2.py,
+cacheserver.py.
 """
 
 from __future__ import annotations
