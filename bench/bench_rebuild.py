@@ -18,7 +18,16 @@ repeated --reps times (each repetition makes a change never built before, so no 
       (with --no-load, a fleet builder's run: what the registry has stays there) against the recipe built
       with BuildKit --cache-from the image pushed with an inline cache; (d1p) is (d1) with the final image
       pulled into the second engine (no --no-load), against the same recipe figures;
-  (e) pushing an unchanged image again: bytes sent to the registry (through a counting relay).
+  (e) pushing an unchanged image again: bytes sent to the registry (through a counting relay);
+  (c2) (c) with another PR on a fresh second engine that shares only the registry and the compiler-cache
+      server with the first: buildctl against the multi-stage file with ccache in a cache mount (empty there).
+
+Two variants of the multi-stage file (bench/baselines.py): with ccache in a BuildKit cache mount
+(multistage-cm, in (c) and (c2)) and installing with uv instead of pip (multistage-uv, in (b)). Every buildctl
+build uses the run's own redis-server (bench/cacheserver.py, started empty, stopped after) as its compiler
+cache (BUILDCTL_COMPILE_CACHE). The bisect figure: --bisect commits after fastmath's main, each adding code to
+one generated file; the states a bisection builds, in its order, built on the first builder; the compile
+node's seconds summed against its seconds in the cold build of s0.
 
 Figures: wall time, nodes (buildctl) or build steps (Dockerfiles) rebuilt, compiles run. The fastmath
 compile gets realistic weight from generated C sources (--weight files, about 1.5 s of gcc CPU time each here;
@@ -29,6 +38,7 @@ stdlib script that writes a tiny wheel). A table goes to stdout, every repetitio
 bench/results/<time>.json (--out).
 
     python3 bench/bench_rebuild.py [--reps N] [--weight N] [--sizes 10,50,200] [--registry HOST:PORT]
+                                   [--bisect N] [--bisect-only] [--no-buildkit-backend]
     python3 bench/bench_rebuild.py --quick    # CI: one repetition, small sizes, no apt, a pure-Python "compile",
                                               # all of (d) on one second engine, growth beside the scenarios
 
@@ -38,7 +48,8 @@ Everything it makes (images, tags, containers, the second engine, pushed manifes
 
 This file holds the scenarios and main; its parts: bench/common.py (shared constants, errors, docker and
 registry calls), project.py (the demo project's states and locks), runner.py (the three tools run and
-timed), figures.py (the report), baselines.py (the two Dockerfiles), growth.py, regproxy.py, engine2.py.
+timed), figures.py (the report), baselines.py (the Dockerfiles), growth.py, regproxy.py, engine2.py,
+cacheserver.py.
 """
 
 from __future__ import annotations
@@ -64,7 +75,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import growth, regproxy  # noqa: E402
+from bench import cacheserver, growth, regproxy  # noqa: E402
+from bench.cacheserver import CacheServerError  # noqa: E402
 from bench.common import (  # noqa: E402
     BASE_PATH,
     BUILDKIT,
@@ -86,6 +98,7 @@ from buildctl.build import wheelhouse  # noqa: E402
 from buildctl.config import load_config  # noqa: E402
 from buildctl.engine.engine import Engine  # noqa: E402
 from buildctl.errors import BuildctlError  # noqa: E402
+from buildctl.lock.pinsteps import Bisection  # noqa: E402
 from buildctl.services import target  # noqa: E402
 
 
@@ -154,24 +167,31 @@ def growth_or_error(b: Bench, sizes: list[int], reps: int, base_ref: str, graph_
         return {"error": str(exc)}
 
 
-def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: dict[str, Any]) -> None:
-    runs: dict[str, dict[str, list[Fig]]] = {k: {t: [] for t in TOOLS} for k in ("a", "b", "c", "d1", "d2", "d1p")}
+def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: dict[str, Any],
+              bisect: tuple[list[tuple[str, int]], int] | None = None) -> None:
+    runs: dict[str, dict[str, list[Fig]]] = {k: {t: [] for t in TOOLS}
+                                             for k in ("a", "b", "c", "c2", "d1", "d2", "d1p")}
     res["runs"] = runs
     recipe_s0 = f"{proxy}/{b.repository}-recipe:s0"
     recipe_s0_direct = f"{b.registry}/{b.repository}-recipe:s0"  # the same image, by the registry's own address
     multi_s0 = f"{proxy}/{b.repository}-multistage:s0"
+    cm_s0_direct = f"{b.registry}/{b.repository}-multistage-cm:s0"  # (c2)'s --cache-from
 
     say("host inputs of every state (pip wheels, source trees)")
     b.prefetch()
-    b.setup_buildkit()
+    if b.no_backend_column:
+        b.buildkit_missing = "left out of this run (--no-buildkit-backend)"
+    else:
+        b.setup_buildkit()
     ours = ["buildctl"] if b.buildkit_missing else ["buildctl", BUILDKIT]
     res["buildkit_backend"] = {"ran": not b.buildkit_missing, "why": b.buildkit_missing}
     # cold builds (informational: the Dockerfiles' builds are cold by their run label; buildctl's classic one
-    # too where --quick is off, with the engine's step cache disabled; the BuildKit backend's is the command's)
+    # too where --quick is off, with the engine's step cache disabled; the BuildKit backend's is the command's).
+    # buildctl's classic one runs in this process: its compile node's own seconds are the bisect's yardstick.
     say("cold builds of s0")
-    res["cold"] = {tool: asdict(b.buildctl("s0", tool=tool, nocache=not b.quick)) for tool in ours}
-    res["cold"].update({"multistage": asdict(b.dockerfile("multistage", "s0")),
-                        "recipe": asdict(b.dockerfile("recipe", "s0"))})
+    res["cold"] = {tool: asdict(b.buildctl("s0", tool=tool, nocache=not b.quick, in_process=tool == "buildctl"))
+                   for tool in ours}
+    res["cold"].update({kind: asdict(b.dockerfile(kind, "s0")) for kind in DOCKERFILES})
 
     # The base through the relay first, uncounted: its blobs are in the registry already (nothing is sent), and
     # the engine learns that they are there under the relay's address too, so each tool's first push mounts the
@@ -189,12 +209,18 @@ def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: d
         b.tag_push(f"buildctl-bench-{kind}:{b.run_id}-s0", remote)
         push[kind] = {"first": counter.snapshot()[0] - u0, "again": []}
     res["push"] = push
+    if b.cache_server:
+        # what (c2)'s fresh builder finds for the cache-mount file: its s0 with an inline cache (uncounted)
+        b.tag_push(f"buildctl-bench-multistage-cm:{b.run_id}-s0", cm_s0_direct)
     if BUILDKIT in ours and not b.quick:
         # what (d) finds in the registry for the BuildKit backend's project: its s0, pushed by the same command
         # (uncounted: (e) is the push command's, whichever backend built the images)
         say("push of s0 built with the BuildKit backend (uncounted, for (d))")
         cli_push(b, b.registry, BUILDKIT)
 
+    # the Dockerfiles each scenario builds besides the plain two: the cache-mount file where a compile changes,
+    # the uv file where a runtime pin does
+    extra = {"a": [], "b": ["multistage-uv"], "c": ["multistage-cm"]}
     for r in range(reps):
         say(f"repetition {r + 1} of {reps}")
         # back at s0 (the cold builds left every tool there for the first repetition), then (a) timed
@@ -205,10 +231,10 @@ def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: d
                 b.dockerfile(kind, "s0")
         # each repetition starts with another tool (the order rotates): what one build leaves the machine doing (the
         # engine committing, the kernel writing back a large layer) falls on each tool's figures in turn
-        order = [*ours, "multistage", "recipe"]
+        order = [*ours, *DOCKERFILES]
         order = order[r % len(order):] + order[:r % len(order)]
         for key, state in (("a", "s0"), ("b", f"b{r}"), ("c", f"c{r}")):
-            for tool in order:
+            for tool in (t for t in order if t in ours or t in ("multistage", "recipe") or t in extra[key]):
                 runs[key][tool].append(b.buildctl(state, tool=tool) if tool in ours else b.dockerfile(tool, state))
         # (e) pushing the unchanged s0 again
         u0 = counter.snapshot()[0]
@@ -225,28 +251,84 @@ def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: d
         # (d1) then (d2), then the recipe's (BuildKit's cache is its own: the classic images there do not count),
         # and not with the BuildKit backend (CI time; the classic backend's (d) checks what buildctl shares).
         # The tools reach the registry itself here, not the counting relay ((e) needs it, (d) does not).
+        # (c2) another PR of fastmath on a fresh builder that shares the registry and the compiler-cache server:
+        # buildctl (its local cache root empty, the server's objects from the first builder's compiles) against the
+        # cache-mount file (its mount empty there), --cache-from its s0; --quick: on the same second engine.
         with contextlib.ExitStack() as shared:
             e2_shared = shared.enter_context(second_engine(b.bridges)) if b.quick else None
             # buildctl runs as a builder of a fleet: --no-load (what the registry has stays there; a pull is for a
             # parent a build needs). (d1p, full runs only) is (d1) with the final image pulled into the engine.
-            for tool in [*(["buildctl"] if b.quick else ours), "recipe"]:
+            for tool in [*(["buildctl"] if b.quick else ours), "recipe", "multistage-cm"]:
                 scenes = [("d1", "s0"), ("d2", f"b{r}")] + ([("d1p", "s0")] if tool != "recipe" and not b.quick else [])
+                if tool == "multistage-cm":
+                    scenes = []
+                if b.cache_server and tool in ("buildctl", "multistage-cm"):
+                    scenes.append(("c2", f"c2-{r}"))
                 for key, state in scenes:
                     with contextlib.ExitStack() as own:
                         e2 = e2_shared or own.enter_context(second_engine(b.bridges))
                         cache = b.work / f"cache-{tool}-{'d' if b.quick else key}-{r}"
-                        if tool != "recipe":
+                        if tool not in DOCKERFILES:
                             runs[key][tool].append(b.buildctl(state, tool=tool, engine=e2, cache=cache,
                                                               registry=b.registry, no_load=key != "d1p"))
                         else:
-                            runs[key][tool].append(b.dockerfile("recipe", state, host=e2.address,
-                                                                cache_from=recipe_s0_direct))
+                            runs[key][tool].append(b.dockerfile(tool, state, host=e2.address,
+                                                                cache_from=recipe_s0_direct if tool == "recipe"
+                                                                else cm_s0_direct))
                         if not b.quick:
                             shutil.rmtree(cache, ignore_errors=True)
     if any(runs["d1p"].values()):  # (d1p) is compared with the recipe's own (d1): the same builds
         runs["d1p"]["recipe"] = list(runs["d1"]["recipe"])
+    if bisect:
+        res["bisect"] = run_bisect(b, bisect[0], bisect[1], res["cold"]["buildctl"])
     res["summary"] = {k: {t: summary(v) for t, v in tools.items() if v} for k, tools in runs.items()}
     res["runs"] = {k: {t: [asdict(f) for f in v] for t, v in tools.items() if v} for k, tools in runs.items()}
+
+
+DOCKERFILES = ("multistage", "multistage-cm", "multistage-uv", "recipe")
+
+
+def bisect_alone(b: Bench, res: dict[str, Any], bisect: tuple[list[tuple[str, int]], int]) -> None:
+    """--bisect-only: the cold build of s0 (buildctl, in this process, the engine's step cache off), then the
+    bisect; no other scenario."""
+    say("host inputs of every state (pip wheels, source trees)")
+    b.prefetch()
+    res["buildkit_backend"] = {"ran": False, "why": "left out of this run (--bisect-only)"}
+    say("cold build of s0")
+    res["cold"] = {"buildctl": asdict(b.buildctl("s0", nocache=True, in_process=True))}
+    res["bisect"] = run_bisect(b, bisect[0], bisect[1], res["cold"]["buildctl"])
+    res["summary"], res["runs"] = {}, {}
+
+
+def bisect_order(n: int, culprit: int) -> list[tuple[str, int]]:
+    """The states a bisection of fastmath's ``n`` commits after main builds, in its order, when commit ``culprit``
+    (1..n) is the first bad one: the good end (s0, main: built already), the bad end (commit n), then the
+    candidates lock/pinsteps.Bisection picks, as `buildctl bisect` judges them. (state, commit) pairs."""
+    steps = [("s0", 0), (f"bis{n}", n)]
+    search = Bisection(n)  # candidate i is commit i + 1; the one before the first (main) is good, the last bad
+    while (i := search.next()) is not None:
+        steps.append((f"bis{i + 1}", i + 1))
+        search.record(i, i + 1 >= culprit)
+    if search.culprit + 1 != culprit:
+        raise BenchError(f"the bisect found commit {search.culprit + 1}, not {culprit}")
+    return steps
+
+
+def run_bisect(b: Bench, order: list[tuple[str, int]], culprit: int, cold: dict[str, Any]) -> dict[str, Any]:
+    """Each state of the bisect built in turn on the first builder (its cache, the compiler-cache server), as
+    `buildctl bisect` builds them; the compile nodes' seconds summed against the cold compile of s0."""
+    say(f"bisect: {len(order) - 1} states after the good end, in the order a bisection builds them")
+    steps = []
+    for state, commit in order:
+        f = b.buildctl(state, in_process=True)
+        steps.append({"state": state, "commit": commit, **asdict(f)})
+    total = sum(s["compile_s"] or 0.0 for s in steps)
+    yardstick = cold.get("compile_s") or 0.0
+    return {"commits": max(c for _, c in order), "culprit": culprit,
+            "steps": steps, "compiles": sum(s["compiles"] for s in steps), "compile_s": total,
+            "cold_compile_s": yardstick, "ratio": total / yardstick if yardstick else None,
+            "note": "compile_s: the wheel:fastmath node's own seconds in each build (0 where the state was built "
+                    "already); cold_compile_s: that node's seconds in the cold build of s0"}
 
 
 def cli_push(b: Bench, registry: str, tool: str = "buildctl") -> None:
@@ -291,9 +373,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each scenario (default 3, at most 5)")
     ap.add_argument("--weight", type=int, default=20, help="generated C files in the compile (default 20: one "
                     "compile takes about 30 s here)")
+    ap.add_argument("--bisect", type=int, default=16, help="commits of the bisect inside fastmath (default 16, "
+                    "--quick 2; 0: no bisect)")
     ap.add_argument("--sizes", default="10,50,200", help="component counts of the growth stacks (default 10,50,200)")
     ap.add_argument("--graph-nodes", type=int, default=200, help="also plan and no-op build a graph of about this "
                     "many nodes (compiled components, each compile a tiny stdlib wheel build; default 200, 0: not)")
+    ap.add_argument("--bisect-only", action="store_true", help="only the cold build of s0 and the bisect")
+    ap.add_argument("--no-buildkit-backend", action="store_true", help="leave buildctl's BuildKit backend column out "
+                    "(a shorter run)")
     ap.add_argument("--registry", default=os.environ.get("BUILDCTL_BENCH_REGISTRY", DEMO_REGISTRY),
                     help=f"registry holding (or to be given) the demo base (default {DEMO_REGISTRY}, as make demo)")
     ap.add_argument("--base-image", default=LOCAL_BASE, help=f"local demo base to push when the registry lacks it "
@@ -311,13 +398,15 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if args.quick:
-        args.reps, args.weight, args.sizes, args.graph_nodes = 1, 0, "2,4", 0
+        args.reps, args.weight, args.sizes, args.graph_nodes, args.bisect = 1, 0, "2,4", 0, min(args.bisect, 2)
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s]
     except ValueError:
         ap.error(f"--sizes takes counts separated by commas, not {args.sizes!r}")
     if not 1 <= args.reps <= len(SIX_BUMPS):
         ap.error(f"--reps must be 1 to {len(SIX_BUMPS)}")
+    if not 0 <= args.bisect <= 64:
+        ap.error("--bisect must be 0 to 64")
     if not Path(DOCKER).exists():
         print(f"bench: error: {DOCKER} (Debian's docker.io client, which can use BuildKit) is missing",
               file=sys.stderr)
@@ -326,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return _main(args, sizes)
-    except (BenchError, SecondEngineError, growth.GrowthError) as exc:
+    except (BenchError, SecondEngineError, CacheServerError, growth.GrowthError) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
     except BuildctlError as exc:
         print(f"bench: error: {exc.what}" + (f"\n  why: {exc.why}" if exc.why else "")
@@ -354,7 +443,9 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
     res: dict[str, Any] = {"run_id": run_id, "commit": commit, "command": [sys.executable, *sys.argv], "started": started.isoformat(timespec="seconds"),
                            "settings": {"reps": args.reps, "weight_files": args.weight, "sizes": sizes,
                                         "quick": args.quick, "registry": args.registry,
-                                        "graph_nodes": args.graph_nodes,
+                                        "graph_nodes": args.graph_nodes, "bisect_commits": args.bisect,
+                                        "buildkit_backend_column": not args.no_buildkit_backend,
+                                        "bisect_only": args.bisect_only,
                                         "bytecode_cache": True, "dropped_env": sorted(
                                             {"PYTHONDONTWRITEBYTECODE"} & set(os.environ))},
                            "load_before": load_before}
@@ -362,34 +453,57 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
     try:
         engine.ping()
         res["machine"] = machine(engine)
-        with base_in(engine, args.registry, args.base_image), regproxy.relay(args.registry) as (proxy, counter):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(base_in(engine, args.registry, args.base_image))
+            proxy, counter = stack.enter_context(regproxy.relay(args.registry))
+            # the compiler-cache server every buildctl build of the run uses (a fleet's setting): (c2)'s second
+            # builder shares it with the first. Without redis-server, buildctl's local default and no (c2).
+            why = cacheserver.missing()
+            server = "" if why else stack.enter_context(cacheserver.redis_server())
+            res["cache_server"] = {"ran": not why, "why": why, "url": server}
+            if server:
+                env["BUILDCTL_COMPILE_CACHE"] = server
+                say(f"compiler-cache server {server} (BUILDCTL_COMPILE_CACHE)")
+            else:
+                say(f"(c2) is skipped: {why}")
             project = work / "project"
             (project / "pins").mkdir(parents=True)
             (project / "images").symlink_to(ROOT / "images")
             (project / "demo").symlink_to(ROOT / "demo")
             say(f"work folder {work}; fastmath with {args.weight} generated C file(s)")
-            repo, main, heads = fastmath_repo(work, args.weight, args.reps, light=args.quick)
-            states = manifests(args.registry, repository, repo, main, heads, light=args.quick)
+            fm = fastmath_repo(work, args.weight, args.reps, light=args.quick, bisect=args.bisect)
+            # the bisect's culprit: about two thirds in, so that it goes both ways
+            bisect = (bisect_order(args.bisect, max(1, (2 * args.bisect + 2) // 3)), max(1, (2 * args.bisect + 2) // 3)
+                      ) if args.bisect else None
+            states = manifests(args.registry, repository, fm, light=args.quick,
+                               bisect=tuple(c for _, c in bisect[0] if c) if bisect else ())
             say(f"locking {len(states.texts)} states with `buildctl lock demo`")
             lock_all(states, work, env)
             whdir = work / "wheelhouse"
             whdir.mkdir()
             (work / "logs").mkdir()
             b = Bench(work=work, project=project, engine=engine, registry=args.registry, repository=repository,
-                      run_id=run_id, env=env, states=states, quick=args.quick, wheelhouse_dir=whdir)
+                      run_id=run_id, env=env, states=states, quick=args.quick, wheelhouse_dir=whdir,
+                      cache_server=server, no_backend_column=args.no_buildkit_backend)
             base_ref = f"{args.registry}/{BASE_PATH}"
             with wheelhouse.serve(whdir, port=0) as url:
                 b.wheelhouse_url = url
-                if args.quick:
+                if args.bisect_only:
+                    if not bisect:
+                        raise BenchError("--bisect-only needs a bisect (--bisect N, N > 0)")
+                    bisect_alone(b, res, bisect)
+                elif args.quick:
                     # --quick (counts, no timing claims): the growth stacks (--local, their own cache, nothing
                     # through the counting relay) are built and measured while the scenarios run
                     with ThreadPoolExecutor(max_workers=1) as pool:
                         beside = pool.submit(growth_or_error, b, sizes, args.reps, base_ref)
-                        scenarios(b, args.reps, proxy, counter, res)
+                        scenarios(b, args.reps, proxy, counter, res, bisect)
                         res["growth"] = beside.result()
                 else:
-                    scenarios(b, args.reps, proxy, counter, res)
-            if not args.quick:
+                    scenarios(b, args.reps, proxy, counter, res, bisect)
+            if args.bisect_only:
+                res["growth"] = {}
+            elif not args.quick:
                 res["growth"] = growth_or_error(b, sizes, args.reps, base_ref, args.graph_nodes)
     finally:
         if b is not None:

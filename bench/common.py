@@ -26,13 +26,14 @@ LOCAL_BASE = "buildctl-demo-base:bookworm"
 DOCKER = "/usr/bin/docker"  # Debian's client: the engine's BuildKit without buildx (ENGINE.md)
 
 
-TOOLS = ("buildctl", "buildctl-buildkit", "multistage", "recipe")
+TOOLS = ("buildctl", "buildctl-buildkit", "multistage", "multistage-cm", "multistage-uv", "recipe")
 
 
 BUILDKIT = "buildctl-buildkit"  # buildctl with `--backend buildkit`: its own project (repository) and cache
 
 
 LABELS = {"buildctl": "buildctl", BUILDKIT: "buildctl, BuildKit backend", "multistage": "multi-stage Dockerfile",
+          "multistage-cm": "multi-stage, ccache in a cache mount", "multistage-uv": "multi-stage, uv for pip",
           "recipe": "recipe Dockerfile"}
 
 
@@ -41,8 +42,13 @@ class BenchError(Exception):
 
 
 class Quiet:
+    """A build's progress, silent; what each node said last (its state and detail) kept in ``said``."""
+
+    def __init__(self) -> None:
+        self.said: dict[str, tuple[str, str]] = {}
+
     def node(self, name: str, state: str, detail: str = "") -> None:
-        pass
+        self.said[name] = (state, detail)
 
     def log(self, name: str, line: str) -> None:
         pass
@@ -55,6 +61,8 @@ class Fig:
     total: int
     compiles: int
     detail: list[str] = field(default_factory=list)
+    compile_s: float | None = None  # the compile nodes' own seconds (builds run in the bench's process only)
+    compile_detail: str = ""  # what the compile node reported when done (its compiler cache's hits and misses)
 
 
 _T0 = time.monotonic()

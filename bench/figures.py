@@ -19,7 +19,8 @@ def spread(values: list[float]) -> dict[str, float]:
 
 def summary(runs: list[Fig]) -> dict[str, Any]:
     return {"seconds": spread([r.seconds for r in runs]), "rebuilt": sorted({r.rebuilt for r in runs}),
-            "total": runs[0].total, "compiles": sorted({r.compiles for r in runs})}
+            "total": runs[0].total, "compiles": sorted({r.compiles for r in runs}),
+            "cache": [r.compile_detail for r in runs if r.compile_detail]}
 
 
 def machine(engine: Engine) -> dict[str, Any]:
@@ -47,12 +48,15 @@ def _cell(f: dict[str, Any], unit: str) -> str:
 
 # per scenario: its label, and what buildctl is compared with (the other tool's median over buildctl's)
 ROWS = [("a", "(a) nothing changed", ("multistage",)),
-        ("b", "(b) runtime pip pin bumped (six)", ("recipe", "multistage")),
-        ("c", "(c) fastmath's PR list changed (a PR added)", ("recipe", "multistage")),
+        ("b", "(b) runtime pip pin bumped (six)", ("recipe", "multistage", "multistage-uv")),
+        ("c", "(c) fastmath's PR list changed (a PR added)", ("recipe", "multistage", "multistage-cm")),
+        ("c2", "(c2) as (c), another PR, on a fresh second builder sharing the registry and the compiler-cache server",
+         ("multistage-cm",)),
         ("d1", "(d1) second builder, empty cache, nothing changed", ("recipe",)),
         ("d2", "(d2) second builder, empty cache, the pin of (b) bumped", ("recipe",)),
         ("d1p", "(d1p) as (d1), the final image pulled into the second engine (no --no-load)", ("recipe",))]
-_SHORT = {"multistage": "multi-stage", "recipe": "recipe"}
+_SHORT = {"multistage": "multi-stage", "multistage-cm": "multi-stage with cache mount",
+          "multistage-uv": "multi-stage with uv", "recipe": "recipe"}
 
 
 def ratios(t: dict[str, Any], versus: tuple[str, ...]) -> str:
@@ -72,12 +76,18 @@ def markdown(res: dict[str, Any]) -> str:
     tools = [t for t in TOOLS if t != BUILDKIT or any(BUILDKIT in v for v in s.values())]
     out = ["| scenario | " + " | ".join(LABELS[t] for t in tools) + " | ratio |", "|---" * (len(tools) + 2) + "|"]
     for key, label, versus in ROWS:
-        if key not in s:
+        if not s.get(key):
             continue
         t = s[key]
         cells = [_cell(t[tool], "nodes" if tool.startswith("buildctl") else "steps") if tool in t else "-"
                  for tool in tools]
         out.append(f"| {label} | {' | '.join(cells)} | {ratios(t, versus)} |")
+    counts = [f"{label.split(' ')[0]} {LABELS[tool]}: {', '.join(t[tool]['cache'])}" for key, label, _ in ROWS
+              for t in [s.get(key) or {}] for tool in TOOLS if t.get(tool, {}).get("cache")]
+    if counts:
+        out += ["", "Compiler cache, per repetition: " + "; ".join(counts) + "."]
+    if res.get("bisect"):
+        out += ["", bisect_line(res["bisect"])]
     e = res.get("push", {})
     if e:
         pushed = [t for t in TOOLS if t in e]
@@ -129,6 +139,8 @@ def table(res: dict[str, Any]) -> str:
     out.append("  (cells: median wall time, nodes or steps rebuilt of all, cN: compiles run)")
     if res.get("buildkit_backend", {}).get("why"):
         out.append(f"{BUILDKIT}: {res['buildkit_backend']['why']}")
+    if res.get("bisect"):
+        out.append(bisect_line(res["bisect"]))
     e = res.get("push")
     if e:
         out.append("(e) bytes sent to the registry: " + ", ".join(
@@ -152,3 +164,16 @@ def table(res: dict[str, Any]) -> str:
 
 def spread_txt(values: list[int]) -> str:
     return f"{min(values):,}" if min(values) == max(values) else f"{min(values):,}..{max(values):,}"
+
+
+def bisect_line(bis: dict[str, Any]) -> str:
+    """The bisect figure: its compiles' seconds against one cold compile, and each step's."""
+    steps = ", ".join(f"commit {st['commit']}: " + (f"{st['compile_s']:.1f} s" if st["compiles"] else "nothing built"
+                                                     if not st["rebuilt"] else "no compile")
+                      + (f" ({st['compile_detail'].split(': ', 1)[-1]})" if st.get("compile_detail") else "")
+                      for st in bis["steps"])
+    ratio = f"{bis['ratio']:.2f}x" if bis.get("ratio") is not None else "n/a"
+    return (f"Bisect of {bis['commits']} commits inside fastmath (first bad: commit {bis['culprit']}; "
+            f"{len(bis['steps'])} states judged, the good end s0 built already): {bis['compiles']} compile(s), "
+            f"{bis['compile_s']:.1f} s of compiling against {bis['cold_compile_s']:.1f} s for one cold compile: "
+            f"{ratio} ({steps}).")

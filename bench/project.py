@@ -24,6 +24,12 @@ SIX_BUMPS = ["1.17.0", "1.15.0", "1.14.0", "1.13.0", "1.12.0"]  # one per repeti
 PR_BASE = 70
 
 
+C2_BASE = 90  # (c2)'s PRs: another PR per repetition, never built on the first builder
+
+
+BISECT_FILE = "fastmath/_bisect.txt"  # --quick (no C files): the file each bisect commit changes
+
+
 FASTMATH_COMMIT = "2ce4723579053c914fae1dee4bc38f8fd4da5557"
 
 
@@ -50,11 +56,24 @@ def weight_source(i: int, functions: int = 40) -> str:
     return "\n".join(out) + "\n"
 
 
-def fastmath_repo(work: Path, weight: int, reps: int, *, light: bool = False) -> tuple[Path, str, list[str]]:
+@dataclass(frozen=True, kw_only=True)
+class Repo:
+    """The bench's fastmath repository: main's SHA, the PR heads of (c) and (c2) per repetition, and the
+    first-parent history after main that the bisect runs through (``history[k]``: main plus k commits)."""
+
+    bare: Path
+    main: str
+    heads: list[str]
+    c2_heads: list[str]
+    history: list[str]
+
+
+def fastmath_repo(work: Path, weight: int, reps: int, *, light: bool = False, bisect: int = 0) -> Repo:
     """The bench's copy of the fastmath repository: main carries ``weight`` generated C files (compiled into
-    the extension), and refs/pull/(PR_BASE+r)/head for each repetition r is a one-line change on top of it.
-    ``light`` (--quick): main builds no C extension, so that the compile needs no compiler (and no apt).
-    Returns (bare repository, main's SHA, the PR heads)."""
+    the extension), and refs/pull/(PR_BASE+r)/head (and C2_BASE+r, for (c2)) for each repetition r is a
+    one-line change on top of it; ``bisect`` commits follow main on branch bisect, commit k changing one
+    file (generated file k-1 modulo ``weight``; BISECT_FILE where there is none).
+    ``light`` (--quick): main builds no C extension, so that the compile needs no compiler (and no apt)."""
     bare = work / "git" / "fastmath.git"
     git("init", "-q", "--bare", str(bare))
     git("-C", str(bare), "fetch", "-q", str(ROOT / "demo" / "sources" / "fastmath.bundle"), "refs/*:refs/*")
@@ -81,15 +100,29 @@ def fastmath_repo(work: Path, weight: int, reps: int, *, light: bool = False) ->
         git("-C", str(tree), "commit", "-q", "-am", "bench (quick): no C extension, a pure-Python wheel")
     main = git("-C", str(tree), "rev-parse", "HEAD")
     git("-C", str(tree), "push", "-q", "-f", "origin", "HEAD:refs/heads/main")
-    heads = []
-    for r in range(reps):
-        git("-C", str(tree), "checkout", "-q", main)
-        with (tree / "fastmath" / "_core.c").open("a") as f:
-            f.write(f"/* bench: PR {PR_BASE + r} */\n")
-        git("-C", str(tree), "commit", "-q", "-am", f"bench PR {PR_BASE + r}: a one-line change")
-        heads.append(git("-C", str(tree), "rev-parse", "HEAD"))
-        git("-C", str(tree), "push", "-q", "origin", f"HEAD:refs/pull/{PR_BASE + r}/head")
-    return bare, main, heads
+    heads: dict[int, list[str]] = {PR_BASE: [], C2_BASE: []}
+    for first, out in heads.items():
+        for r in range(reps):
+            git("-C", str(tree), "checkout", "-q", main)
+            with (tree / "fastmath" / "_core.c").open("a") as f:
+                f.write(f"/* bench: PR {first + r} */\n")
+            git("-C", str(tree), "commit", "-q", "-am", f"bench PR {first + r}: a one-line change")
+            out.append(git("-C", str(tree), "rev-parse", "HEAD"))
+            git("-C", str(tree), "push", "-q", "origin", f"HEAD:refs/pull/{first + r}/head")
+    history = [main]
+    git("-C", str(tree), "checkout", "-q", "-B", "bisect", main)
+    for k in range(1, bisect + 1):
+        name = f"fastmath/_weight{(k - 1) % weight}.c" if weight else BISECT_FILE
+        with (tree / name).open("a") as f:
+            # code, not a comment: the preprocessor drops comments, and ccache would find the object unchanged
+            f.write(f"double bench_bisect{k}(double x) {{ return x * {k}.5; }}\n" if weight
+                    else f"bisect commit {k}\n")
+        git("-C", str(tree), "add", name)
+        git("-C", str(tree), "commit", "-q", "-m", f"bench bisect commit {k}: a one-file change")
+        history.append(git("-C", str(tree), "rev-parse", "HEAD"))
+    if bisect:
+        git("-C", str(tree), "push", "-q", "origin", "HEAD:refs/heads/bisect")
+    return Repo(bare=bare, main=main, heads=heads[PR_BASE], c2_heads=heads[C2_BASE], history=history)
 
 
 @dataclass
@@ -110,8 +143,9 @@ APT = """apt:
 BUILD_APT = "      apt: [gcc, libc6-dev, python3-dev, git]   # git: the wheel version carries +<short sha>, as TE's does\n"
 
 
-def manifests(registry: str, repository: str, repo: Path, main: str, heads: list[str], *,
-              light: bool = False) -> States:
+def manifests(registry: str, repository: str, fm: Repo, *, light: bool = False, bisect: tuple[int, ...] = ()) -> States:
+    """s0; b<r>, c<r> and c2-<r> per repetition; bis<k> (fastmath's base at history[k]) for each k of ``bisect``."""
+    repo, main = fm.bare, fm.main
     # demo-trainer stays ../demo/sources/ (each project has a `demo` link to the checkout's); fastmath is the
     # bench's own copy, by file:// URL (a manifest names no absolute host path)
     text = (ROOT / "pins" / "demo.yaml").read_text()
@@ -126,9 +160,16 @@ def manifests(registry: str, repository: str, repo: Path, main: str, heads: list
     if light:  # --quick: no apt packages at all (what costs most in a cold build here)
         text = text.replace(APT, "").replace(BUILD_APT, "")
     texts = {"s0": text}
-    for r, head in enumerate(heads):
+    for r, head in enumerate(fm.heads):
         texts[f"b{r}"] = text.replace(SIX, f"    - six=={SIX_BUMPS[r]}\n")
         texts[f"c{r}"] = text.replace(PR7, PR7 + f"      - {{number: {PR_BASE + r}, head: {head}}}   # bench\n")
+    for r, head in enumerate(fm.c2_heads):
+        texts[f"c2-{r}"] = text.replace(PR7, PR7 + f"      - {{number: {C2_BASE + r}, head: {head}}}   # bench\n")
+    at_main = f"    commit: {main}\n    branch: main\n"
+    if bisect and at_main not in text:
+        raise BenchError(f"pins/demo.yaml: fastmath's entry no longer has these lines:\n{at_main}")
+    for k in bisect:  # the bisect's commits are on branch bisect (a commit must be on the branch named)
+        texts[f"bis{k}"] = text.replace(at_main, f"    commit: {fm.history[k]}\n    branch: bisect\n")
     return States(texts=texts)
 
 

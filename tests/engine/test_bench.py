@@ -1,7 +1,7 @@
 """The benchmark's quick mode runs in CI (issue 14), so that `make bench` cannot rot unseen.
 
-The same code path as `make bench` (bench/bench_rebuild.py) with one repetition, one generated C file and
-growth stacks of 2 and 4 components, the demo without apt packages, against the test registry and the real
+The same code path as `make bench` (bench/bench_rebuild.py) with one repetition, no generated C file, growth
+stacks of 2 and 4 components, a bisect of 2 commits, the demo without apt packages, against the test registry and the real
 engine (a second engine, for all of (d), is started and stopped by the bench itself). No timing is asserted: figures are checked for being there, and
 the counts that follow from the scenario (what buildctl rebuilds, how many compiles each way ran) are.
 """
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -58,9 +60,21 @@ def test_bench_quick_mode(registry: str, registry_base: str, demo_base: str, tmp
     # (b) a runtime pip pin: buildctl and the multi-stage file recompile nothing; the recipe recompiles
     assert sorted(res["runs"]["b"]["buildctl"][0]["detail"]) == ["assemble", "entrypoint", "python"]
     assert s["b"]["multistage"]["compiles"] == [0] and s["b"]["recipe"]["compiles"] == [1]
-    # (c) fastmath's PR list: one compile each way
+    # ... and the multi-stage file that installs with uv instead of pip neither
+    assert s["b"]["multistage-uv"]["compiles"] == [0] and s["b"]["multistage-uv"]["rebuilt"][0] > 0
+    # (c) fastmath's PR list: one compile each way (the cache-mount file's compile runs too: its cache only
+    # makes it cheaper)
     assert "wheel:fastmath" in res["runs"]["c"]["buildctl"][0]["detail"]
     assert s["c"]["buildctl"]["compiles"] == s["c"]["multistage"]["compiles"] == s["c"]["recipe"]["compiles"] == [1]
+    assert s["c"]["multistage-cm"]["compiles"] == [1]
+    check_c2_and_the_cache_server(res)
+    # the bisect: the good end (s0) built already, then the bad end and the one candidate, one compile each
+    bis = res["bisect"]
+    assert bis["commits"] == 2 and bis["culprit"] == 2
+    assert [st["state"] for st in bis["steps"]] == ["s0", "bis2", "bis1"]
+    assert bis["steps"][0]["rebuilt"] == 0 and [st["compiles"] for st in bis["steps"][1:]] == [1, 1]
+    assert bis["compiles"] == 2 and bis["compile_s"] > 0 and bis["cold_compile_s"] > 0
+    assert "Bisect of 2 commits inside fastmath" in done.stdout
     # (d) the second builder: nothing to build when nothing changed; the pin bump recompiles only in the recipe
     assert s["d1"]["buildctl"]["rebuilt"] == [0] and s["d1"]["recipe"]["compiles"] == [0]
     assert s["d2"]["buildctl"]["compiles"] == [0] and s["d2"]["recipe"]["compiles"] == [1]
@@ -76,9 +90,27 @@ def test_bench_quick_mode(registry: str, registry_base: str, demo_base: str, tmp
     assert f"bench-{run}" not in docker_cli("images", "--format", "{{.Repository}}:{{.Tag}}")
     assert not docker_cli("images", "-aq", "--filter", f"label=io.buildctl.bench={run}").split()
     assert not docker_cli("ps", "-aq", "--filter", f"label=io.buildctl.bench={run}").split()
+    mounts = json.loads(docker_cli("system", "df", "-v", "--format", "{{json .BuildCache}}") or "null") or []
+    assert not [m for m in mounts if m.get("CacheType") == "exec.cachemount"
+                and f"buildctl-bench-{run}-ccache" in m.get("Description", "")]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
     assert len(res["second_engine_bridges"]) == 1  # --quick: all of (d) on one second engine
     assert not [b for b in res["second_engine_bridges"] if f" {b}:" in links or f" {b}@" in links]
+
+
+def check_c2_and_the_cache_server(res: dict[str, Any]) -> None:
+    """(c2): another PR on the second engine, buildctl sharing the registry and the bench's own redis-server with
+    the first builder, against the cache-mount file there: one compile each. Left out only where redis-server is
+    not installed; the server is stopped after the run."""
+    s, server = res["summary"], res["cache_server"]
+    if not server["ran"]:
+        assert shutil.which("redis-server") is None and "redis-server" in server["why"] and "c2" not in s
+        return
+    assert "wheel:fastmath" in res["runs"]["c2"]["buildctl"][0]["detail"]
+    assert s["c2"]["buildctl"]["compiles"] == [1] and s["c2"]["multistage-cm"]["compiles"] == [1]
+    host, port = server["url"].removeprefix("redis://").split(":")
+    with pytest.raises(OSError), socket.create_connection((host, int(port)), timeout=2):
+        pass
 
 
 def check_the_buildkit_column(res: dict[str, Any]) -> None:
