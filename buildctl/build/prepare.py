@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -26,7 +25,7 @@ from buildctl.graph.specs import (
     SystemNodeSpec,
     WheelNodeSpec,
 )
-from buildctl.sources.index import HttpFetcher
+from buildctl.sources.index import HttpFetcher, fetch_verified
 
 if TYPE_CHECKING:
     from buildctl.engine.engine import Engine
@@ -89,21 +88,9 @@ class HostPrep:
             self.s.downloads[f.name] = dest
 
     def _download(self, fetcher: HttpFetcher, f: FileSpec, dest: Path) -> None:
-        tmp = dest.with_name(dest.name + ".part")
-        h = hashlib.sha256()
-        with fetcher.open(f.url) as resp, tmp.open("wb") as out:
-            while True:
-                chunk = resp.read(1 << 20)
-                if not chunk:
-                    break
-                h.update(chunk)
-                out.write(chunk)
-        if h.hexdigest() != f.sha256:
-            tmp.unlink(missing_ok=True)
-            raise BuildFailed(f"download {f.name} from {f.url} does not match its sha256",
-                              why=f"expected {f.sha256}, got {h.hexdigest()}",
-                              fix="the file changed upstream: check it, then update the manifest or re-lock")
-        tmp.replace(dest)
+        assert f.sha256, "a locked graph has every checksum"
+        fetch_verified(fetcher, f.url, f.sha256, dest, label=f"download {f.name} from {f.url}",
+                       fix="the file changed upstream: check it, then update the manifest or re-lock")
 
     def fetch_pip(self, actions: Mapping[str, Action]) -> None:
         # by name and version: a build requirement may pin another version than the runtime does

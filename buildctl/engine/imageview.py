@@ -1,4 +1,4 @@
-"""The slices of buildctl.engine.engine that verify, push and bom use, as Protocols.
+"""The slices of buildctl.engine.engine that verify, push and bom use, as Protocols; ``at_hand`` over one.
 
 Those modules take any object with these methods, so unit tests hand them small fakes made of data
 (DESIGN rule 7) and engine tests hand them the real ``Engine``. The attribute Protocols are read-only
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Protocol
+
+from buildctl.errors import EngineError
 
 
 class ImageView(Protocol):
@@ -50,3 +52,20 @@ class ProgressView(Protocol):
     def status(self) -> str: ...
     @property
     def layer(self) -> str: ...
+
+
+class Puller(Protocol):
+    """What ``at_hand`` needs of an engine."""
+
+    def image_exists(self, ref: str) -> bool: ...
+    def pull(self, ref: str, platform: str | None = None) -> str: ...
+
+
+def at_hand(engine: Puller, image: str) -> None:
+    """``image`` in ``engine``: pulled first when the engine does not have it (bom, provenance)."""
+    if not engine.image_exists(image):
+        try:
+            engine.pull(image)
+        except EngineError as exc:
+            raise EngineError(f"no image {image} here, and pulling it failed: {exc.what}", why=exc.why,
+                              fix="build it, or give a reference the registry has") from exc

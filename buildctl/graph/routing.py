@@ -114,13 +114,20 @@ def route(platform: str, fleet: Fleet, probe: Probe) -> Route:
                          f"host has a {qemu_name(platform)} handler is not known here: its first RUN fails if not")
         return True
 
-    for ep in fleet.by_platform.get(platform, ()):
+    # the builders configured for this platform, then those named for any: a builder that answers another
+    # platform is an error in the first case (unless emulated on request), only said in the second
+    listed = [(ep, True) for ep in fleet.by_platform.get(platform, ())] + [(ep, False) for ep in fleet.any_platform]
+    for ep, configured in listed:
         got = answer(ep)
         if got is None:
             continue
         if got == platform:
             native.append(Builder(endpoint=ep, answered=got))
-        elif not (fleet.emulate and try_emulated(ep, got)):
+        elif fleet.emulate and try_emulated(ep, got):
+            continue
+        elif not configured:
+            notes.append(f"builder {ep} is {got}: not used for {platform}")
+        else:
             raise EngineError(
                 f"builder {ep} is configured for {platform} ({fleet.source}) and answered {got}",
                 why="a builder's platform is asked of its engine, never taken from the configuration"
@@ -129,14 +136,6 @@ def route(platform: str, fleet: Fleet, probe: Probe) -> Route:
                 fix=f"list it under \"{got}\" instead, or name a {platform} builder"
                     + ("" if fleet.emulate else f" (to run {platform} nodes without compiles on it under QEMU: "
                                                 "--emulate, with a QEMU handler registered on its host)"))
-    for ep in fleet.any_platform:
-        got = answer(ep)
-        if got is None:
-            continue
-        if got == platform:
-            native.append(Builder(endpoint=ep, answered=got))
-        elif not (fleet.emulate and try_emulated(ep, got)):
-            notes.append(f"builder {ep} is {got}: not used for {platform}")
     if not native and not emulated and fleet.emulate:
         for other, eps in fleet.by_platform.items():  # a builder of another platform whose host emulates this one
             for ep in eps if other != platform else ():

@@ -214,7 +214,9 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
             stages += [StageResult(stage=s, status="skipped", summary="bump failed") for s in STAGES]
             return replace(r, stages=tuple(stages), since_previous=since_previous(previous, r))
 
-    def fail(stage: Stage, started: float, exc: BuildctlError) -> VariantRun:
+    def fail(stage: Stage, started: float, exc: BuildctlError | OSError) -> VariantRun:
+        if isinstance(exc, OSError):  # a full disk that no write path named: the stage fails, the report says so
+            exc = _disk_full(exc)  # (any other OSError goes on)
         why = f" ({exc.why})" if exc.why else ""
         stages.append(_stage(stage, started, f"{exc.what}{why}", "failed", exc.fix))
         for later in STAGES[STAGES.index(stage) + 1:]:
@@ -224,20 +226,16 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
     t0 = time.monotonic()
     try:
         lock = steps.lock(stack, variant)
-    except BuildctlError as exc:
+    except (BuildctlError, OSError) as exc:
         return fail("lock", t0, exc)
-    except OSError as exc:  # a full disk that no write path named: the stage fails, the report says so
-        return fail("lock", t0, _disk_full(exc))
     r = replace(r, lock=lock)
     stages.append(_stage("lock", t0, ("re-locked: " + "; ".join(lock.drift)) if lock.drift else "lock is current"))
 
     t0 = time.monotonic()
     try:
         build = steps.build(stack, variant)
-    except BuildctlError as exc:
+    except (BuildctlError, OSError) as exc:
         return fail("build", t0, exc)
-    except OSError as exc:  # a full disk that no write path named: the stage fails, the report says so
-        return fail("build", t0, _disk_full(exc))
     r = replace(r, build=build)
     stages.append(_stage("build", t0, f"built {len(build.built)}, reused {len(build.reused)}; smoke {build.smoke}"))
 
@@ -251,10 +249,8 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
     try:
         pushed = steps.push(stack, variant, tags=immutable_tags(stack, variant, lock.lock_hash, day,
                                                                 default_variant=default_variant), moving=moving)
-    except BuildctlError as exc:
+    except (BuildctlError, OSError) as exc:
         return fail("push", t0, exc)
-    except OSError as exc:
-        return fail("push", t0, _disk_full(exc))
     r = replace(r, push=pushed)
     if pushed.failed:
         stages.append(_stage("push", t0, "; ".join(pushed.failed), "failed"))

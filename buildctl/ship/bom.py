@@ -17,8 +17,8 @@ from typing import Any, Literal, Protocol
 from packaging.utils import canonicalize_name
 
 from buildctl import untrusted
-from buildctl.engine.imageview import ImageView, RunOutcome
-from buildctl.errors import EngineError, Location
+from buildctl.engine.imageview import ImageView, RunOutcome, at_hand
+from buildctl.errors import Location
 from buildctl.labels import (
     BASE_DIGEST_LABEL,
     BASE_NAME_LABEL,
@@ -150,12 +150,7 @@ def from_image(info: ImageView, image: str, result: RunOutcome) -> Bom:
 
 def collect(engine: BomEngine, image: str) -> Bom:
     """The BOM of ``image`` (pulled first when the engine does not have it)."""
-    if not engine.image_exists(image):
-        try:
-            engine.pull(image)
-        except EngineError as exc:
-            raise EngineError(f"no image {image} here, and pulling it failed: {exc.what}", why=exc.why,
-                              fix="build it, or give a reference the registry has") from exc
+    at_hand(engine, image)
     info = engine.inspect_image(image)
     # python3 as the entrypoint: a final image's ENTRYPOINT (its launch script) must not wrap the listing
     result = engine.run(image, ["-c", BOM_SCRIPT], entrypoint=["python3"], network_mode="none",

@@ -33,8 +33,8 @@ from typing import Any, Protocol, assert_never
 from packageurl import PackageURL
 
 from buildctl import __version__
-from buildctl.engine.imageview import ImageView
-from buildctl.errors import EngineError, LockError, UsageError
+from buildctl.engine.imageview import ImageView, at_hand
+from buildctl.errors import LockError, UsageError
 from buildctl.imageref import ImageRef
 from buildctl.labels import BASE_DIGEST_LABEL, CREATED_LABEL, LOCK_LABEL, STACK_LABEL, VARIANT_LABEL
 from buildctl.lock import lockcheck, lockfile
@@ -257,12 +257,7 @@ def subject_of(info: ImageView, image: str) -> tuple[str, str]:
 
 def for_image(engine: ProvenanceEngine, pins_dir: Path, image: str, project: Path | None = None) -> dict[str, Any]:
     """The statement for ``image`` (pulled first when the engine does not have it)."""
-    if not engine.image_exists(image):
-        try:
-            engine.pull(image)
-        except EngineError as exc:
-            raise EngineError(f"no image {image} here, and pulling it failed: {exc.what}", why=exc.why,
-                              fix="build it, or give a reference the registry has") from exc
+    at_hand(engine, image)
     info = engine.inspect_image(image)
     name, digest = subject_of(info, image)
     found = lock_for_image(pins_dir, info.labels, image)

@@ -1,6 +1,7 @@
 """Package indexes and plain downloads, seen from the host (urllib; the one module that speaks HTTP).
 
 - ``HttpFetcher``: bounded GETs with the user's CA bundle; sha256 of a download, streamed.
+- ``fetch_verified``: a download into a file, kept only when its sha256 is the one expected.
 - ``SimpleIndex``: the PEP 503 / PEP 691 simple API of one or more indexes: the files of a release
   and their sha256, so that the lock records every file pip may install for a platform.
 
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from packaging.utils import (
     InvalidSdistFilename,
@@ -32,7 +33,7 @@ from packaging.version import InvalidVersion, Version
 
 from buildctl import untrusted
 from buildctl.config import Config, mirror_url
-from buildctl.errors import LockError, UnreachableError
+from buildctl.errors import BuildFailed, LockError, UnreachableError
 
 DEFAULT_INDEX = "https://pypi.org/simple/"
 CHUNK = 1 << 20
@@ -126,6 +127,29 @@ def _read(resp: IO[bytes], url: str, timeout: float, limit: int) -> bytes:
         if len(out) > limit:
             raise LockError(f"{redact(url)} is larger than {limit >> 20} MiB", why="not an index page")
     return bytes(out)
+
+
+class Opener(Protocol):
+    """What ``fetch_verified`` needs of a fetcher (``HttpFetcher``, or a fake in a test)."""
+
+    def open(self, url: str, *, accept: str | None = None) -> IO[bytes]: ...
+
+
+def fetch_verified(fetcher: Opener, url: str, sha256: str, dest: Path, *, label: str, fix: str) -> None:
+    """``url`` into ``dest``, streamed through ``dest.part`` and renamed into place only when its sha256 is
+    ``sha256`` (one attempt, no retry). A mismatch removes the part and is a ``BuildFailed`` saying
+    "<label> does not match its sha256", with ``fix``; the fetcher's own errors pass through."""
+    tmp = dest.with_name(dest.name + ".part")
+    h = hashlib.sha256()
+    with fetcher.open(url) as resp, tmp.open("wb") as out:
+        while chunk := resp.read(CHUNK):
+            h.update(chunk)
+            out.write(chunk)
+    if h.hexdigest() != sha256:
+        tmp.unlink(missing_ok=True)
+        raise BuildFailed(f"{label} does not match its sha256", why=f"expected {sha256}, got {h.hexdigest()}",
+                          fix=fix)
+    tmp.replace(dest)
 
 
 @dataclass(frozen=True, kw_only=True)

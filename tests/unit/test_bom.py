@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from buildctl.errors import EngineError
 from buildctl.manifest import pins
 from buildctl.ship import bom
-from tests.unit.fakes_ship import Image, Run
+from tests.unit.fakes_ship import FakeEngine, Image, Run
 
 MANIFEST = """\
 stack: demo
@@ -54,6 +57,22 @@ def test_an_image_without_python_says_so_instead_of_failing() -> None:
     b = bom.from_image(Image(), "scratchy", Run(exit_code=127, stderr='exec: "python3": executable file not found'))
     assert b.pip == {} and b.deb is None
     assert b.errors["pip"].startswith("no python3 in the image")
+
+
+def test_collect_pulls_an_image_the_engine_lacks_and_says_when_pulling_fails() -> None:
+    engine = FakeEngine(run_result=listing({"six": "1.16.0"}, None))
+    assert bom.collect(engine, "reg/x:1").pip == {"six": "1.16.0"}
+    assert bom.collect(engine, "reg/x:1").pip == {"six": "1.16.0"}
+    assert [c for c in engine.calls if c[0] == "pull"] == [("pull", "reg/x:1")]  # once: then it is at hand
+
+    class Unreachable(FakeEngine):
+        def pull(self, ref: str, platform: str | None = None) -> str:
+            raise EngineError(f"pull of {ref} failed", why="no route", fix="check the network")
+
+    with pytest.raises(EngineError) as err:
+        bom.collect(Unreachable(), "reg/y:1")
+    assert err.value.what == "no image reg/y:1 here, and pulling it failed: pull of reg/y:1 failed"
+    assert err.value.why == "no route" and err.value.fix == "build it, or give a reference the registry has"
 
 
 def test_diff_maps_changes_to_manifest_lines() -> None:

@@ -10,12 +10,12 @@ from debian.debian_support import Version as DebianVersion
 
 from buildctl.config import CacheLayout, Config
 from buildctl.engine.values import RunResult
-from buildctl.errors import LockError, UnreachableError
+from buildctl.errors import BuildFailed, LockError, UnreachableError
 from buildctl.imageref import ImageRef
 from buildctl.lock.inbase import CA_PATH, MARK, parse_output, probe_env, request_json
 from buildctl.lock.resolve import newest_first, repo_location, select_apt
 from buildctl.lock.resolvers import ProbeRequest
-from buildctl.sources.index import IndexFile, parse_project_page, redact, select_files
+from buildctl.sources.index import IndexFile, fetch_verified, parse_project_page, redact, select_files
 
 # ------------------------------------------------------------------------------------------ apt
 
@@ -123,6 +123,29 @@ def test_select_files_keeps_what_fits_the_platform() -> None:
 def test_redact_hides_credentials() -> None:
     assert redact("https://user:tok@idx.example/simple/") == "https://***@idx.example/simple/"
     assert redact("https://idx.example/simple/") == "https://idx.example/simple/"
+
+
+def test_fetch_verified_keeps_a_file_only_when_its_sha256_matches(tmp_path: Path) -> None:
+    import hashlib
+    import io
+
+    body = b"x" * ((1 << 20) + 7)  # more than one chunk
+    asked: list[str] = []
+
+    class Fetcher:
+        def open(self, url: str, *, accept: str | None = None) -> io.BytesIO:
+            asked.append(url)
+            return io.BytesIO(body)
+
+    dest = tmp_path / "f"
+    fetch_verified(Fetcher(), "https://files.example/f", hashlib.sha256(body).hexdigest(), dest, label="the f",
+                   fix="look")
+    assert dest.read_bytes() == body and asked == ["https://files.example/f"] and not (tmp_path / "f.part").exists()
+    with pytest.raises(BuildFailed) as err:
+        fetch_verified(Fetcher(), "https://files.example/f", "0" * 64, tmp_path / "g", label="the f", fix="look")
+    assert err.value.what == "the f does not match its sha256"
+    assert err.value.why == f"expected {'0' * 64}, got {hashlib.sha256(body).hexdigest()}" and err.value.fix == "look"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]  # nothing half-done
 
 
 # ------------------------------------------------------------------------------------------ probe

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from buildctl.errors import BuildFailed, UnreachableError
 from buildctl.services import nightly
@@ -92,6 +95,20 @@ def test_a_failed_stage_skips_the_rest_and_other_stacks_still_run(tmp_path: Path
     assert [c[:2] for c in steps.calls].count(("lock", "b")) == 1
     assert not any(c[0] == "push" for c in steps.calls)
     assert "**build failed**: node python failed (pip said no) - fix: see the log" in (tmp_path / "latest.md").read_text()
+
+
+def test_a_full_disk_in_a_stage_fails_it_naming_the_file_and_any_other_os_error_goes_on(tmp_path: Path) -> None:
+    full = OSError(errno.ENOSPC, "No space left on device", "/cache/x.part")
+    report, _ = nightly.run(FakeSteps(fail={"build": full}), [("demo", "default", True)], report_dir=tmp_path / "r",
+                            clock=clock)
+    build = report.runs[0].stages[1]
+    assert (build.stage, build.status) == ("build", "failed")
+    assert build.summary.startswith("cannot write /cache/x.part: no space left on device (")
+    assert build.fix.startswith("free space on the filesystem that holds /cache/x.part")
+    assert [s.status for s in report.runs[0].stages[2:]] == ["skipped", "skipped"]
+    with pytest.raises(PermissionError):
+        nightly.run(FakeSteps(fail={"lock": PermissionError(errno.EACCES, "Permission denied", "/x")}),
+                    [("demo", "default", True)], report_dir=tmp_path / "s", clock=clock)
 
 
 def test_unreachable_base_fails_the_lock_stage(tmp_path: Path) -> None:
