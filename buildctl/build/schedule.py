@@ -140,6 +140,7 @@ class Scheduler:
         jobs = max(1, self.s.opt.jobs)
         try:
             while True:
+                self._push_failures(failures)  # a failed push counts before anything else starts
                 if not failures:
                     for n in self.s.g.names():  # topological order: parents first
                         if n in tasks and n not in started and deps[n] <= done and len(running) < jobs:
@@ -154,7 +155,6 @@ class Scheduler:
                     self.s.pushes.wait_all()  # the pushes still going finish, as running tasks do
                     self._push_failures(failures)
                     break
-                self._push_failures(failures)
                 try:
                     n, exc = finished.get(timeout=0.5)  # a bounded wait keeps Ctrl-C responsive
                 except queue.Empty:
