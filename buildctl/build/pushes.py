@@ -81,19 +81,23 @@ class EarlyPull:
         self.ok = False
 
     @classmethod
-    def start(cls, engine: Engine, ref: str, threads: list[threading.Thread], *, platform: str | None) -> EarlyPull:
-        pull = cls(engine, threading.Thread(target=lambda: pull._run(ref, platform), name=f"buildctl-pull-{ref}",
+    def start(cls, engine: Engine, ref: str, threads: list[threading.Thread], *, platform: str | None,
+              then: Callable[[], None] = lambda: None) -> EarlyPull:
+        """Pull ``ref`` into ``engine`` in a thread of its own (put in ``threads``); ``then`` runs in it once the
+        image is there (the node's record: an interrupted run leaves no tag without one)."""
+        pull = cls(engine, threading.Thread(target=lambda: pull._run(ref, platform, then), name=f"buildctl-pull-{ref}",
                                             daemon=True))
         threads.append(pull.thread)
         pull.thread.start()
         return pull
 
-    def _run(self, ref: str, platform: str | None) -> None:
+    def _run(self, ref: str, platform: str | None, then: Callable[[], None]) -> None:
         try:
             self.engine.pull(ref, platform=platform)
-            self.ok = True
         except BuildctlError:  # its task pulls again and reports what fails
-            pass
+            return
+        then()
+        self.ok = True
 
     def wait(self, engine: Engine) -> bool:
         """Whether the image is in ``engine`` now: this pull ended there without an error."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import io
 import json
 import math
@@ -65,9 +66,7 @@ class Steps:
                 else:
                     if early is None or not early.wait(e):  # pulled early into this engine, or now
                         e.pull(self.s.ref(name), platform=self.s.g.platform if node.kind == "base" else None)
-                    self.s.have(name, e)
-                    if node.kind != "base":
-                        self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(self.s.g, node, engine=e.name))
+                        self._pulled(node, e)
                 outcome: Outcome = "pulled"
             else:
                 self.s.progress.node(name, "building")
@@ -97,8 +96,16 @@ class Steps:
             node = self.s.g.node(name)
             if actions.get(name) == "pull" and node.kind != "wheel":
                 self.s.progress.node(name, "pulling", self.s.ref(name))
-                self.s.early[name] = EarlyPull.start(self.s.e0, self.s.ref(name), self.s.threads,
-                                                     platform=self.s.g.platform if node.kind == "base" else None)
+                self.s.early[name] = EarlyPull.start(
+                    self.s.e0, self.s.ref(name), self.s.threads,
+                    platform=self.s.g.platform if node.kind == "base" else None,
+                    then=functools.partial(self._pulled, node, self.s.e0))  # its record at once: a tag always has one
+
+    def _pulled(self, node: Node, e: Engine) -> None:
+        """A node's image just pulled into ``e``: where it is, and (but for the base) its record."""
+        self.s.have(node.name, e)
+        if node.kind != "base":
+            self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(self.s.g, node, engine=e.name))
 
     def ensure(self, e: Engine, name: str) -> None:
         """Make the image of node ``name`` present in engine ``e`` (pulling what another engine pushed, once that

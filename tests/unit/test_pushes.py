@@ -61,14 +61,18 @@ class _Engine:
 
 def test_an_early_pull_says_whether_the_image_is_in_that_engine() -> None:
     e, other = _Engine(), _Engine()
-    pull = EarlyPull.start(e, "r/python:k", [], platform=None)
+    recorded: list[str] = []
+    pull = EarlyPull.start(e, "r/python:k", [], platform=None, then=lambda: recorded.append("python"))
     assert pull.wait(e) and e.pulled == [("r/python:k", None)]
+    assert recorded == ["python"]  # the node's record, in the pull's own thread
     assert not pull.wait(other)  # another engine: its task pulls there
 
 
 def test_an_early_pull_that_failed_leaves_the_pull_to_its_task() -> None:
     e = _Engine(fail=True)
-    assert not EarlyPull.start(e, "r/python:k", [], platform="linux/amd64").wait(e)
+    recorded: list[str] = []
+    assert not EarlyPull.start(e, "r/python:k", [], platform="linux/amd64", then=lambda: recorded.append("x")).wait(e)
+    assert recorded == []
 
 
 class _Progress:
