@@ -161,6 +161,7 @@ class _Build:
         if todo:
             if any(a == "build" for a in actions.values()):
                 self._check_platform()
+            self.steps.pull_early(actions)
             self.host.prepare_sources(actions)
             self.host.fetch_downloads(actions)
             self.host.fetch_compile_tool(actions)

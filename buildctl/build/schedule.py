@@ -140,6 +140,7 @@ class Scheduler:
         jobs = max(1, self.s.opt.jobs)
         try:
             while True:
+                self._push_failures(failures)  # a failed push counts before anything else starts
                 if not failures:
                     for n in self.s.g.names():  # topological order: parents first
                         if n in tasks and n not in started and deps[n] <= done and len(running) < jobs:
@@ -151,6 +152,8 @@ class Scheduler:
                                 self.s.running.add(n)
                             th.start()
                 if not running:
+                    self.s.pushes.wait_all()  # the pushes still going finish, as running tasks do
+                    self._push_failures(failures)
                     break
                 try:
                     n, exc = finished.get(timeout=0.5)  # a bounded wait keeps Ctrl-C responsive
@@ -169,6 +172,12 @@ class Scheduler:
             raise
         if failures:
             raise failures[0]
+
+    def _push_failures(self, failures: list[BaseException]) -> None:
+        """A push that failed (build/pushes.py) stops the run as a failed node does."""
+        for n, exc in self.s.pushes.new_failures():
+            failures.append(exc)
+            self.s.progress.node(n, "failed", getattr(exc, "what", str(exc)))
 
     @contextlib.contextmanager
     def engine(self, prefer: Sequence[str] = ()) -> Iterator[Engine]:

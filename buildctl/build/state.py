@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from buildctl import runs
 from buildctl.build.inputs import BuildInput
+from buildctl.build.pushes import EarlyPull, Pushes
 from buildctl.config import Config
 from buildctl.graph.records import RecordStore, state_root
 
@@ -135,6 +136,8 @@ class RunState:
         self.scratch = config.cache.root / "tmp" / f"run-{runs.owner()}"  # this run's; removed at its end
         self.running: set[str] = set()  # tasks running now
         self.threads: list[threading.Thread] = []
+        self.pushes = Pushes(self.threads)  # node pushes, in the background
+        self.early: dict[str, EarlyPull] = {}  # node -> its pull started before the host's work (Steps.pull_early)
         self.untrusted: set[str] = set()  # nodes tagged in the engine without a record
         self._source: tuple[str, str] | None = None
         self.created = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

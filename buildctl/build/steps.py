@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import io
 import json
 import math
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 
 from buildctl import quoting, runs, safepath
 from buildctl.build import compilecache, normalise, wheelhouse
+from buildctl.build.pushes import EarlyPull
 from buildctl.build.state import Action, NodeResult, Outcome, RunState
 from buildctl.errors import BuildctlError, BuildFailed, SmokeFailed, disk_full
 from buildctl.graph import render
@@ -55,15 +57,16 @@ class Steps:
                 # the untrusted image goes (its tag would otherwise move and leave it dangling)
                 e.remove_image(self.s.ref(name))
             if action == "pull":
-                self.s.progress.node(name, "pulling", self.s.ref(name))
+                early = self.s.early.get(name)
+                if early is None:
+                    self.s.progress.node(name, "pulling", self.s.ref(name))
                 if node.kind == "wheel":
                     self._pull_wheel(e, node)
                     self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(self.s.g, node, engine=e.name))
                 else:
-                    e.pull(self.s.ref(name), platform=self.s.g.platform if node.kind == "base" else None)
-                    self.s.have(name, e)
-                    if node.kind != "base":
-                        self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(self.s.g, node, engine=e.name))
+                    if early is None or not early.wait(e):  # pulled early into this engine, or now
+                        e.pull(self.s.ref(name), platform=self.s.g.platform if node.kind == "base" else None)
+                        self._pulled(node, e)
                 outcome: Outcome = "pulled"
             else:
                 self.s.progress.node(name, "building")
@@ -82,10 +85,37 @@ class Steps:
             f"; compiled: {hits} of {hits + misses} objects from the cache")
         self.s.progress.node(name, outcome, f"{self.s.ref(name)} on {self._on(e)}{cached}")
 
+    def pull_early(self, actions: Mapping[str, Action]) -> None:
+        """Start the image pulls the plan asks for now, in the background, while the host prepares sources and
+        downloads (seconds on a fresh builder that pulls a compile environment): each node's task then finds
+        its image here. Only with one engine (with several, the scheduler picks the engine of each node); a
+        pull that fails here is tried again, and reported, by its task."""
+        if len(self.s.engines) != 1 or self.s.cancelled.is_set():
+            return
+        for name in self.s.g.names():
+            node = self.s.g.node(name)
+            if actions.get(name) == "pull" and node.kind != "wheel":
+                self.s.progress.node(name, "pulling", self.s.ref(name))
+                self.s.early[name] = EarlyPull.start(
+                    self.s.e0, self.s.ref(name), self.s.threads,
+                    platform=self.s.g.platform if node.kind == "base" else None,
+                    then=functools.partial(self._pulled, node, self.s.e0))  # its record at once: a tag always has one
+
+    def _pulled(self, node: Node, e: Engine) -> None:
+        """A node's image just pulled into ``e``: where it is, and (but for the base) its record."""
+        self.s.have(node.name, e)
+        if node.kind != "base":
+            self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(self.s.g, node, engine=e.name))
+
     def ensure(self, e: Engine, name: str) -> None:
-        """Make the image of node ``name`` present in engine ``e`` (pulling what another engine pushed)."""
+        """Make the image of node ``name`` present in engine ``e`` (pulling what another engine pushed, once that
+        push ended)."""
         ref = self.s.ref(name)
         if e.name in self.s.where.get(name, ()) or e.image_exists(ref):
+            self.s.have(name, e)
+            return
+        self.s.pushes.wait(name)
+        if e.image_exists(ref):  # made here in the background meanwhile (a wheel's one-file image)
             self.s.have(name, e)
             return
         node = self.s.g.node(name)
@@ -93,10 +123,13 @@ class Steps:
         self.s.have(name, e)
 
     def _push(self, e: Engine, node: Node) -> None:
+        """Start the push of a node just built (or found unpublished): it runs in the background while the
+        node's children build (build/pushes.py); the run ends only once it did."""
         if self.s.t.registry is None or self.s.cancelled.is_set():
             return
-        self.s.progress.node(node.name, "pushing", self.s.ref(node.name))
-        e.push(self.s.ref(node.name))
+        ref = self.s.ref(node.name)
+        self.s.progress.node(node.name, "pushing", ref)
+        self.s.pushes.start(node.name, lambda: e.push(ref))
 
     def _publish(self, e: Engine, node: Node) -> None:
         """A node present here but not in the registry (built before with the registry down): push it."""
@@ -275,8 +308,9 @@ class Steps:
             wheel = self._keep_wheel(node, made[0])
         finally:
             shutil.rmtree(out, ignore_errors=True)
-        self._wheel_image(e, node, wheel, stats=stats)
-        self._push(e, node)
+        # the nodes that install the wheel take it from this host: its one-file image (what another builder pulls
+        # instead of compiling), record, tag and push go on in the background while they build (build/pushes.py)
+        self.s.pushes.start(node.name, lambda: self._wheel_image(e, node, wheel, stats=stats, push=True))
 
     def _keep_wheel(self, node: Node, made: Path) -> Path:
         """Move a finished wheel to wheels/<component>/<key>/, whole or not at all."""
@@ -288,7 +322,10 @@ class Steps:
             self.s.wheels[node.component] = kept
         return kept
 
-    def _wheel_image(self, e: Engine, node: Node, wheel: Path, *, stats: compilecache.Stats | None = None) -> None:
+    def _wheel_image(self, e: Engine, node: Node, wheel: Path, *, stats: compilecache.Stats | None = None,
+                     push: bool = False) -> None:
+        """The wheel's one-file image, its record and content tag; with ``push``, its push too (in this thread:
+        the caller runs it in the background)."""
         with self.s.lock:
             self.s.wheels[node.component or ""] = wheel
         rendered = render.render(node, templates=self.s.t.templates, parent_ref="scratch")
@@ -302,6 +339,10 @@ class Steps:
             with contextlib.suppress(BuildctlError):
                 e.remove_image(part)
         self.s.have(node.name, e)
+        if push and self.s.t.registry is not None and not self.s.cancelled.is_set():
+            ref = self.s.ref(node.name)
+            self.s.progress.node(node.name, "pushing", ref)
+            e.push(ref)
 
     def _pull_wheel(self, e: Engine, node: Node) -> None:
         """Take the wheel out of its one-file image (pulled when the engine lacks it): no compile."""

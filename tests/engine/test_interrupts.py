@@ -80,10 +80,12 @@ def _tagged(repository: str) -> Callable[[dict[str, Any]], bool]:
 
 
 def moments(repository: str) -> list[Moment]:
+    # the pulls the plan asks for start first, beside the host's work (Steps.pull_early): a run interrupted while
+    # it prepares sources may already have pulled (and recorded) them, so the pull's moment comes first
     return [
+        Moment("pulling a node from the registry", signal.SIGINT, line=_state("pulling")),
         Moment("preparing sources", signal.SIGINT, line=_state("sources")),
         Moment("pip download on the host", signal.SIGTERM, line=_state("wheels")),
-        Moment("pulling a node from the registry", signal.SIGINT, line=_state("pulling")),
         Moment("first build container starts", signal.SIGTERM, event=_container_start(owned=False)),
         Moment("a content tag appears", signal.SIGINT, event=_tagged(repository)),
         Moment("compile container starts (killed)", signal.SIGKILL, event=_container_start(owned=True)),

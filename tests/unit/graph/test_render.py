@@ -357,8 +357,8 @@ RUN set -eu; \\
     fi; \\
     rm -rf /root/.cache /tmp/*; \\
 """ + SETTLE + """\
-ENV CUDA_DEVICE_MAX_CONNECTIONS="1"
-ENV NVTE_FUSED_ATTN="1"
+ENV CUDA_DEVICE_MAX_CONNECTIONS="1" \\
+    NVTE_FUSED_ATTN="1"
 """
     assert out.context == (ContextFile(path="rootfs/opt/trainer", tree="trainer"),
                            ContextFile(path="rootfs/usr/local/lib/buildctl-install.py", text=T.text("install.py")))
@@ -384,7 +384,7 @@ def test_env_values_are_escaped(gs: Any) -> None:
     m = replace(m, env={"A": 'x"y', "B": "$HOME\\z", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
     gr = graph.build(m, gs.lock_for(m), m.variant("gpu13"), templates=T.digests(), extras=Extras(entrypoint=gs.ENTRY))
     text = render.render(gr.node("assemble"), templates=T, parent_ref="p").dockerfile
-    assert text.endswith('ENV A="x\\"y"\nENV B="\\$HOME\\\\z"\nENV PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"\n')
+    assert text.endswith('ENV A="x\\"y" \\\n    B="\\$HOME\\\\z" \\\n    PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"\n')
 
 
 def test_odd_paths_are_quoted_and_globs_kept(gs: Any) -> None:
