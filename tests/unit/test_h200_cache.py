@@ -1,10 +1,11 @@
-"""What the compiler-cache runs on the H200 gave (tests/data/gpu/h200-cache/, 2026-12-04).
+"""What the compiler-cache runs on the H200 gave (tests/data/gpu/h200-cache/, 2026-12-04 and 2026-12-06).
 
 buildctl's rendered wheel script of deepseek-v3-gb200 / hopper / transformer-engine ran on the device tool's
 H200 run after run with one ccache folder kept (job.sh); results.json is summarize.py's reading of the
-lines the device returned (lease1/, lease2/ results.jsonl). These tests hold results.json to those lines and
-to itself: the runs that were asked for are there, every ratio comes from the recorded seconds, the hits and
-misses add up. They read the figures; none is written here.
+lines the device returned (lease1/, lease2/, lease3/ results.jsonl). These tests hold results.json to those
+lines and to itself: the runs that were asked for are there, every ratio comes from the recorded seconds, the
+hits and misses add up. Lease 3 (the script rendered after 1616287, the machine's CC/CXX as they are) is held
+to issue 34's done-when targets, from the raw lines. They read the figures; none is written here.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "gpu" / "h200-cache"
@@ -29,10 +32,17 @@ def raw(lease: str) -> dict[str, dict[str, Any]]:
     return {x["run"]: x for x in lines if "run" in x}
 
 
+def facts(lease: str) -> dict[str, str]:
+    lines = [json.loads(x) for x in (DATA / lease / "results.jsonl").read_text().splitlines() if x.strip()]
+    return {x["fact"]: x["value"] for x in lines if "fact" in x}
+
+
 def test_the_four_ccache_runs_are_there_in_order_each_on_its_tree_with_a_wheel() -> None:
-    lease1 = [r for r in RESULTS["leases"]["lease1"]["runs"] if r["cache"] == "ccache"]
-    assert [(r["run"], r["tree"]) for r in lease1] == [
-        ("c1-cold", "A"), ("c2-pyonly", "B"), ("c3-onefile", "C"), ("c4-no2150", "D")]
+    for lease in ("lease1", "lease3"):
+        ccache = [r for r in RESULTS["leases"][lease]["runs"] if r["cache"] == "ccache"]
+        assert [(r["run"], r["tree"]) for r in ccache] == [
+            ("c1-cold", "A"), ("c2-pyonly", "B"), ("c3-onefile", "C"), ("c4-no2150", "D")], lease
+    assert [r["cache"] for r in RESULTS["leases"]["lease3"]["runs"]] == ["ccache"] * 4
     for lease in RESULTS["leases"]:
         for r in runs(lease).values():
             short = RESULTS["trees"][r["tree"]]["short"]
@@ -102,6 +112,18 @@ def test_the_script_that_ran_is_buildctls_rendered_one_and_the_trees_are_the_nam
     script = (DATA / RESULTS["script"]["file"]).read_text()
     assert hashlib.sha256(script.encode()).hexdigest() == RESULTS["script"]["sha256"] == TREES["wheel_script_sha256"]
     assert "/buildctl/tools/ccache" in script and "pip wheel --no-build-isolation" in script
+    # lease 3 ran the script rendered after 1616287, which routes a CC/CXX set to a path through ccache; the
+    # device's own sha256 of what it ran is that file's, and its trees are leases 1-2's
+    own = RESULTS["leases"]["lease3"]["script"]
+    script3 = (DATA / own["file"]).read_text()
+    trees3 = json.loads((DATA / own["trees"]).read_text())
+    sha3 = hashlib.sha256(script3.encode()).hexdigest()
+    assert sha3 == own["sha256"] == trees3["wheel_script_sha256"] == facts("lease3")["wheel_script_sha256"]
+    assert sha3 != RESULTS["script"]["sha256"]
+    assert "for v in CC CXX; do" in script3 and 'PATH="/tmp/buildctl-ccache:$first$PATH"' in script3
+    assert "for v in CC CXX; do" not in script
+    for name, tree in trees3["trees"].items():
+        assert (tree["commit"], tree["digest"]) == (TREES["trees"][name]["commit"], TREES["trees"][name]["digest"]), name
     for lease in RESULTS["leases"]:
         for r in runs(lease).values():
             tools = "/tmp/h200cache/tools' /buildctl/tools" if r["cache"] == "ccache" else "/tmp/h200cache/notools' /buildctl/tools"
@@ -111,3 +133,39 @@ def test_the_script_that_ran_is_buildctls_rendered_one_and_the_trees_are_the_nam
     assert "commit dd7ab715a55d" not in t["A"]["changes"] and "commit dd7ab715a55d" in t["B"]["changes"]
     assert "PR #2150" in t["B"]["changes"] and "PR #2150" not in t["D"]["changes"]
     assert RESULTS["trees"]["C"]["from"] == t["B"]["commit"] and RESULTS["trees"]["C"]["file"].endswith(".cu")
+
+
+def test_lease3_ran_with_the_machines_cc_and_cxx_and_every_unit_went_through_ccache() -> None:
+    env = facts("lease3")["env_compilers"]
+    assert "CC=/opt/gcc/bin/gcc " in env and "CXX=/opt/gcc/bin/g++ " in env, env
+    assert "UNSET_CC_CXX" not in " ".join(RESULTS["leases"]["lease3"]["calls"])
+    # torch's extension C++ units included: as many units as with CC/CXX unset (lease 2), where lease 1's
+    # CC/CXX left 28 of them outside the cache
+    three = runs("lease3")
+    units = {r["hits"] + r["misses"] for r in three.values()}
+    two = runs("lease2")["r1-cold"]
+    assert units == {two["hits"] + two["misses"]}, units
+    assert runs("lease1")["c1-cold"]["misses"] not in units
+
+
+# Issue 34's done-when: from buildctl's own compile script, TE after a Python-only change and after a one-file
+# source change each at least 10x faster than cold; after #2150 no more than 5% slower than cold. Read from
+# the raw lines lease 3 returned. Two of the three were not met by the recorded figures (one-file 9.54x,
+# without #2150 1.14 of the cold time): strict, so these fail as soon as recorded data says otherwise.
+NOT_MET = "lease 3's recorded figure misses issue 34's target (README.md here)"
+
+
+@pytest.mark.parametrize(("run", "kind", "target"), [
+    ("c2-pyonly", "speedup", 10.0),
+    pytest.param("c3-onefile", "speedup", 10.0, marks=pytest.mark.xfail(strict=True, reason=NOT_MET)),
+    pytest.param("c4-no2150", "slowdown", 1.05, marks=pytest.mark.xfail(strict=True, reason=NOT_MET)),
+])
+def test_lease3_against_issue_34s_targets(run: str, kind: str, target: float) -> None:
+    back = raw("lease3")
+    cold, secs = back["c1-cold"]["seconds"], back[run]["seconds"]
+    recorded = next(c for c in RESULTS["comparisons"] if c["lease"] == "lease3" and c["run"] == run)
+    assert (recorded["base"], recorded["kind"], recorded["target"]) == ("c1-cold", kind, target)
+    if kind == "speedup":
+        assert cold / secs >= target, f"{run}: {cold / secs:.2f}x faster than cold"
+    else:
+        assert secs / cold <= target, f"{run}: {secs / cold:.2f} of the cold time"

