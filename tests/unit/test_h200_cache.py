@@ -149,23 +149,26 @@ def test_lease3_ran_with_the_machines_cc_and_cxx_and_every_unit_went_through_cca
 
 
 # Issue 34's done-when: from buildctl's own compile script, TE after a Python-only change and after a one-file
-# source change each at least 10x faster than cold; after #2150 no more than 5% slower than cold. Read from
-# the raw lines lease 3 returned. Two of the three were not met by the recorded figures (one-file 9.54x,
-# without #2150 1.14 of the cold time): strict, so these fail as soon as recorded data says otherwise.
-NOT_MET = "lease 3's recorded figure misses issue 34's target (README.md here)"
+# source change each at least 10x faster than cold; after #2150 no more than 5% slower than cold. Each ratio is
+# computed from the raw lines lease 3 returned and held against the target; what results.json (and the README
+# tables made from it) says of it, its value and whether it is met, must be what the raw lines give. Lease 3 met
+# the first (12.57x) and missed the other two (one-file 9.54x; without #2150 1.14 of the cold time): the issue
+# stays open on them, and this test keeps the record of it honest rather than passing a target it missed.
+LEASE3_MET = {"c2-pyonly": True, "c3-onefile": False, "c4-no2150": False}
 
 
 @pytest.mark.parametrize(("run", "kind", "target"), [
     ("c2-pyonly", "speedup", 10.0),
-    pytest.param("c3-onefile", "speedup", 10.0, marks=pytest.mark.xfail(strict=True, reason=NOT_MET)),
-    pytest.param("c4-no2150", "slowdown", 1.05, marks=pytest.mark.xfail(strict=True, reason=NOT_MET)),
+    ("c3-onefile", "speedup", 10.0),
+    ("c4-no2150", "slowdown", 1.05),
 ])
 def test_lease3_against_issue_34s_targets(run: str, kind: str, target: float) -> None:
     back = raw("lease3")
     cold, secs = back["c1-cold"]["seconds"], back[run]["seconds"]
     recorded = next(c for c in RESULTS["comparisons"] if c["lease"] == "lease3" and c["run"] == run)
     assert (recorded["base"], recorded["kind"], recorded["target"]) == ("c1-cold", kind, target)
-    if kind == "speedup":
-        assert cold / secs >= target, f"{run}: {cold / secs:.2f}x faster than cold"
-    else:
-        assert secs / cold <= target, f"{run}: {secs / cold:.2f} of the cold time"
+    value = cold / secs if kind == "speedup" else secs / cold
+    met = value >= target if kind == "speedup" else value <= target
+    assert recorded["value"] == round(value, 2), (run, value)
+    assert recorded["met"] is met, f"{run}: {value:.2f} against {target}: results.json says met={recorded['met']}"
+    assert met is LEASE3_MET[run], f"{run}: {value:.2f} against {target}; the README and the closing note say otherwise"
