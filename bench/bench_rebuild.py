@@ -468,8 +468,7 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
             if args.big_base:
                 res["base"] = bigbase.ensure(args.registry, BASE_PATH, args.big_base_wheels)
             else:
-                res["base"] = bigbase.describe(args.base_image, bigbase.registry_digest(args.registry, BASE_PATH),
-                                               kind="demo") | {"name": f"{args.registry}/{BASE_PATH}"}
+                res["base"] = bigbase.describe_demo(args.registry, BASE_PATH, args.base_image)
             proxy, counter = stack.enter_context(regproxy.relay(args.registry))
             # the compiler-cache server every buildctl build of the run uses (a fleet's setting): (c2)'s second
             # builder shares it with the first. Without redis-server, buildctl's local default and no (c2).

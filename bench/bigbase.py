@@ -117,6 +117,18 @@ def describe(ref: str, digest: str, *, kind: str) -> dict[str, Any]:
             "files": int(counted.stdout.strip())}
 
 
+def describe_demo(registry: str, path: str, local: str) -> dict[str, Any]:
+    """The demo base's description (the result's ``base`` without --big-base): the engine's ``local`` image where
+    it has it, else the registry's, pulled (every build of the run needs it in the engine anyway)."""
+    ref = local
+    if docker(["image", "inspect", "--format", "{{.Id}}", local]).returncode != 0:
+        ref = f"{registry}/{path}"
+        done = docker(["pull", ref], timeout=1800)
+        if done.returncode != 0:
+            raise BenchError(f"docker pull {ref} failed: {(done.stdout + done.stderr).strip()[-800:]}")
+    return {**describe(ref, registry_digest(registry, path), kind="demo"), "name": f"{registry}/{path}"}
+
+
 def label(base: dict[str, Any] | None) -> str:
     """The base named in a report: ``torch-cuda-wheels base 127.0.0.1:5000/... (sha256:abcd...), 5.80 GB, 26,010
     files``; a result file from before the base was recorded ran on the demo base."""
