@@ -38,9 +38,13 @@ stdlib script that writes a tiny wheel). A table goes to stdout, every repetitio
 bench/results/<time>.json (--out).
 
     python3 bench/bench_rebuild.py [--reps N] [--weight N] [--sizes 10,50,200] [--registry HOST:PORT]
-                                   [--bisect N] [--bisect-only] [--no-buildkit-backend]
+                                   [--bisect N] [--bisect-only] [--no-buildkit-backend] [--big-base]
     python3 bench/bench_rebuild.py --quick    # CI: one repetition, small sizes, no apt, a pure-Python "compile",
                                               # all of (d) on one second engine, growth beside the scenarios
+
+--big-base runs every scenario (and the growth stacks) on a base of real size: the demo base plus torch and its CUDA
+wheels from PyPI (bench/bigbase.py), made once and kept under a content tag in the engine and the registry; the
+result's "base" names the base every row used (name, digest, size, files), in either mode.
 
 Needs the engine, a registry with the demo base (`make demo-up`; `make bench` runs it first), root for the
 second engine, and BUILDCTL_CA_BUNDLE where pip needs a proxy's CA (`make bench` passes the host bundle).
@@ -75,7 +79,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import cacheserver, growth, regproxy  # noqa: E402
+from bench import bigbase, cacheserver, growth, regproxy  # noqa: E402
 from bench.cacheserver import CacheServerError  # noqa: E402
 from bench.common import (  # noqa: E402
     BASE_PATH,
@@ -197,7 +201,7 @@ def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: d
     # the engine learns that they are there under the relay's address too, so each tool's first push mounts the
     # base's layers instead of uploading them; otherwise whichever tool pushes first pays for the base.
     say("the base at the relay's address (uncounted: the registry has its blobs)")
-    b.tag_push(b.target(b.work / "cache", None).base_ref, f"{proxy}/{BASE_PATH}")
+    b.tag_push(b.target(b.work / "cache", None).base_ref, f"{proxy}/{b.base_path}")
     # publish s0 through the counting relay: buildctl's nodes, and both Dockerfiles' images (inline cache)
     say("first push of s0 (through the counting relay)")
     push: dict[str, dict[str, Any]] = {}
@@ -385,6 +389,11 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"registry holding (or to be given) the demo base (default {DEMO_REGISTRY}, as make demo)")
     ap.add_argument("--base-image", default=LOCAL_BASE, help=f"local demo base to push when the registry lacks it "
                     f"(default {LOCAL_BASE})")
+    ap.add_argument("--big-base", action="store_true", help="every scenario on a base of real size: the demo base "
+                    "plus torch and its CUDA wheels from PyPI (bench/bigbase.py; made once, kept under a content tag "
+                    "in the engine and the registry)")
+    ap.add_argument("--big-base-wheels", type=Path, metavar="DIR", help="with --big-base: the folder to download "
+                    "its wheels into (kept; default: a temporary folder, removed once the base is made)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="folder for the JSON result")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (images are removed regardless)")
     ap.add_argument("--report", type=Path, metavar="FILE", help="print the README's tables from a result file; "
@@ -445,7 +454,7 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
                                         "quick": args.quick, "registry": args.registry,
                                         "graph_nodes": args.graph_nodes, "bisect_commits": args.bisect,
                                         "buildkit_backend_column": not args.no_buildkit_backend,
-                                        "bisect_only": args.bisect_only,
+                                        "bisect_only": args.bisect_only, "big_base": args.big_base,
                                         "bytecode_cache": True, "dropped_env": sorted(
                                             {"PYTHONDONTWRITEBYTECODE"} & set(os.environ))},
                            "load_before": load_before}
@@ -455,6 +464,11 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
         res["machine"] = machine(engine)
         with contextlib.ExitStack() as stack:
             stack.enter_context(base_in(engine, args.registry, args.base_image))
+            # which base every row uses (the result's "base"): the demo base, or the big one (made once, kept)
+            if args.big_base:
+                res["base"] = bigbase.ensure(args.registry, BASE_PATH, args.big_base_wheels)
+            else:
+                res["base"] = bigbase.describe_demo(args.registry, BASE_PATH, args.base_image)
             proxy, counter = stack.enter_context(regproxy.relay(args.registry))
             # the compiler-cache server every buildctl build of the run uses (a fleet's setting): (c2)'s second
             # builder shares it with the first. Without redis-server, buildctl's local default and no (c2).
@@ -477,6 +491,9 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
                       ) if args.bisect else None
             states = manifests(args.registry, repository, fm, light=args.quick,
                                bisect=tuple(c for _, c in bisect[0] if c) if bisect else ())
+            if args.big_base:
+                states.texts = {k: bigbase.rebase(v, f"{args.registry}/{BASE_PATH}", res["base"]["ref"])
+                                for k, v in states.texts.items()}
             say(f"locking {len(states.texts)} states with `buildctl lock demo`")
             lock_all(states, work, env)
             whdir = work / "wheelhouse"
@@ -484,8 +501,9 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
             (work / "logs").mkdir()
             b = Bench(work=work, project=project, engine=engine, registry=args.registry, repository=repository,
                       run_id=run_id, env=env, states=states, quick=args.quick, wheelhouse_dir=whdir,
-                      cache_server=server, no_backend_column=args.no_buildkit_backend)
-            base_ref = f"{args.registry}/{BASE_PATH}"
+                      cache_server=server, no_backend_column=args.no_buildkit_backend,
+                      base_path=res["base"]["ref"].split("/", 1)[1] if args.big_base else BASE_PATH)
+            base_ref = res["base"]["ref"] if args.big_base else f"{args.registry}/{BASE_PATH}"
             with wheelhouse.serve(whdir, port=0) as url:
                 b.wheelhouse_url = url
                 if args.bisect_only:
@@ -516,10 +534,12 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
     res["load_after"] = uptime()
     res["finished"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"{started.strftime('%Y%m%dT%H%M%SZ')}{'-quick' if args.quick else ''}.json"
+    out = args.out / (f"{started.strftime('%Y%m%dT%H%M%SZ')}{'-quick' if args.quick else ''}"
+                      f"{'-bigbase' if args.big_base else ''}.json")
     out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
     print(table(res))
-    print(f"\nmachine: {res['machine']['cores']} cores, {res['machine']['memory_gib']} GiB, engine "
+    print(f"\nbase: {bigbase.label(res.get('base'))}")
+    print(f"machine: {res['machine']['cores']} cores, {res['machine']['memory_gib']} GiB, engine "
           f"{res['machine']['engine']}; load before: {load_before}; after: {res['load_after']}")
     print(f"results: {out}")
     return 1 if res["growth"].get("error") else 0

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from bench.bigbase import label as base_label
 from bench.common import BUILDKIT, LABELS, TOOLS, Fig, docker
 from buildctl.engine.engine import Engine
 
@@ -74,7 +75,9 @@ def markdown(res: dict[str, Any]) -> str:
     run had it."""
     s = res["summary"]
     tools = [t for t in TOOLS if t != BUILDKIT or any(BUILDKIT in v for v in s.values())]
-    out = ["| scenario | " + " | ".join(LABELS[t] for t in tools) + " | ratio |", "|---" * (len(tools) + 2) + "|"]
+    out = [f"Every row below ran on {base_label(res.get('base'))}.", "",
+           f"| scenario, on {base_short(res.get('base'))} | " + " | ".join(LABELS[t] for t in tools) + " | ratio |",
+           "|---" * (len(tools) + 2) + "|"]
     for key, label, versus in ROWS:
         if not s.get(key):
             continue
@@ -91,7 +94,7 @@ def markdown(res: dict[str, Any]) -> str:
     e = res.get("push", {})
     if e:
         pushed = [t for t in TOOLS if t in e]
-        out += ["", "| (e) bytes sent to the registry | " + " | ".join(_SHORT.get(t, t) for t in pushed) + " |",
+        out += ["", f"| (e) bytes sent to the registry, on {base_short(res.get('base'))} | " + " | ".join(_SHORT.get(t, t) for t in pushed) + " |",
                 "|---" * (len(pushed) + 1) + "|",
                 "| first push of s0 | " + " | ".join(f"{e[t]['first']:,}" for t in pushed) + " |",
                 "| the unchanged s0 pushed again | " + " | ".join(spread_txt(e[t]["again"]) for t in pushed) + " |"]
@@ -112,6 +115,11 @@ def markdown(res: dict[str, Any]) -> str:
     if why:
         out += ["", f"{BUILDKIT}: {why}."]
     return "\n".join(out)
+
+
+def base_short(base: dict[str, Any] | None) -> str:
+    """The base in a table's header: ``the demo base`` or ``the torch base``."""
+    return f"the {(base or {}).get('kind', 'demo')} base"
 
 
 def _wall_cpu(m: dict[str, Any]) -> str:
@@ -135,7 +143,8 @@ def table(res: dict[str, Any]) -> str:
                          f"c{'/'.join(map(str, f['compiles']))}")
         rows.append((label, *cells, ratios(t, versus)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    out = [f"base: {base_label(res.get('base'))}"]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     out.append("  (cells: median wall time, nodes or steps rebuilt of all, cN: compiles run)")
     if res.get("buildkit_backend", {}).get("why"):
         out.append(f"{BUILDKIT}: {res['buildkit_backend']['why']}")

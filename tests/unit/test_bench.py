@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import baselines, growth
+import pytest
+
+from bench import baselines, bigbase, figures, growth
+from bench.common import BenchError
 from bench.runner import parse_buildkit
 
 PLAIN = f"""#1 [internal] load build definition from Dockerfile
@@ -59,3 +62,77 @@ def test_name_growth_calls_a_rise_within_the_noise_flat() -> None:
     steady = name_growth([10, 50, 200], [[0.59, 0.51, 0.53], [0.6, 0.65, 0.67], [0.78, 0.81, 0.77]])
     assert steady["growth"].startswith("linear: fit 1.20 ms per component"), steady
     assert name_growth([10], [[1.0]])["growth"] == "n/a (one size)"
+
+
+# ------------------------------------------------------------------ --big-base (bench/bigbase.py)
+
+TORCH_BASE = {"kind": "torch", "name": "127.0.0.1:5000/buildctl/bench-bigbase:0123456789abcdef",
+              "digest": "sha256:" + "ab" * 32, "size_bytes": 5_812_000_000, "layers": 2, "files": 26_105}
+
+
+def test_bigbase_requirements_pin_torch_and_its_cuda_wheels_by_hash() -> None:
+    got = bigbase.pins(bigbase.REQUIREMENTS.read_text())
+    names = {n for n, _, _ in got}
+    assert ("torch", "2.5.1") in {(n, v) for n, v, _ in got}
+    assert {"nvidia-cublas-cu12", "nvidia-cudnn-cu12", "nvidia-nccl-cu12", "triton"} <= names
+    assert all(len(h) == 64 for _, _, h in got)
+
+
+@pytest.mark.parametrize("line", ["torch==2.5.1", "torch>=2.5 --hash=sha256:" + "a" * 64,
+                                  "torch==2.5.1 --hash=sha256:" + "a" * 63, "--index-url http://x/ torch==2.5.1"])
+def test_bigbase_pins_refuse_a_line_that_is_not_an_exact_hashed_pin(line: str) -> None:
+    with pytest.raises(BenchError, match="line 2"):
+        bigbase.pins("# comment\n" + line + "\n")
+
+
+def test_bigbase_content_tag_follows_the_pins_and_the_parent() -> None:
+    req = "torch==2.5.1 --hash=sha256:" + "a" * 64 + "\n"
+    parent = "127.0.0.1:5000/buildctl/demo-base@sha256:" + "1" * 64
+    tag = bigbase.content_tag(req, parent)
+    assert tag == bigbase.content_tag(req, parent) and len(tag) == 16
+    assert tag != bigbase.content_tag(req.replace("a" * 64, "b" * 64), parent)
+    assert tag != bigbase.content_tag(req, parent.replace("1" * 64, "2" * 64))
+
+
+def test_bigbase_dockerfile_installs_offline_from_a_bind_mount() -> None:
+    text = bigbase.dockerfile("reg/demo-base@sha256:" + "1" * 64)
+    assert text.startswith("FROM reg/demo-base@sha256:")
+    assert "--mount=type=bind" in text and "--no-index" in text and "--require-hashes" in text
+    assert "COPY" not in text and "ADD" not in text and "cert" not in text.lower()  # no wheel, no CA in a layer
+
+
+def test_bigbase_rebase_swaps_the_variant_image_only() -> None:
+    text = "base:\n  alias: demo-base\nvariants:\n  default:\n    image: r:5000/buildctl/demo-base:bookworm\n"
+    out = bigbase.rebase(text, "r:5000/buildctl/demo-base:bookworm", "r:5000/buildctl/bench-bigbase:t")
+    assert "    image: r:5000/buildctl/bench-bigbase:t\n" in out and "demo-base:bookworm" not in out
+    with pytest.raises(BenchError, match="no longer names its base"):
+        bigbase.rebase(text, "elsewhere/base:x", "r:5000/b:t")
+
+
+def _result(base: dict[str, Any] | None) -> dict[str, Any]:
+    cell = {"seconds": {"median": 2.0, "min": 2.0, "max": 2.0}, "rebuilt": [3], "total": 6, "compiles": [0],
+            "cache": []}
+    res: dict[str, Any] = {"summary": {"b": {"buildctl": cell, "multistage": {**cell, "seconds": {
+        "median": 4.0, "min": 4.0, "max": 4.0}}}}, "push": {"buildctl": {"first": 10, "again": [5]}}}
+    if base is not None:
+        res["base"] = base
+    return res
+
+
+def test_report_names_the_base_of_every_table() -> None:
+    md = figures.markdown(_result(TORCH_BASE))
+    assert md.splitlines()[0] == (
+        "Every row below ran on the torch base (demo base + torch 2.5.1 and its CUDA wheels from PyPI): "
+        "127.0.0.1:5000/buildctl/bench-bigbase:0123456789abcdef (sha256:abababababab...), 5.81 GB, 26,105 files, "
+        "2 layer(s).")
+    assert "| scenario, on the torch base |" in md
+    assert "| (e) bytes sent to the registry, on the torch base |" in md
+    assert "multi-stage / buildctl: 2.0x" in md
+    assert figures.table(_result(TORCH_BASE)).startswith("base: the torch base")
+
+
+def test_report_of_a_result_from_before_the_base_was_recorded_says_demo_base() -> None:
+    md = figures.markdown(_result(None))
+    assert "the demo base (buildctl/demo-base:bookworm" in md.splitlines()[0]
+    assert "not recorded in this result file" in md.splitlines()[0]
+    assert "| scenario, on the demo base |" in md
