@@ -106,6 +106,7 @@ class HostPrep:
         tmp.replace(dest)
 
     def fetch_pip(self, actions: Mapping[str, Action]) -> None:
+        self._fetch_installer(actions)
         # by name and version: a build requirement may pin another version than the runtime does
         pins: dict[tuple[str, str | None], PipPin] = {}
         for n in self.s.g.nodes:
@@ -136,6 +137,19 @@ class HostPrep:
             folder=self.s.config.cache.downloads / "pip",
             python=self.s.t.python, platform=self.s.g.platform, config=self.s.config,
             log_file=self.s.log_file("pip-download"))
+
+    def _fetch_installer(self, actions: Mapping[str, Action]) -> None:
+        """pypa/installer's wheel, which images/install.py imports in the RUNs that install wheels: one more locked
+        wheel (render.INSTALLER), fetched as the pins are (the configured index and CA, --require-hashes) and served
+        at tools/ of the wheelhouse, outside the folders pip's --find-links read. A failure fails the build as any
+        pin's does: the RUN would otherwise take pip's route under the same key."""
+        if not any(a == "build" and self.s.g.node(n).kind in ("python", "compile-env", "assemble")
+                   for n, a in actions.items()):
+            return
+        got = wheelhouse.download([render.INSTALLER], folder=self.s.config.cache.downloads / "pip",
+                                  python=self.s.t.python, platform=self.s.g.platform, config=self.s.config,
+                                  log_file=self.s.log_file("pip-download"))
+        self.s.pip_files[render.INSTALLER_DIR + render.INSTALLER_WHEEL] = got[f"installer=={render.INSTALLER.version}"]
 
     def _build_sdists(self, pins: Sequence[PipPin]) -> None:
         """Requirements only a source distribution fits: fetched on the host by the lock's sha256 and built into
