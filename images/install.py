@@ -30,6 +30,7 @@ Every path it creates, and every folder it adds an entry to, gets the mtime SECO
 step of the other RUNs does with `find -newer`), so the layer is the same from build to build.
 """
 
+import base64
 import csv
 import hashlib
 import importlib.util
@@ -341,6 +342,26 @@ def import_installer(data, filename):
     return installer
 
 
+def _record_hash(data):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+
+
+def source(inst, zf):
+    """installer's WheelFile over ``zf``, whose files' bytes come from ``data`` once read (by Plan)."""
+
+    class Source(inst.sources.WheelFile):
+        def __init__(self):
+            super().__init__(zf)
+            self.data = {}
+
+        def get_contents(self):
+            for record, stream, executable in super().get_contents():
+                body = self.data.get(record[0])
+                yield record, (stream if body is None else io.BytesIO(body)), executable
+
+    return Source()
+
+
 def destination(inst, filename, paths, python, *, dry):
     """installer's destination for the interpreter's scheme, writing what pip writes where installer differs
     (console scripts from pip's template; RECORD sorted, with "\\r\\n" line ends). ``dry``: write nothing, only
@@ -391,26 +412,24 @@ class Plan:
             parts = name.rstrip("/").split("/")
             if name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
                 raise Decline("%s: member %r" % (filename, name))
-        self.source = inst.sources.WheelFile(zf)
+        self.source = source(inst, zf)
         info = self.source.dist_info_dir
         metadata = Parser().parsestr(self.source.read_dist_info("METADATA"))
         rp = metadata.get("Requires-Python")
         if rp and not requires_python(rp, tuple(sys.version_info[:3])):
             raise Decline("%s needs Python %s" % (filename, rp))
         # pip copies the wheel's RECORD rows: one that does not list each file with its own sha256 and size
-        # would make pip's RECORD differ from installer's, which hashes what it writes
-        try:
-            self.source.validate_record(validate_contents=True)
-        except self.source.validation_error as e:
-            raise Decline("%s: its RECORD does not list every file with its sha256 and size (%s)"
-                          % (filename, "; ".join(e.issues))) from None
+        # would make pip's RECORD differ from installer's, which hashes what it writes. Each file is read once,
+        # here: installer's install takes the bytes from ``source.data``
+        listed = {}
         for row in csv.reader(io.StringIO(self.source.read_dist_info("RECORD"))):
-            if len(row) == 3 and row[1] and not row[1].startswith("sha256="):
-                raise Decline("%s: its RECORD lists %s with %s, not sha256" % (filename, row[0], row[1].split("=")[0]))
-        wheel = Parser().parsestr(self.source.read_dist_info("WHEEL"))
-        purelib = (wheel.get("Root-Is-Purelib") or "").strip().lower() == "true"
-        self.root = paths["purelib" if purelib else "platlib"]
-        self.record = os.path.join(self.root, info, "RECORD")
+            if row:
+                listed[row[0]] = tuple(row[1:])
+        for item in zf.infolist():
+            if not item.filename.endswith("/"):
+                body = self.source.data[item.filename] = zf.read(item)
+                if item.filename != info + "/RECORD" and listed.get(item.filename) != (_record_hash(body), str(len(body))):
+                    raise Decline("%s: its RECORD does not list %s with its sha256 and size" % (filename, item.filename))
         dry = destination(inst, filename, paths, python, dry=True)
         try:
             inst.install(self.source, dry, _METADATA)

@@ -257,9 +257,9 @@ def test_wheels_it_leaves_to_pip(tmp_path: Path) -> None:
         (make_wheel(tmp_path, "ep", "1.0", entry_points="[console_scripts]\nx = os:system('id')\n"), "ep-1.0-py3-none-any.whl: installer refuses it"),
         (make_wheel(tmp_path, "ep2", "1.0", entry_points="[console_scripts]\nx/y = os:main\n"), "entry point x/y = os:main"),
         (make_wheel(tmp_path, "dat", "1.0", extra={"dat-1.0.data/other/x": (b"", 0o644)}), "not contained in a valid"),
-        (make_wheel(tmp_path, "rec", "1.0", broken={"rec/__init__.py": b"changed"}), "rec/__init__.py didn't match"),
-        (make_wheel(tmp_path, "unl", "1.0", broken={"unl/extra.py": b""}), "unl/extra.py is not mentioned"),
-        (make_wheel(tmp_path, "md5", "1.0", record_hash="md5"), "md5/__init__.py with md5, not sha256"),
+        (make_wheel(tmp_path, "rec", "1.0", broken={"rec/__init__.py": b"changed"}), "RECORD does not list rec/__init__.py"),
+        (make_wheel(tmp_path, "unl", "1.0", broken={"unl/extra.py": b""}), "RECORD does not list unl/extra.py"),
+        (make_wheel(tmp_path, "md5", "1.0", record_hash="md5"), "RECORD does not list md5/__init__.py with its sha256"),
     ]
     for wheel, why in cases:
         with pytest.raises(inst.Decline, match=why.replace(".", r"\.")):
