@@ -1,7 +1,8 @@
 """Install locked, hash-pinned wheels the way `pip install --no-deps` would, without pip, or decline.
 
 buildctl copies this file into the python, compile-env and assemble nodes and runs it with the image's
-own Python (standard library only: any base with Python 3.10 or later; older ones decline) before pip:
+own Python (its standard library and the installer wheel it is given: any base with Python 3.10 or later;
+older ones decline) before pip:
 
     install.py --epoch SECONDS --installer URL#sha256=HEX [--find-links URL]... -- 'name==version --hash=sha256:HEX' ...
 
@@ -38,6 +39,7 @@ import io
 import os
 import platform
 import re
+import stat
 import sys
 import sysconfig
 import urllib.parse
@@ -346,45 +348,50 @@ def _record_hash(data):
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
 
 
-def source(inst, zf):
-    """installer's WheelFile over ``zf``, whose files' bytes come from ``data`` once read (by Plan)."""
+_CLASSES = {}
+
+
+def classes(inst):
+    """installer's WheelFile and destination, as install.py uses them (made once per installer module):
+
+    - Source: a wheel whose files' bytes Plan has read (once, checking RECORD): no member is opened again;
+    - Destination: the interpreter's scheme, writing what pip writes where installer differs (console
+      scripts from pip's template; RECORD sorted, with "\\r\\n" line ends); with ``dry``, it writes nothing
+      and notes each path (``targets``), so that every refusal comes before the first write.
+    """
+    if id(inst) in _CLASSES:
+        return _CLASSES[id(inst)]
 
     class Source(inst.sources.WheelFile):
-        def __init__(self):
+        def __init__(self, zf):
             super().__init__(zf)
-            self.data = {}
+            self.zf, self.data, self.rows = zf, {}, {}
 
-        def get_contents(self):
-            for record, stream, executable in super().get_contents():
-                body = self.data.get(record[0])
-                yield record, (stream if body is None else io.BytesIO(body)), executable
-
-    return Source()
-
-
-def destination(inst, filename, paths, python, *, dry):
-    """installer's destination for the interpreter's scheme, writing what pip writes where installer differs
-    (console scripts from pip's template; RECORD sorted, with "\\r\\n" line ends). ``dry``: write nothing, only
-    note each path (``targets``), so that every refusal comes before the first write."""
+        def get_contents(self):  # as installer's, from self.data
+            for item in self.zf.infolist():
+                if not item.filename.endswith("/"):
+                    mode = item.external_attr >> 16
+                    yield (self.rows.get(item.filename, (item.filename, "", "")), io.BytesIO(self.data[item.filename]),
+                           bool(mode and stat.S_ISREG(mode) and mode & 0o111))
 
     class Destination(inst.destinations.SchemeDictionaryDestination):
-        def __init__(self):
+        def __init__(self, filename, paths, python, dry):
             super().__init__({k: paths[k] for k in ("purelib", "platlib", "scripts", "data")},
                              interpreter=python, script_kind="posix")
-            self.targets = []
+            self.filename, self.dry, self.targets = filename, dry, []
 
         def write_to_fs(self, scheme, path, stream, is_executable):
             if scheme not in self.scheme_dict:
-                raise Decline("%s: %s goes to the %s scheme" % (filename, path, scheme))
-            if dry:
+                raise Decline("%s: %s goes to the %s scheme" % (self.filename, path, scheme))
+            if self.dry:
                 self.targets.append(os.path.join(self.scheme_dict[scheme], path))
                 return inst.records.RecordEntry(path, None, None)
             return super().write_to_fs(scheme, path, stream, is_executable)
 
         def write_script(self, name, module, attr, section):
             if not re.match(r"^[\w.]+$", module) or not re.match(r"^[\w.]+$", attr or "") or "/" in name:
-                raise Decline("%s: entry point %s = %s:%s" % (filename, name, module, attr))
-            body = (_SCRIPT % (python, module, attr.split(".")[0], attr)).encode()
+                raise Decline("%s: entry point %s = %s:%s" % (self.filename, name, module, attr))
+            body = (_SCRIPT % (self.interpreter, module, attr.split(".")[0], attr)).encode()
             with io.BytesIO(body) as stream:
                 return self.write_to_fs("scripts", name, stream, True)
 
@@ -398,7 +405,8 @@ def destination(inst, filename, paths, python, *, dry):
             with io.BytesIO(out.getvalue().encode()) as stream:
                 self.write_to_fs(scheme, record_file_path, stream, False)
 
-    return Destination()
+    _CLASSES[id(inst)] = Source, Destination
+    return Source, Destination
 
 
 class Plan:
@@ -412,7 +420,8 @@ class Plan:
             parts = name.rstrip("/").split("/")
             if name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
                 raise Decline("%s: member %r" % (filename, name))
-        self.source = source(inst, zf)
+        source_class, self.destination = classes(inst)
+        self.source = source_class(zf)
         info = self.source.dist_info_dir
         metadata = Parser().parsestr(self.source.read_dist_info("METADATA"))
         rp = metadata.get("Requires-Python")
@@ -421,16 +430,17 @@ class Plan:
         # pip copies the wheel's RECORD rows: one that does not list each file with its own sha256 and size
         # would make pip's RECORD differ from installer's, which hashes what it writes. Each file is read once,
         # here: installer's install takes the bytes from ``source.data``
-        listed = {}
+        listed = self.source.rows
         for row in csv.reader(io.StringIO(self.source.read_dist_info("RECORD"))):
             if row:
-                listed[row[0]] = tuple(row[1:])
+                listed[row[0]] = tuple(row)
         for item in zf.infolist():
             if not item.filename.endswith("/"):
                 body = self.source.data[item.filename] = zf.read(item)
-                if item.filename != info + "/RECORD" and listed.get(item.filename) != (_record_hash(body), str(len(body))):
+                if item.filename != info + "/RECORD" and listed.get(item.filename) != (
+                        item.filename, _record_hash(body), str(len(body))):
                     raise Decline("%s: its RECORD does not list %s with its sha256 and size" % (filename, item.filename))
-        dry = destination(inst, filename, paths, python, dry=True)
+        dry = self.destination(filename, paths, python, True)
         try:
             inst.install(self.source, dry, _METADATA)
         except Decline:
@@ -442,8 +452,7 @@ class Plan:
             raise Decline("%s writes one path twice" % filename)
 
     def install(self):
-        self.inst.install(self.source, destination(self.inst, self.filename, self.paths, self.python, dry=False),
-                          _METADATA)
+        self.inst.install(self.source, self.destination(self.filename, self.paths, self.python, False), _METADATA)
 
 
 def write(plans, epoch):
