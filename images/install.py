@@ -1,9 +1,10 @@
 """Install locked, hash-pinned wheels the way `pip install --no-deps` would, without pip, or decline.
 
 buildctl copies this file into the python, compile-env and assemble nodes and runs it with the image's
-own Python (standard library only: any base with Python 3.10 or later; older ones decline) before pip:
+own Python (its standard library and the installer wheel it is given: any base with Python 3.10 or later;
+older ones decline) before pip:
 
-    install.py --epoch SECONDS [--find-links URL]... -- 'name==version --hash=sha256:HEX' ...
+    install.py --epoch SECONDS --installer URL#sha256=HEX [--find-links URL]... -- 'name==version --hash=sha256:HEX' ...
 
 Exit 0: every wheel is installed. Exit 3: it declined before writing anything, saying why on one line,
 and the build runs pip exactly as before (also for anything unexpected before the first write: a page or
@@ -11,14 +12,20 @@ a download that fails, a wheel that does not open: pip then gives its own error)
 that failed.
 
 Why: importing pip costs about 0.5 s per step; installing a locked wheel, whose file, hash and target
-are all known, is unzipping it into the interpreter's scheme and writing RECORD. Anything beyond that
-case goes to pip: a requirement without an exact version and hash, a distribution already installed
-(pip would replace it), a file that already exists, pip configuration that changes an install (a
-constraint file, a target, a user install, a config file), Python before 3.10 (pip used distutils'
-schemes there), a wheel with headers, a Requires-Python or a tag this code cannot decide, more than one
-matching wheel, a wheel whose RECORD does not list each file with its sha256. What it writes is what pip writes for the same wheel: the files at the same places, modes
-0644 (0755 where the wheel marks them executable, and console scripts), console scripts from pip's template with
-the interpreter's path, REQUESTED, RECORD (sorted, every file hashed); INSTALLER says "buildctl".
+are all known, is unzipping it into the interpreter's scheme and writing RECORD. This file decides whether
+that is the case; anything beyond it goes to pip: a requirement without an exact version and hash, a
+distribution already installed (pip would replace it), a file that already exists, pip configuration that
+changes an install (a constraint file, a target, a user install, a config file), Python before 3.10 (pip
+used distutils' schemes there), a wheel with headers, a Requires-Python or a tag this code cannot decide,
+more than one matching wheel, a wheel whose RECORD does not list each file with its sha256.
+
+The unpacking and RECORD are pypa/installer's (``--installer``: its pure-Python wheel, served by the
+wheelhouse beside the wheels, checked against the sha256 the URL names and imported from memory, so
+nothing of it is written), with two things set to what pip writes: console scripts from pip's template
+with the interpreter's path, and RECORD sorted with "\r\n" line ends. Files, modes (the umask's, 0755
+where the wheel marks a file executable, and scripts), `#!python` rewritten, REQUESTED and RECORD are
+then pip's; INSTALLER says "buildctl". installer runs twice per wheel: first writing nothing, to learn
+every path, so that every refusal comes before the first write.
 
 Every path it creates, and every folder it adds an entry to, gets the mtime SECONDS (what the settle
 step of the other RUNs does with `find -newer`), so the layer is the same from build to build.
@@ -27,10 +34,12 @@ step of the other RUNs does with `find -newer`), so the layer is the same from b
 import base64
 import csv
 import hashlib
+import importlib.util
 import io
 import os
 import platform
 import re
+import stat
 import sys
 import sysconfig
 import urllib.parse
@@ -42,6 +51,8 @@ DECLINE = 3
 _REQ = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)((?: --hash=sha256:[0-9a-f]{64})+)$")
 _WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$")
 _HREF = re.compile(r"""href=["']([^"']+)["']""", re.I)
+_INSTALLER = re.compile(r"^(?P<url>https?://[^\s#]+/(?P<file>installer-[\w.]+-py3-none-any\.whl))#sha256=(?P<sha>[0-9a-f]{64})$")
+_METADATA = {"INSTALLER": b"buildctl\n", "REQUESTED": b""}  # what pip adds, but for INSTALLER's word
 # pip settings by environment that do not change where or what an install of hashed wheels writes
 _PIP_ENV_OK = {"PIP_BREAK_SYSTEM_PACKAGES", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_NO_CACHE_DIR", "PIP_NO_INPUT",
                "PIP_ROOT_USER_ACTION", "PIP_DEFAULT_TIMEOUT", "PIP_PROGRESS_BAR", "PIP_NO_COLOR", "PIP_INDEX_URL",
@@ -282,150 +293,187 @@ def choose(req, found, *, version, arch, libc):
     return match[0]
 
 
+class _WheelImporter:
+    """Imports one pure-Python package (``top``) from a wheel held in memory: nothing of it is written, so the
+    RUN's layer holds nothing of the tool (python -B: no bytecode either)."""
+
+    def __init__(self, zf, top):
+        self.zf, self.top = zf, top
+        self.names = set(zf.namelist())
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.top and not fullname.startswith(self.top + "."):
+            return None
+        base = fullname.replace(".", "/")
+        for member, package in ((base + "/__init__.py", True), (base + ".py", False)):
+            if member in self.names:
+                return importlib.util.spec_from_loader(fullname, self, origin="%s/%s" % (self.zf.filename, member),
+                                                       is_package=package)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        member = module.__spec__.origin[len(self.zf.filename) + 1:]
+        exec(compile(self.zf.read(member), module.__spec__.origin, "exec", dont_inherit=True), module.__dict__)
+
+
+def load_installer(arg):
+    """pypa/installer from its wheel at URL#sha256=HEX (the wheelhouse's tools/ folder), checked, imported."""
+    m = _INSTALLER.match(arg)
+    if not m:
+        raise Decline("--installer %r is not a wheel URL with its sha256" % arg)
+    return import_installer(fetch(m.group("url"), {m.group("sha")}), m.group("file"))
+
+
+def import_installer(data, filename):
+    zf = zipfile.ZipFile(io.BytesIO(data))
+    zf.filename = filename
+    for name in [n for n in sys.modules if n == "installer" or n.startswith("installer.")]:
+        del sys.modules[name]  # never one the image has
+    finder = _WheelImporter(zf, "installer")
+    sys.meta_path.insert(0, finder)
+    try:
+        import installer  # from the wheel, through the finder above
+        import installer.destinations
+        import installer.records
+        import installer.sources
+    finally:
+        sys.meta_path.remove(finder)
+    return installer
+
+
 def _record_hash(data):
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
 
 
+_CLASSES = {}
+
+
+def classes(inst):
+    """installer's WheelFile and destination, as install.py uses them (made once per installer module):
+
+    - Source: a wheel whose files' bytes Plan has read (once, checking RECORD): no member is opened again;
+    - Destination: the interpreter's scheme, writing what pip writes where installer differs (console
+      scripts from pip's template; RECORD sorted, with "\\r\\n" line ends); with ``dry``, it writes nothing
+      and notes each path (``targets``), so that every refusal comes before the first write.
+    """
+    if id(inst) in _CLASSES:
+        return _CLASSES[id(inst)]
+
+    class Source(inst.sources.WheelFile):
+        def __init__(self, zf):
+            super().__init__(zf)
+            self.zf, self.data, self.rows = zf, {}, {}
+
+        def get_contents(self):  # as installer's, from self.data
+            for item in self.zf.infolist():
+                if not item.filename.endswith("/"):
+                    mode = item.external_attr >> 16
+                    yield (self.rows.get(item.filename, (item.filename, "", "")), io.BytesIO(self.data[item.filename]),
+                           bool(mode and stat.S_ISREG(mode) and mode & 0o111))
+
+    class Destination(inst.destinations.SchemeDictionaryDestination):
+        def __init__(self, filename, paths, python, dry):
+            super().__init__({k: paths[k] for k in ("purelib", "platlib", "scripts", "data")},
+                             interpreter=python, script_kind="posix")
+            self.filename, self.dry, self.targets = filename, dry, []
+
+        def write_to_fs(self, scheme, path, stream, is_executable):
+            if scheme not in self.scheme_dict:
+                raise Decline("%s: %s goes to the %s scheme" % (self.filename, path, scheme))
+            if self.dry:
+                self.targets.append(os.path.join(self.scheme_dict[scheme], path))
+                return inst.records.RecordEntry(path, None, None)
+            return super().write_to_fs(scheme, path, stream, is_executable)
+
+        def write_script(self, name, module, attr, section):
+            if not re.match(r"^[\w.]+$", module) or not re.match(r"^[\w.]+$", attr or "") or "/" in name:
+                raise Decline("%s: entry point %s = %s:%s" % (self.filename, name, module, attr))
+            body = (_SCRIPT % (self.interpreter, module, attr.split(".")[0], attr)).encode()
+            with io.BytesIO(body) as stream:
+                return self.write_to_fs("scripts", name, stream, True)
+
+        def finalize_installation(self, scheme, record_file_path, records):
+            rows = []
+            for s, record in records:
+                prefix = None if s == scheme else os.path.relpath(self.scheme_dict[s], self.scheme_dict[scheme]) + "/"
+                rows.append(record.to_row(prefix))
+            out = io.StringIO()
+            csv.writer(out).writerows(sorted(rows))  # "\r\n" line ends, as pip writes RECORD
+            with io.BytesIO(out.getvalue().encode()) as stream:
+                self.write_to_fs(scheme, record_file_path, stream, False)
+
+    _CLASSES[id(inst)] = Source, Destination
+    return Source, Destination
+
+
 class Plan:
-    """Every file one wheel writes: dest -> (bytes, mode), and its dist-info folder."""
+    """One wheel, checked, and every path installer will write for it (a dry run of the install)."""
 
-    def __init__(self, filename, data, paths, python):
-        self.files = {}
-        self.filename = filename
+    def __init__(self, inst, filename, data, paths, python):
+        self.inst, self.filename, self.paths, self.python = inst, filename, paths, python
         zf = zipfile.ZipFile(io.BytesIO(data))
-        names = [i for i in zf.infolist() if not i.filename.endswith("/")]
-        infos = {n.split("/", 1)[0] for n in (i.filename for i in names) if n.split("/", 1)[0].endswith(".dist-info")}
-        if len(infos) != 1:
-            raise Decline("%s has %d .dist-info folders" % (filename, len(infos)))
-        self.info = infos.pop()
-        meta = {i.filename: i for i in names}
-
-        def text(member):
-            info = meta.get("%s/%s" % (self.info, member))
-            return None if info is None else zf.read(info).decode("utf-8")
-
-        wheel = Parser().parsestr(text("WHEEL") or "")
-        if not (wheel.get("Wheel-Version") or "").startswith("1."):
-            raise Decline("%s: Wheel-Version %r" % (filename, wheel.get("Wheel-Version")))
-        metadata = Parser().parsestr(text("METADATA") or "")
+        zf.filename = filename
+        for name in zf.namelist():
+            parts = name.rstrip("/").split("/")
+            if name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
+                raise Decline("%s: member %r" % (filename, name))
+        source_class, self.destination = classes(inst)
+        self.source = source_class(zf)
+        info = self.source.dist_info_dir
+        metadata = Parser().parsestr(self.source.read_dist_info("METADATA"))
         rp = metadata.get("Requires-Python")
         if rp and not requires_python(rp, tuple(sys.version_info[:3])):
             raise Decline("%s needs Python %s" % (filename, rp))
-        listed = _wheel_record(text("RECORD"), filename)
-        root = paths["purelib"] if (wheel.get("Root-Is-Purelib") or "").strip().lower() == "true" else paths["platlib"]
-        self.root = root
-        data_dir = self.info[: -len(".dist-info")] + ".data"
-        for info in names:
-            name = info.filename
-            parts = name.split("/")
-            if name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
-                raise Decline("%s: member %r" % (filename, name))
-            if parts[0] == self.info and parts[-1] in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json"):
-                continue
-            body = zf.read(info)
-            if listed.get(name) != (_record_hash(body), str(len(body))):
-                raise Decline("%s: its RECORD does not list %s with its sha256 and size" % (filename, name))
-            executable = bool((info.external_attr >> 16) & 0o111)
-            if parts[0] == data_dir:
-                if len(parts) < 3 or parts[1] not in ("purelib", "platlib", "scripts", "data"):
-                    raise Decline("%s: %s" % (filename, name))
-                if parts[1] == "scripts" and body.startswith(b"#!python"):
-                    body = b"#!" + python.encode() + b"\n" + body.partition(b"\n")[2]  # as pip's fix_script
-                dest = os.path.join(paths[parts[1]], *parts[2:])
-            else:
-                dest = os.path.join(root, *parts)
-            self.add(dest, body, executable)
-        entry = text("entry_points.txt")
-        if entry:
-            for section in ("console_scripts", "gui_scripts"):
-                for script, target in _entries(entry, section):
-                    module, _, attr = target.partition(":")
-                    if not re.match(r"^[\w.]+$", module) or not re.match(r"^[\w.]+$", attr or ""):
-                        raise Decline("%s: entry point %s = %s" % (filename, script, target))
-                    head = attr.split(".")[0]
-                    body = (_SCRIPT % (python, module, head, attr)).encode()
-                    self.add(os.path.join(paths["scripts"], script), body, True)
-        self.add(os.path.join(root, self.info, "INSTALLER"), b"buildctl\n", False)
-        self.add(os.path.join(root, self.info, "REQUESTED"), b"", False)
+        # pip copies the wheel's RECORD rows: one that does not list each file with its own sha256 and size
+        # would make pip's RECORD differ from installer's, which hashes what it writes. Each file is read once,
+        # here: installer's install takes the bytes from ``source.data``
+        listed = self.source.rows
+        for row in csv.reader(io.StringIO(self.source.read_dist_info("RECORD"))):
+            if row:
+                listed[row[0]] = tuple(row)
+        for item in zf.infolist():
+            if not item.filename.endswith("/"):
+                body = self.source.data[item.filename] = zf.read(item)
+                if item.filename != info + "/RECORD" and listed.get(item.filename) != (
+                        item.filename, _record_hash(body), str(len(body))):
+                    raise Decline("%s: its RECORD does not list %s with its sha256 and size" % (filename, item.filename))
+        dry = self.destination(filename, paths, python, True)
+        try:
+            inst.install(self.source, dry, _METADATA)
+        except Decline:
+            raise
+        except Exception as e:  # a WHEEL, an entry point or a .data folder installer does not take
+            raise Decline("%s: installer refuses it (%s: %s)" % (filename, type(e).__name__, e)) from None
+        self.targets = dry.targets
+        if len(set(self.targets)) != len(self.targets):
+            raise Decline("%s writes one path twice" % filename)
 
-    def add(self, dest, body, executable):
-        if dest in self.files:
-            raise Decline("%s writes %s twice" % (self.filename, dest))
-        self.files[dest] = (body, 0o755 if executable else 0o644)
-
-    def record(self):
-        rows = []
-        for dest, (body, _) in self.files.items():
-            rows.append((os.path.relpath(dest, self.root), _record_hash(body), str(len(body))))
-        rows.append((os.path.join(self.info, "RECORD"), "", ""))
-        out = io.StringIO()
-        w = csv.writer(out)  # "\r\n" line ends, as pip writes RECORD
-        for row in sorted(rows):
-            w.writerow(row)
-        return out.getvalue().encode()
-
-
-def _wheel_record(text, filename):
-    """The wheel's own RECORD: path -> (hash, size). pip copies its rows, so a file it does not list with
-    the file's own sha256 would make pip's RECORD differ from this one's: such a wheel goes to pip."""
-    if text is None:
-        raise Decline("%s has no RECORD" % filename)
-    out = {}
-    for row in csv.reader(io.StringIO(text)):
-        if row:
-            if len(row) != 3:
-                raise Decline("%s: RECORD row %r" % (filename, row))
-            out[row[0]] = (row[1], row[2])
-    return out
-
-
-def _entries(text, section):
-    out, current = [], None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if line.startswith("["):
-            current = line.strip("[]").strip()
-            continue
-        if current == section:
-            key, _, value = line.partition("=")
-            if not value or " " in key.strip() or "/" in key:
-                raise Decline("entry point line %r" % line)
-            out.append((key.strip(), value.split("[")[0].strip()))
-    return out
+    def install(self):
+        self.inst.install(self.source, self.destination(self.filename, self.paths, self.python, False), _METADATA)
 
 
 def write(plans, epoch):
-    """Write every plan's files (none may exist yet), then give what changed the mtime ``epoch``."""
-    created_dirs, parents, files = set(), set(), []
-    todo = []
+    """Install every plan (none of its paths may exist yet), then give what changed the mtime ``epoch``."""
+    created_dirs, parents, seen = set(), set(), set()
     for plan in plans:
-        todo += list(plan.files.items())
-        todo.append((os.path.join(plan.root, plan.info, "RECORD"), (plan.record(), 0o644)))
-    seen = set()
-    for dest, _ in todo:
-        if os.path.lexists(dest):
-            raise Decline("%s exists already" % dest)
-        if dest in seen:  # two of the wheels write one file: pip lets the later win; leave that to pip
-            raise Decline("%s is written by two wheels" % dest)
-        seen.add(dest)
-    for dest, (body, mode) in todo:
-        d = os.path.dirname(dest)
-        missing = []
-        while not os.path.isdir(d):
-            missing.append(d)
-            d = os.path.dirname(d)
-        parents.add(d)
-        for m in reversed(missing):
-            os.mkdir(m, 0o755)
-            os.chmod(m, 0o755)
-            created_dirs.add(m)
-        with open(dest, "xb") as f:
-            f.write(body)
-        os.chmod(dest, mode)
-        files.append(dest)
-    for p in files + sorted(created_dirs, key=len, reverse=True) + sorted(parents - created_dirs):
+        for dest in plan.targets:
+            if os.path.lexists(dest):
+                raise Decline("%s exists already" % dest)
+            if dest in seen:  # two of the wheels write one file: pip lets the later win; leave that to pip
+                raise Decline("%s is written by two wheels" % dest)
+            seen.add(dest)
+            d = os.path.dirname(dest)
+            while not os.path.isdir(d) and d not in created_dirs:
+                created_dirs.add(d)
+                d = os.path.dirname(d)
+            if d not in created_dirs:
+                parents.add(d)
+    for plan in plans:
+        plan.install()
+    for p in sorted(seen) + sorted(created_dirs, key=len, reverse=True) + sorted(parents - created_dirs):
         os.utime(p, (epoch, epoch), follow_symlinks=False)
 
 
@@ -436,7 +484,7 @@ def _decline(why):
 
 
 def main(argv):
-    epoch, find_links = None, []
+    epoch, find_links, tool = None, [], None
     args = list(argv)
     while args and args[0] != "--":
         flag = args.pop(0)
@@ -444,10 +492,12 @@ def main(argv):
             epoch = int(args.pop(0))
         elif flag == "--find-links" and args:
             find_links.append(args.pop(0))
+        elif flag == "--installer" and args:
+            tool = args.pop(0)
         else:
             sys.stderr.write(__doc__)
             return 2
-    if epoch is None or not args:
+    if epoch is None or tool is None or not args:
         sys.stderr.write(__doc__)
         return 2
     here = os.path.dirname(os.path.abspath(__file__))
@@ -472,10 +522,9 @@ def main(argv):
             raise Decline("interpreter path %r" % python)
         version, arch, libc = tuple(sys.version_info[:2]), platform.machine(), glibc()
         found = [item for url in find_links for item in links(url)]
-        plans = []
-        for req in reqs:
-            filename, url = choose(req, found, version=version, arch=arch, libc=libc)
-            plans.append(Plan(filename, fetch(url, req[2]), paths, python))
+        chosen = [choose(req, found, version=version, arch=arch, libc=libc) for req in reqs]
+        inst = load_installer(tool)
+        plans = [Plan(inst, filename, fetch(url, req[2]), paths, python) for req, (filename, url) in zip(reqs, chosen)]
     except Decline as e:
         return _decline(str(e))
     except Exception as e:  # anything else before a byte is written (a page, a download, a wheel): pip's case

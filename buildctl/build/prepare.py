@@ -93,6 +93,7 @@ class HostPrep:
                        fix="the file changed upstream: check it, then update the manifest or re-lock")
 
     def fetch_pip(self, actions: Mapping[str, Action]) -> None:
+        self._fetch_installer(actions)
         # by name and version: a build requirement may pin another version than the runtime does
         pins: dict[tuple[str, str | None], PipPin] = {}
         for n in self.s.g.nodes:
@@ -123,6 +124,20 @@ class HostPrep:
             folder=self.s.config.cache.downloads / "pip",
             python=self.s.t.python, platform=self.s.g.platform, config=self.s.config,
             log_file=self.s.log_file("pip-download"))
+
+    def _fetch_installer(self, actions: Mapping[str, Action]) -> None:
+        """pypa/installer's wheel, which images/install.py imports in the RUNs that install wheels (render.INSTALLER),
+        fetched and verified as the compiler cache's wheel is, and served at tools/ of the wheelhouse, outside the
+        folders pip's --find-links read. A failure fails the build: the RUN would otherwise take pip's route under
+        the same key."""
+        if not any(a == "build" and self.s.g.node(n).kind in ("python", "compile-env", "assemble")
+                   for n, a in actions.items()):
+            return
+        wheel = compilecache.fetch_wheel(self.s.config.cache, compilecache.ToolWheel.of(render.INSTALLER),
+                                         self.fetchers.downloads(),
+                                         what="pypa/installer's wheel (images/install.py unpacks wheels with it)",
+                                         fix="check the download mirror (download_mirrors) that served it")
+        self.s.pip_files[render.INSTALLER_DIR + render.INSTALLER_WHEEL] = wheel
 
     def _build_sdists(self, pins: Sequence[PipPin]) -> None:
         """Requirements only a source distribution fits: fetched on the host by the lock's sha256 and built into

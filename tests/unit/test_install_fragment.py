@@ -1,8 +1,10 @@
 """images/install.py, the wheel installer the python, compile-env and assemble RUNs try before pip.
 
 Pure parts (tags, version ranges, requirement lines, settings, constraints) and the install itself into a
-scheme of folders under tmp_path, from wheels this test writes with zipfile (made-up distributions). What
-pip writes for the same wheels, compared file by file in a container of the demo base, is the engine test
+scheme of folders under tmp_path, from wheels this test writes with zipfile (made-up distributions), by
+pypa/installer (the dev dependency pinned to graph/render.py's INSTALLER; in the images install.py imports it
+from its wheel, which this test also does, from a wheel of the installed package's files). What pip writes
+for the same wheels, compared file by file in a container of the demo base, is the engine test
 tests/engine/test_install_fragment_engine.py.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.util
+import io
 import os
 import stat
 import sys
@@ -18,7 +21,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import installer
 import pytest
+
+from buildctl.graph import render
 
 IMAGES = Path(__file__).resolve().parents[2] / "images"
 EPOCH = 315532800
@@ -33,11 +39,17 @@ def _module() -> Any:
 
 
 inst = _module()
+TOOL = f"http://127.0.0.1:9/tools/{render.INSTALLER_WHEEL}#sha256={'ab' * 32}"
+
+
+def plan(wheel: Path, paths: dict[str, str]) -> Any:
+    return inst.Plan(installer, wheel.name, wheel.read_bytes(), paths, "/usr/bin/python3")
 
 
 def make_wheel(folder: Path, name: str, version: str, *, tag: str = "py3-none-any", purelib: bool = True,
                requires_python: str | None = None, extra: dict[str, tuple[bytes, int]] | None = None,
-               entry_points: str | None = None, broken: dict[str, bytes] | None = None) -> Path:
+               entry_points: str | None = None, broken: dict[str, bytes] | None = None,
+               record_hash: str = "sha256") -> Path:
     """A wheel of made-up distribution ``name``: files (path -> (bytes, mode)) plus its dist-info, and a
     RECORD that lists them with their hashes; ``broken``: files written after RECORD (as bytes it lists
     otherwise, or not at all)."""
@@ -51,8 +63,8 @@ def make_wheel(folder: Path, name: str, version: str, *, tag: str = "py3-none-an
                               f"Tag: {tag}\n".encode(), 0o644)
     if entry_points:
         files[f"{info}/entry_points.txt"] = (entry_points.encode(), 0o644)
-    rows = [f"{m},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).decode().rstrip('=')},{len(b)}"
-            for m, (b, _) in files.items()]
+    rows = [f"{m},{record_hash}={base64.urlsafe_b64encode(hashlib.new(record_hash, b).digest()).decode().rstrip('=')},"
+            f"{len(b)}" for m, (b, _) in files.items()]
     files[f"{info}/RECORD"] = ("\n".join([*rows, f"{info}/RECORD,,", ""]).encode(), 0o644)
     for member, body in (broken or {}).items():
         files[member] = (body, 0o644)
@@ -176,8 +188,7 @@ def test_install_writes_what_pip_writes(tmp_path: Path) -> None:
         "demo_pure-1.0.data/scripts/demo-run": (b"#!python -u\nprint(1)\n", 0o755),
         "demo_pure-1.0.data/data/share/demo/x.txt": (b"x\n", 0o644)},
         entry_points="[console_scripts]\ndemo-pure = demo_pure.cli:main.run [extra]\n[other]\nx = y\n")
-    plan = inst.Plan(wheel.name, wheel.read_bytes(), paths, "/usr/bin/python3")
-    inst.write([plan], EPOCH)
+    inst.write([plan(wheel, paths)], EPOCH)
     site = Path(paths["purelib"])
     info = site / "demo_pure-1.0.dist-info"
     assert (site / "demo_pure/__init__.py").read_bytes() == b"VALUE = 1\n"
@@ -216,12 +227,13 @@ def test_install_writes_what_pip_writes(tmp_path: Path) -> None:
 def test_platlib_root_and_an_existing_file(tmp_path: Path) -> None:
     paths = scheme(tmp_path / "root")
     wheel = make_wheel(tmp_path, "demo_plat", "2.0", purelib=False)
-    plan = inst.Plan(wheel.name, wheel.read_bytes(), paths, "/usr/bin/python3")
-    assert all(dest.startswith(paths["platlib"]) for dest in plan.files)
+    planned = plan(wheel, paths)
+    assert all(dest.startswith(paths["platlib"]) for dest in planned.targets)
+    assert not list(Path(paths["platlib"]).iterdir())  # the plan is installer's dry run: nothing written
     (Path(paths["platlib"]) / "demo_plat").mkdir()
     (Path(paths["platlib"]) / "demo_plat/__init__.py").write_text("theirs")
     with pytest.raises(inst.Decline, match="exists already"):
-        inst.write([plan], EPOCH)
+        inst.write([planned], EPOCH)
     # nothing of the wheel was written: pip gets the whole install
     assert sorted(p.name for p in Path(paths["platlib"]).rglob("*")) == ["__init__.py", "demo_plat"]
 
@@ -230,7 +242,7 @@ def test_two_wheels_that_write_one_file_go_to_pip(tmp_path: Path) -> None:
     paths = scheme(tmp_path / "root")
     a = make_wheel(tmp_path, "one", "1.0", extra={"shared/__init__.py": (b"a", 0o644)})
     b = make_wheel(tmp_path, "two", "1.0", extra={"shared/__init__.py": (b"b", 0o644)})
-    plans = [inst.Plan(w.name, w.read_bytes(), paths, "/usr/bin/python3") for w in (a, b)]
+    plans = [plan(w, paths) for w in (a, b)]
     with pytest.raises(inst.Decline, match="written by two wheels"):
         inst.write(plans, EPOCH)
     assert not list(Path(paths["purelib"]).iterdir())  # nothing written
@@ -240,15 +252,19 @@ def test_wheels_it_leaves_to_pip(tmp_path: Path) -> None:
     paths = scheme(tmp_path / "root")
     cases = [
         (make_wheel(tmp_path, "old", "1.0", requires_python=">=3.99"), "needs Python"),
-        (make_wheel(tmp_path, "hdr", "1.0", extra={"hdr-1.0.data/headers/h.h": (b"", 0o644)}), "hdr-1.0.data/headers"),
+        (make_wheel(tmp_path, "hdr", "1.0", extra={"hdr-1.0.data/headers/h.h": (b"", 0o644)}), "h.h goes to the headers"),
         (make_wheel(tmp_path, "esc", "1.0", extra={"../evil.py": (b"", 0o644)}), "member"),
-        (make_wheel(tmp_path, "ep", "1.0", entry_points="[console_scripts]\nx = os:system('id')\n"), "entry point"),
-        (make_wheel(tmp_path, "rec", "1.0", broken={"rec/__init__.py": b"changed"}), "RECORD does not list rec/__init__"),
-        (make_wheel(tmp_path, "unl", "1.0", broken={"unl/extra.py": b""}), "RECORD does not list unl/extra"),
+        (make_wheel(tmp_path, "ep", "1.0", entry_points="[console_scripts]\nx = os:system('id')\n"), "ep-1.0-py3-none-any.whl: installer refuses it"),
+        (make_wheel(tmp_path, "ep2", "1.0", entry_points="[console_scripts]\nx/y = os:main\n"), "entry point x/y = os:main"),
+        (make_wheel(tmp_path, "dat", "1.0", extra={"dat-1.0.data/other/x": (b"", 0o644)}), "not contained in a valid"),
+        (make_wheel(tmp_path, "rec", "1.0", broken={"rec/__init__.py": b"changed"}), "RECORD does not list rec/__init__.py"),
+        (make_wheel(tmp_path, "unl", "1.0", broken={"unl/extra.py": b""}), "RECORD does not list unl/extra.py"),
+        (make_wheel(tmp_path, "md5", "1.0", record_hash="md5"), "RECORD does not list md5/__init__.py with its sha256"),
     ]
     for wheel, why in cases:
         with pytest.raises(inst.Decline, match=why.replace(".", r"\.")):
-            inst.Plan(wheel.name, wheel.read_bytes(), paths, "/usr/bin/python3")
+            plan(wheel, paths)
+    assert not [p for p in Path(tmp_path / "root").rglob("*") if p.is_file()]  # nothing written by any
 
 
 def test_main_declines_without_writing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -256,9 +272,11 @@ def test_main_declines_without_writing(tmp_path: Path, monkeypatch: pytest.Monke
     for key in [k for k in os.environ if k.startswith("PIP_")]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("PIP_TARGET", "/somewhere")
-    assert inst.main(["--epoch", str(EPOCH), "--", f"six==1.16.0 --hash=sha256:{'ab' * 32}"]) == inst.DECLINE
+    assert inst.main(["--epoch", str(EPOCH), "--installer", TOOL, "--", f"six==1.16.0 --hash=sha256:{'ab' * 32}"]) \
+        == inst.DECLINE
     assert capsys.readouterr().out == "buildctl-install: pip installs these instead: PIP_TARGET is set\n"
     assert inst.main(["--", "x"]) == 2  # no --epoch: a usage error, not a decline
+    assert inst.main(["--epoch", str(EPOCH), "--", "x"]) == 2  # no --installer either
     # anything unexpected before the first write (here: a find-links page that cannot be read) is pip's case
     monkeypatch.delenv("PIP_TARGET")
     monkeypatch.setattr(inst, "check_settings", lambda environ, files: None)
@@ -270,8 +288,62 @@ def test_main_declines_without_writing(tmp_path: Path, monkeypatch: pytest.Monke
         raise OSError(f"cannot read {url}")
 
     monkeypatch.setattr(inst, "links", unreadable)
-    assert inst.main(["--epoch", str(EPOCH), "--find-links", "http://127.0.0.1:9/",
+    assert inst.main(["--epoch", str(EPOCH), "--installer", TOOL, "--find-links", "http://127.0.0.1:9/",
                       "--", f"six==1.16.0 --hash=sha256:{'ab' * 32}"]) == inst.DECLINE
     assert capsys.readouterr().out == (
         "buildctl-install: pip installs these instead: OSError: cannot read http://127.0.0.1:9/\n")
     assert sys.path  # main() leaves the interpreter usable
+
+
+# ------------------------------------------------------------------------------------- the installer
+
+
+def installer_wheel() -> bytes:
+    """A wheel of the installed pypa/installer's files (the dev dependency: the pinned version)."""
+    folder = Path(installer.__file__).parent
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for f in sorted(folder.rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts:
+                zf.writestr(f"installer/{f.relative_to(folder).as_posix()}", f.read_bytes())
+    return buf.getvalue()
+
+
+def test_the_dev_dependency_is_the_pinned_installer() -> None:
+    assert installer.__version__ == render.INSTALLER.version
+    assert f"installer-{render.INSTALLER.version}-py3-none-any.whl" == render.INSTALLER_WHEEL
+
+
+def test_installer_is_imported_from_its_wheel_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in sys.modules if n == "installer" or n.startswith("installer.")]:
+        monkeypatch.setitem(sys.modules, name, sys.modules[name])  # put back afterwards
+    data = installer_wheel()
+    sha = hashlib.sha256(data).hexdigest()
+    url = f"http://127.0.0.1:9/tools/{render.INSTALLER_WHEEL}"
+    served: list[str] = []
+
+    def urlopen(u: str, timeout: float) -> io.BytesIO:
+        served.append(u)
+        return io.BytesIO(data)
+
+    monkeypatch.setattr(inst.urllib.request, "urlopen", urlopen)
+    finders = list(sys.meta_path)
+    with pytest.raises(inst.Decline, match="which the lock does not allow"):
+        inst.load_installer(f"{url}#sha256={'ab' * 32}")
+    for bad in (url, f"{url}#sha256=xyz", f"file:///x/{render.INSTALLER_WHEEL}#sha256={sha}"):
+        with pytest.raises(inst.Decline, match="not a wheel URL with its sha256"):
+            inst.load_installer(bad)
+    mod = inst.load_installer(f"{url}#sha256={sha}")
+    assert served == [url, url]
+    assert mod.__spec__.origin == f"{render.INSTALLER_WHEEL}/installer/__init__.py"
+    assert mod.destinations.__spec__.origin.startswith(render.INSTALLER_WHEEL + "/")
+    assert mod is not installer and mod.__version__ == installer.__version__
+    assert sys.meta_path == finders  # the finder is gone once the modules are loaded
+    # and it installs as the installed package does
+    paths = scheme(tmp_path / "root")
+    wheel = make_wheel(tmp_path, "demo_pure", "1.0", extra={"demo_pure/cli.py": (b"", 0o644)},
+                       entry_points="[console_scripts]\ndemo-pure = demo_pure.cli:main\n")
+    p = inst.Plan(mod, wheel.name, wheel.read_bytes(), paths, "/usr/bin/python3")
+    inst.write([p], EPOCH)
+    assert (Path(paths["scripts"]) / "demo-pure").read_bytes().startswith(b"#!/usr/bin/python3\n# -*- coding")
+    assert not [f for f in tmp_path.rglob("installer*")]  # nothing of the tool written

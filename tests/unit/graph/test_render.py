@@ -141,7 +141,7 @@ RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
     wheelhouse_host=${{BUILDCTL_WHEELHOUSE#http://}}; wheelhouse_host=${{wheelhouse_host%%/*}}; \\
-    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "$BUILDCTL_WHEELHOUSE" -- \\
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --installer "${{BUILDCTL_WHEELHOUSE}}tools/installer-0.7.0-py3-none-any.whl#sha256=05d1933f0a5ba7d8d6296bb6d5018e7c94fa473ceb10cf198a92ccea19c27b53" --find-links "$BUILDCTL_WHEELHOUSE" -- \\
         'black==24.4.2 --hash={HB}' \\
         'click==8.1.7 --hash={HC}' \\
         'einops==0.8.0 --hash={HD}' \\
@@ -229,7 +229,7 @@ RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
     wheelhouse_host=${{BUILDCTL_WHEELHOUSE#http://}}; wheelhouse_host=${{wheelhouse_host%%/*}}; \\
-    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "$BUILDCTL_WHEELHOUSE" -- \\
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --installer "${{BUILDCTL_WHEELHOUSE}}tools/installer-0.7.0-py3-none-any.whl#sha256=05d1933f0a5ba7d8d6296bb6d5018e7c94fa473ceb10cf198a92ccea19c27b53" --find-links "$BUILDCTL_WHEELHOUSE" -- \\
         'mathdx==25.1.1 --hash={HE}' \\
       ; then :; else \\
       rc=$?; [ "$rc" -eq 3 ] || exit "$rc"; \\
@@ -343,7 +343,7 @@ RUN set -eu; \\
     touch /tmp/.buildctl-stamp; \\
     export PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=315532800; \\
     wheelhouse_host=${{BUILDCTL_WHEELHOUSE#http://}}; wheelhouse_host=${{wheelhouse_host%%/*}}; \\
-    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" -- \\
+    if PIP_BREAK_SYSTEM_PACKAGES=1 PIP_CONSTRAINT= PIP_TRUSTED_HOST="$wheelhouse_host" python3 -B /usr/local/lib/buildctl-install.py --epoch 315532800 --installer "${{BUILDCTL_WHEELHOUSE}}tools/installer-0.7.0-py3-none-any.whl#sha256=05d1933f0a5ba7d8d6296bb6d5018e7c94fa473ceb10cf198a92ccea19c27b53" --find-links "${{BUILDCTL_WHEELHOUSE}}components/engine/" --find-links "${{BUILDCTL_WHEELHOUSE}}components/kernels/" -- \\
         'engine-core==2.10.0 --hash=sha256:{"ab" * 32}' \\
         'kernels==<built by wheel:kernels> --hash=sha256:<known after the compile>' \\
       ; then :; else \\
