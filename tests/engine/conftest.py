@@ -53,6 +53,28 @@ def containers(label: str, engine: Engine | None = None) -> list[str]:
 # -- the engine
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _wheelhouse_port_per_worker() -> Iterator[None]:
+    """Under pytest-xdist, each worker's in-process builds serve the wheelhouse on a port of their own.
+
+    The wheelhouse URL is a build arg of every step that reads it, so the engine's step cache of those steps is
+    reused only by a build that serves it on the same port; buildctl asks for one port per stack and variant
+    (wheelhouse.preferred_port). The two workers build demo/default at the same time, each with its own cache, so
+    whichever came second found that port taken and served on a random one: its steps could not reuse any
+    (StepCache, below, keeps them). With a preferred port per worker, a worker's builds (one test at a time) ask
+    for the same port every time. Only the name asked for changes: buildctl's choice of the port and its
+    fallback to a free one are what runs (without xdist, the name is buildctl's own)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker:
+        yield
+        return
+    from buildctl.build import wheelhouse
+    original = wheelhouse.preferred_port
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(wheelhouse, "preferred_port", lambda name: original(f"{name}@{worker}"))
+        yield
+
+
 @pytest.fixture(scope="session")
 def engine() -> Iterator[Engine]:
     # Named per session: containers that run() creates carry the name in a label, so a leak is ours.
@@ -134,12 +156,59 @@ def cache_server() -> str:
     return url
 
 
+class StepCache:
+    """Tags of this session that keep the engine's step cache of the compile environments until it ends.
+
+    Removing a test's last tag of a node image also removes the untagged images below it, the build's steps,
+    which are the engine's step cache: every test that built the demo ran compile-env's steps afresh (apt-get
+    install of gcc, git, libc6-dev and python3-dev, then setuptools and wheel), though they are the same steps
+    with the same inputs in every build of the session (compile-env is built on the base, and its labels are its
+    last step). A compile-env image whose steps no tag of this session keeps yet is tagged here before the test's
+    own tag goes, so that later builds of the session reuse those steps; buildctl still builds, tags, records and
+    pushes the node (only the engine's work inside its steps is reused, as it is for a user's builds). Tests that
+    need every step run build with nocache (repro, the far builder's pair). The other nodes gain nothing from this:
+    each is built on its parent node's image, whose labels make it another image in every build. The wheelhouse
+    port per worker (above) is what makes the steps the same: its URL is a build arg of those steps."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.prefix = f"buildctl-test-stepcache/{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}"
+        self.tags: dict[str, str] = {}  # the image below the labels (the last step that ran): the tag keeping it
+
+    def keep(self, eng: Engine, ref: str) -> None:
+        if eng is not self.engine:
+            return
+        try:
+            node = eng.inspect_image(ref).labels.get("io.buildctl.node", "")
+        except EngineError:
+            return
+        if not node.startswith("compile-env:"):
+            return
+        below = docker_cli("image", "inspect", "--format", "{{.Parent}}", ref, engine=eng, check=False).strip()
+        if below and below not in self.tags:
+            tag = f"{self.prefix}:{len(self.tags)}"
+            eng.tag(ref, tag)
+            self.tags[below] = tag
+
+    def close(self) -> None:
+        for tag in self.tags.values():
+            self.engine.remove_image(tag)
+
+
+@pytest.fixture(scope="session")
+def step_cache(engine: Engine) -> Iterator[StepCache]:
+    held = StepCache(engine)
+    yield held
+    held.close()
+
+
 class ImageCleanup:
     """Refs registered here are removed (newest first) when the test ends. Register names, not ids:
     removing an id would remove every tag of that image, including other people's."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, step_cache: StepCache | None = None) -> None:
         self.engine = engine
+        self.step_cache = step_cache
         self.refs: list[tuple[Engine, str]] = []
 
     def __call__(self, ref: str, engine: Engine | None = None) -> str:
@@ -156,6 +225,8 @@ class ImageCleanup:
         errors = []
         for eng, ref in reversed(self.refs):
             try:
+                if self.step_cache is not None:
+                    self.step_cache.keep(eng, ref)
                 eng.remove_image(ref)
             except EngineError as exc:
                 errors.append(f"{ref}: {exc}")
@@ -163,8 +234,8 @@ class ImageCleanup:
 
 
 @pytest.fixture
-def image_cleanup(engine: Engine) -> Iterator[ImageCleanup]:
-    cleanup = ImageCleanup(engine)
+def image_cleanup(engine: Engine, step_cache: StepCache) -> Iterator[ImageCleanup]:
+    cleanup = ImageCleanup(engine, step_cache)
     yield cleanup
     cleanup.run()
 

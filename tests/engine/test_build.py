@@ -11,6 +11,7 @@ Images the tests make are removed by name at the end (image_cleanup).
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
@@ -83,7 +84,21 @@ def base_env(monkeypatch: pytest.MonkeyPatch, cache: Path, ca: Path | None = Non
 
 @pytest.fixture(scope="session")
 def demo_lock(registry: str, registry_base: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The text of a lock of the demo stack against the test registry (made once with `buildctl lock`)."""
+    """The text of a lock of the demo stack against the test registry (made once with `buildctl lock`).
+
+    Once per run: under pytest-xdist the first worker to need it makes it, under a file lock in the run's
+    shared temporary folder, and the other reads it there (both use the same registry, so the same lock)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return _lock_demo(registry, tmp_path_factory)
+    shared = tmp_path_factory.getbasetemp().parent / f"demo-lock-{registry.replace(':', '-')}.json"
+    with open(shared.with_suffix(".flock"), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not shared.is_file():
+            shared.write_text(_lock_demo(registry, tmp_path_factory))
+        return shared.read_text()
+
+
+def _lock_demo(registry: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     root = write_project(tmp_path_factory.mktemp("lockproject"), registry, "buildctl-test/lock")
     with pytest.MonkeyPatch.context() as mp:
         base_env(mp, tmp_path_factory.mktemp("lockcache"))
