@@ -4,10 +4,11 @@ engine tests (test_build, test_far_builder, test_interrupts) build and push for 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -21,7 +22,11 @@ def test_a_push_runs_beside_the_caller_and_wait_returns_once_it_ended() -> None:
     pushes = Pushes(threads)
     go = threading.Event()
     done: list[str] = []
-    pushes.start("python", lambda: (go.wait(5), done.append("python")))
+    def push() -> None:
+        go.wait(5)
+        done.append("python")
+
+    pushes.start("python", push)
     assert threads and threads[0].is_alive() and not done  # the caller went on
     go.set()
     pushes.wait("python")
@@ -42,8 +47,12 @@ def test_a_failed_push_is_raised_to_whoever_waits_for_it_and_reported_once() -> 
 def test_wait_all_waits_for_every_push() -> None:
     pushes = Pushes([])
     done: list[str] = []
+    def push(name: str, delay: float) -> None:
+        time.sleep(delay)
+        done.append(name)
+
     for name, delay in (("a", 0.3), ("b", 0.1)):
-        pushes.start(name, lambda n=name, d=delay: (time.sleep(d), done.append(n)))
+        pushes.start(name, functools.partial(push, name, delay))
     pushes.wait_all()
     assert sorted(done) == ["a", "b"]
 
@@ -60,7 +69,7 @@ class _Engine:
 
 
 def test_an_early_pull_says_whether_the_image_is_in_that_engine() -> None:
-    e, other = _Engine(), _Engine()
+    e, other = cast(Any, _Engine()), cast(Any, _Engine())
     recorded: list[str] = []
     pull = EarlyPull.start(e, "r/python:k", [], platform=None, then=lambda: recorded.append("python"))
     assert pull.wait(e) and e.pulled == [("r/python:k", None)]
@@ -69,7 +78,7 @@ def test_an_early_pull_says_whether_the_image_is_in_that_engine() -> None:
 
 
 def test_an_early_pull_that_failed_leaves_the_pull_to_its_task() -> None:
-    e = _Engine(fail=True)
+    e = cast(Any, _Engine(fail=True))
     recorded: list[str] = []
     assert not EarlyPull.start(e, "r/python:k", [], platform="linux/amd64", then=lambda: recorded.append("x")).wait(e)
     assert recorded == []
@@ -124,8 +133,12 @@ def test_the_scheduler_returns_only_once_the_last_push_ended() -> None:
     s = _state({"python": [], "assemble": ["python"]})
     pushed: list[str] = []
 
+    def push(name: str) -> None:
+        time.sleep(0.3)
+        pushed.append(name)
+
     def work(name: str, action: str, publish: bool) -> None:
-        s.pushes.start(name, lambda: (time.sleep(0.3), pushed.append(name)))
+        s.pushes.start(name, functools.partial(push, name))
 
     Scheduler(s).execute({"python": "build", "assemble": "build"}, set(), work)
     assert sorted(pushed) == ["assemble", "python"]
