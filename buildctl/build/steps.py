@@ -223,6 +223,8 @@ class Steps:
         if self.s.smoke_gate is None:
             raise SmokeFailed("no smoke runner is available to gate the entrypoint",
                               fix="pass --skip-smoke to build past the gate (the image is labelled smoke=skipped)")
+        # the suite's report names the assembled image's registry digest: its push (in the background) first
+        self.s.pushes.wait("assemble")
         self.s.progress.node(node.name, "smoke", f"build-host tier on {assemble}")
         summary = self.s.smoke_gate(e, assemble, log_file=self.s.log_file("smoke"))
         self.s.smoke = "passed"

@@ -19,7 +19,11 @@ from tests.unit.test_render_hostile import NASTY, VALUES, rendered
 def test_defect3_the_builder_reads_env_workdir_and_labels_as_the_values(engine: Engine, tmp_path: Path,
                                                                         image_cleanup: Any) -> None:
     out = rendered(1)
-    env = [line for line in out["assemble.Dockerfile"].splitlines() if line.startswith("ENV ")]
+    lines = out["assemble.Dockerfile"].splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("ENV "))
+    env = lines[first:first + 1]  # one ENV for all: the instruction with its continuation lines
+    while env[-1].endswith("\\"):
+        env.append(lines[first + len(env)])
     entry = out["entrypoint.Dockerfile"].splitlines()
     workdir = [line for line in entry if line.startswith("WORKDIR ")]
     start = next(i for i, line in enumerate(entry) if line.startswith("LABEL "))

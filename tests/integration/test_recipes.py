@@ -137,6 +137,22 @@ def _commits(g: Graph) -> list[str]:
     return [v for k, v in spec.labels.items() if k.startswith("io.buildctl.component.")]
 
 
+def _env_pairs(dockerfile: str) -> set[str]:
+    """The NAME="value" pairs of a Dockerfile's ENV instructions (render writes one pair a line: the assemble's
+    single ENV continues with a backslash)."""
+    pairs: set[str] = set()
+    lines = iter(dockerfile.splitlines())
+    for line in lines:
+        if not line.startswith("ENV "):
+            continue
+        part = line[4:]
+        while part.endswith(" \\"):
+            pairs.add(part[:-2].strip())
+            part = next(lines, "")
+        pairs.add(part.strip())
+    return pairs
+
+
 def rendered(r: Rendered, item: Mapping[str, Any], manifest_text: str) -> bool:
     kind, value = item["kind"], item["value"]
     match kind:
@@ -144,7 +160,7 @@ def rendered(r: Rendered, item: Mapping[str, Any], manifest_text: str) -> bool:
             return f"FROM {value}\n" in r.text(".Dockerfile")
         case "env" | "runtime-env":
             k, _, v = value.partition("=")
-            return f'ENV {k}="{v}"' in r.files.get("assemble.Dockerfile", "")
+            return f'{k}="{v}"' in _env_pairs(r.files.get("assemble.Dockerfile", ""))
         case "build-env":
             k, _, v = value.partition("=")
             return f"export {k}={shlex.quote(v)}" in r.text(".sh")
