@@ -26,12 +26,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.common import DOCKER, ROOT, BenchError, docker, say
+from bench.common import DOCKER, ROOT, BenchError, docker, registry_digest, say
 
 REQUIREMENTS = ROOT / "bench" / "bigbase-requirements.txt"
 PATH = "buildctl/bench-bigbase"  # its repository in the registry; the tag is the content tag
@@ -86,20 +84,6 @@ def rebase(text: str, old: str, new: str) -> str:
     if line not in text:
         raise BenchError(f"the demo manifest no longer names its base as {line.strip()!r}")
     return text.replace(line, f"    image: {new}\n")
-
-
-def registry_digest(registry: str, path: str) -> str:
-    """The digest the registry gives for ``path`` (name:tag), or "" where it has no such manifest."""
-    name, tag = path.rsplit(":", 1)
-    req = urllib.request.Request(f"http://{registry}/v2/{name}/manifests/{tag}", method="HEAD", headers={
-        "Accept": "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return str(r.headers.get("Docker-Content-Digest", ""))
-    except urllib.error.HTTPError:
-        return ""
-    except OSError as exc:
-        raise BenchError(f"the registry {registry} does not answer ({exc})") from exc
 
 
 def describe(ref: str, digest: str, *, kind: str) -> dict[str, Any]:

@@ -72,18 +72,22 @@ def say(text: str) -> None:
     print(f"bench: [{time.monotonic() - _T0:6.1f}s] {text}", file=sys.stderr, flush=True)
 
 
-def registry_has(registry: str, path: str) -> bool:
+def registry_digest(registry: str, path: str) -> str:
+    """The digest the registry gives for ``path`` (name:tag), or "" where it has no such manifest."""
     name, tag = path.rsplit(":", 1)
     req = urllib.request.Request(f"http://{registry}/v2/{name}/manifests/{tag}", method="HEAD", headers={
-        "Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+        "Accept": "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"})
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
-            return bool(r.status == 200)
+            return str(r.headers.get("Docker-Content-Digest", ""))
     except urllib.error.HTTPError:
-        return False
+        return ""
     except OSError as exc:
-        raise BenchError(f"the registry {registry} does not answer ({exc})",
-                         ) from exc
+        raise BenchError(f"the registry {registry} does not answer ({exc})") from exc
+
+
+def registry_has(registry: str, path: str) -> bool:
+    return bool(registry_digest(registry, path))
 
 
 def docker(args: list[str], *, host: str | None = None, buildkit: bool = False,
