@@ -49,8 +49,7 @@ class Pushes:
         with self._lock:
             th = self._running.get(name)
         if th is not None:
-            while th.is_alive():
-                th.join(timeout=0.5)  # bounded: Ctrl-C stays responsive in the main thread
+            _join(th)
         with self._lock:
             exc = self._errors.get(name)
         if exc is not None:
@@ -61,8 +60,7 @@ class Pushes:
         with self._lock:
             threads = list(self._running.values())
         for th in threads:
-            while th.is_alive():
-                th.join(timeout=0.5)
+            _join(th)
 
     def new_failures(self) -> list[tuple[str, BaseException]]:
         """Failed pushes not reported before: (node, error), each once."""
@@ -101,6 +99,11 @@ class EarlyPull:
 
     def wait(self, engine: Engine) -> bool:
         """Whether the image is in ``engine`` now: this pull ended there without an error."""
-        while self.thread.is_alive():
-            self.thread.join(timeout=0.5)  # bounded: a signal stays deliverable
+        _join(self.thread)
         return self.ok and engine is self.engine
+
+
+def _join(th: threading.Thread) -> None:
+    """Until ``th`` ended, in bounded waits: Ctrl-C stays deliverable to the main thread."""
+    while th.is_alive():
+        th.join(timeout=0.5)

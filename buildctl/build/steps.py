@@ -65,7 +65,7 @@ class Steps:
                     self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(self.s.g, node, engine=e.name))
                 else:
                     if early is None or not early.wait(e):  # pulled early into this engine, or now
-                        e.pull(self.s.ref(name), platform=self.s.g.platform if node.kind == "base" else None)
+                        e.pull(self.s.ref(name), platform=self._pull_platform(node))
                         self._pulled(node, e)
                 outcome: Outcome = "pulled"
             else:
@@ -98,8 +98,12 @@ class Steps:
                 self.s.progress.node(name, "pulling", self.s.ref(name))
                 self.s.early[name] = EarlyPull.start(
                     self.s.e0, self.s.ref(name), self.s.threads,
-                    platform=self.s.g.platform if node.kind == "base" else None,
+                    platform=self._pull_platform(node),
                     then=functools.partial(self._pulled, node, self.s.e0))  # its record at once: a tag always has one
+
+    def _pull_platform(self, node: Node) -> str | None:
+        """The platform a pull asks for: the variant's for the base (a multi-platform image), none for ours."""
+        return self.s.g.platform if node.kind == "base" else None
 
     def _pulled(self, node: Node, e: Engine) -> None:
         """A node's image just pulled into ``e``: where it is, and (but for the base) its record."""
@@ -119,17 +123,19 @@ class Steps:
             self.s.have(name, e)
             return
         node = self.s.g.node(name)
-        e.pull(ref, platform=self.s.g.platform if node.kind == "base" else None)
+        e.pull(ref, platform=self._pull_platform(node))
         self.s.have(name, e)
 
     def _push(self, e: Engine, node: Node) -> None:
         """Start the push of a node just built (or found unpublished): it runs in the background while the
         node's children build (build/pushes.py); the run ends only once it did."""
-        if self.s.t.registry is None or self.s.cancelled.is_set():
-            return
-        ref = self.s.ref(node.name)
-        self.s.progress.node(node.name, "pushing", ref)
-        self.s.pushes.start(node.name, lambda: e.push(ref))
+        if self._pushes():
+            self.s.progress.node(node.name, "pushing", self.s.ref(node.name))
+            self.s.pushes.start(node.name, functools.partial(e.push, self.s.ref(node.name)))
+
+    def _pushes(self) -> bool:
+        """Whether a node built now goes to the registry: there is one, and the run was not interrupted."""
+        return self.s.t.registry is not None and not self.s.cancelled.is_set()
 
     def _publish(self, e: Engine, node: Node) -> None:
         """A node present here but not in the registry (built before with the registry down): push it."""
@@ -341,10 +347,9 @@ class Steps:
             with contextlib.suppress(BuildctlError):
                 e.remove_image(part)
         self.s.have(node.name, e)
-        if push and self.s.t.registry is not None and not self.s.cancelled.is_set():
-            ref = self.s.ref(node.name)
-            self.s.progress.node(node.name, "pushing", ref)
-            e.push(ref)
+        if push and self._pushes():
+            self.s.progress.node(node.name, "pushing", self.s.ref(node.name))
+            e.push(self.s.ref(node.name))
 
     def _pull_wheel(self, e: Engine, node: Node) -> None:
         """Take the wheel out of its one-file image (pulled when the engine lacks it): no compile."""
