@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from buildctl import quoting, runs, safepath
-from buildctl.build import compilecache, normalise, wheelhouse
+from buildctl.build import compilecache, compose, normalise, wheelhouse
 from buildctl.build.pushes import EarlyPull
 from buildctl.build.state import Action, NodeResult, Outcome, RunState
 from buildctl.errors import BuildctlError, BuildFailed, SmokeFailed, disk_full
@@ -179,11 +179,12 @@ class Steps:
         part = self._part_ref(node)
         try:
             with self._context(node, rendered, labels=self._labels(node)) as ctx:
-                e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
-                        buildargs={render.WHEELHOUSE_ARG: self.s.wheelhouse_url} if rendered.wheelhouse else None,
-                        network_mode="host" if rendered.wheelhouse else None,
-                        on_log=lambda line: self.s.progress.log(node.name, line), log_file=self.s.log_file(node.name),
-                        nocache=self.s.opt.nocache)
+                if not self._compose(e, node, rendered, ctx, part):
+                    e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
+                            buildargs={render.WHEELHOUSE_ARG: self.s.wheelhouse_url} if rendered.wheelhouse else None,
+                            network_mode="host" if rendered.wheelhouse else None,
+                            on_log=lambda line: self.s.progress.log(node.name, line),
+                            log_file=self.s.log_file(node.name), nocache=self.s.opt.nocache)
             self._settle_whiteouts(e, node, rendered, part)
             self._record_and_tag(e, node, part)
         finally:
@@ -191,6 +192,32 @@ class Steps:
                 e.remove_image(part)  # the temporary tag (with it the image, when it never got its content tag)
         self.s.have(node.name, e)
         self._push(e, node)
+
+    def _compose(self, e: Engine, node: Node, rendered: render.Rendered, ctx: Path, part: str) -> bool:
+        """A node that only copies files (the entrypoint, a wheel's one-file image) composed on this host, without
+        the builder (build/compose.py); False where it cannot be, and the builder builds it."""
+        spec = node.spec
+        labels = self._labels(node)
+        if isinstance(spec, EntrypointNodeSpec):
+            changes = compose.Changes(labels=labels, workdir=spec.workdir, entrypoint=spec.entrypoint, cmd=spec.cmd)
+            parent: str | None = self._parent_ref(node)
+        elif isinstance(spec, WheelNodeSpec):
+            changes, parent = compose.Changes(labels=labels), None
+        else:
+            return False
+        if not compose.plain(rendered.dockerfile, changes, scratch=parent is None):
+            return False  # a template that does more than copy and set metadata: the builder's
+        log = self.s.log_file(node.name + ("-image" if parent is None else ""))
+        if compose.compose(e, parent_ref=parent, platform=str(self.s.g.platform), root=ctx / "rootfs", changes=changes, tag=part,
+                           scratch=self.s.scratch, epoch=render.EPOCH) is None:
+            return False
+        msg = "composed on this host: one layer and its config, loaded (no builder)"
+        with contextlib.suppress(OSError):
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(msg + "\n")
+        if parent is not None:
+            self.s.progress.log(node.name, msg)
+        return True
 
     def _on(self, e: Engine) -> str:
         """The engine as a record and the progress name it: said when it runs the variant's platform under QEMU."""
@@ -340,8 +367,9 @@ class Steps:
         part = self._part_ref(node)
         try:
             with self._context(node, rendered, labels=self._labels(node)) as ctx:
-                e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
-                        log_file=self.s.log_file(node.name + "-image"), nocache=self.s.opt.nocache)
+                if not self._compose(e, node, rendered, ctx, part):
+                    e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
+                            log_file=self.s.log_file(node.name + "-image"), nocache=self.s.opt.nocache)
             self._record_and_tag(e, node, part, stats=stats)
         finally:
             with contextlib.suppress(BuildctlError):

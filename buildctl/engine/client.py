@@ -122,7 +122,7 @@ class Client:
         return self._wire_path or None
 
     def _call(self, method: str, path: str, what: str, query: Mapping[str, str] | None = None, *,
-              timeout: float | None = None) -> Answer:
+              timeout: float | None = None, body: bytes = b"", content_type: str = "") -> Answer:
         """One short call on the engine's API through its unix socket (``path`` quoted here, ``query`` encoded
         here), bounded by ``timeout`` (default: the client's); failures to reach the engine raise what the
         docker-py path raises for them (``_errors``)."""
@@ -130,7 +130,8 @@ class Client:
         assert sock is not None, "_call needs a unix socket (_wire)"
         url = quote(path, safe="/:@") + (f"?{urlencode(dict(query))}" if query else "")
         try:
-            status, body = peek.request(sock, method, url, timeout=self.timeout if timeout is None else timeout)
+            status, body = peek.request(sock, method, url, timeout=self.timeout if timeout is None else timeout,
+                                        body=body, content_type=content_type)
         except peek.NoAnswer as exc:
             if self._cancelled.is_set():
                 raise Cancelled(f"{what}: cancelled", why="the build was interrupted") from exc
@@ -143,7 +144,7 @@ class Client:
             data = None
         message = str(data.get("message", "")) if isinstance(data, dict) else ""
         return Answer(status=status, data=data,
-                      message=message or body.decode("utf-8", "replace").strip() or f"HTTP status {status}")
+                      message=message or body.decode("utf-8", "replace").strip() or f"HTTP status {status}", body=body)
 
     def _json(self, path: str, what: str, shape: type[dict[str, Any]] | type[list[Any]],
               query: Mapping[str, str] | None = None, *, missing: Callable[[str], EngineError] | None = None) -> Any:
@@ -381,6 +382,7 @@ class Answer(NamedTuple):
     status: int
     data: Any  # the JSON body (None: empty or not JSON)
     message: str  # the engine's error message (its JSON "message", else the body)
+    body: bytes = b""  # the answer as it came (a stream of JSON lines for /images/load)
 
 
 def _cut(response: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,6 +21,9 @@ if TYPE_CHECKING:  # the real modules for the type checker; at run time imported
     import docker.types
 else:
     docker = lazy.Module("docker")
+
+
+WIRE_LOAD_MAX = 64 << 20  # a `docker load` archive up to this size is sent in one request (Images.load)
 
 
 class Images(Client):
@@ -112,18 +116,36 @@ class Images(Client):
             part.unlink(missing_ok=True)
 
     def load(self, tar: Path) -> list[str]:
-        """`docker load`; return what the engine loaded (tags, or image ids for untagged images)."""
+        """`docker load`; return what the engine loaded (tags, or image ids for untagged images). A small archive
+        (a thin one: compose.py, normalise.py) goes in one request on the unix socket, without docker-py."""
         loaded: list[str] = []
         error = ""
-        with self._errors(f"load of {tar}"), tar.open("rb") as f:
-            for chunk in self._api(self.stream_timeout).load_image(f):
-                if "error" in chunk:
-                    error = error or str(chunk["error"])
-                text = str(chunk.get("stream", ""))
-                for line in text.splitlines():
-                    m = re.match(r"Loaded image(?: ID)?: (\S+)", line.strip())
-                    if m:
-                        loaded.append(m.group(1))
+
+        def read(chunk: Mapping[str, Any]) -> None:
+            nonlocal error
+            if "error" in chunk:
+                error = error or str(chunk["error"])
+            for line in str(chunk.get("stream", "")).splitlines():
+                m = re.match(r"Loaded image(?: ID)?: (\S+)", line.strip())
+                if m:
+                    loaded.append(m.group(1))
+
+        if self._wire() is not None and tar.stat().st_size <= WIRE_LOAD_MAX:
+            answer = self._call("POST", "/images/load", f"load of {tar}", {"quiet": "1"}, timeout=self.stream_timeout,
+                                body=tar.read_bytes(), content_type="application/x-tar")
+            if answer.status != 200:
+                raise self._refused(f"load of {tar}", answer.message)
+            for line in answer.body.splitlines():
+                try:
+                    chunk = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(chunk, dict):
+                    read(chunk)
+        else:
+            with self._errors(f"load of {tar}"), tar.open("rb") as f:
+                for chunk in self._api(self.stream_timeout).load_image(f):
+                    read(chunk)
         if error:
             raise EngineError(f"load of {tar} failed", why=error, fix="check that the file is a `docker save` archive")
         return loaded

@@ -65,16 +65,18 @@ def get(path: str, url: str, *, timeout: float) -> tuple[int, bytes]:
     return request(path, "GET", url, timeout=timeout)
 
 
-def request(path: str, method: str, url: str, *, timeout: float) -> tuple[int, bytes]:
+def request(path: str, method: str, url: str, *, timeout: float, body: bytes = b"",
+            content_type: str = "") -> tuple[int, bytes]:
     """``method`` ``url`` (an API path with its query, already quoted) on the engine at the unix socket ``path``,
-    with no body: (status, body). NoAnswer when the socket cannot be reached or the engine does not answer
-    within ``timeout``; Unsure for an answer that is not HTTP."""
+    with ``body`` (none by default): (status, body). NoAnswer when the socket cannot be reached or the engine
+    does not answer within ``timeout``; Unsure for an answer that is not HTTP."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
             s.connect(path)
-            s.sendall(f"{method} {url} HTTP/1.1\r\nHost: docker\r\nUser-Agent: buildctl\r\nContent-Length: 0\r\n"
-                      "Connection: close\r\n\r\n".encode("ascii"))
+            kind = f"Content-Type: {content_type}\r\n" if content_type else ""
+            s.sendall(f"{method} {url} HTTP/1.1\r\nHost: docker\r\nUser-Agent: buildctl\r\n{kind}"
+                      f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("ascii") + body)
             chunks = []
             while True:
                 b = s.recv(1 << 16)

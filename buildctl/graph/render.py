@@ -61,7 +61,8 @@ from buildctl.graph.specs import (
 )
 from buildctl.manifest.model import PipConstraintPolicy
 
-RENDER_VERSION = "5"  # bump when this module's output changes for the same inputs
+RENDER_VERSION = "6"  # bump when this module's output changes for the same inputs, or how it becomes an image
+# (6: the entrypoint and a wheel's one-file image are composed by build/compose.py, a layer of other bytes)
 EPOCH = 315532800  # 1980-01-01T00:00:00Z: mtime of every path a node creates
 WHEELHOUSE_ARG = "BUILDCTL_WHEELHOUSE"  # http://127.0.0.1:PORT/ of the host's wheelhouse, per build
 # pip ignores a plain-http find-links host outside 127/8 and ::1 unless it is trusted: the wheelhouse's own

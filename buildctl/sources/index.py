@@ -58,7 +58,15 @@ class HttpFetcher:
                  mirrors: Mapping[str, str] | None = None) -> None:
         self.timeout = timeout
         self.mirrors = dict(mirrors or {})  # URL prefix -> mirror prefix (Config.download_mirrors)
-        self._ssl = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
+        self._ca_bundle = ca_bundle
+        self._ssl_context: ssl.SSLContext | None = None
+
+    @property
+    def _ssl(self) -> ssl.SSLContext:
+        """Made on the first request (reading a CA bundle costs about 20 ms: a run that fetches nothing skips it)."""
+        if self._ssl_context is None:
+            self._ssl_context = ssl.create_default_context(cafile=str(self._ca_bundle) if self._ca_bundle else None)
+        return self._ssl_context
 
     @classmethod
     def from_config(cls, config: Config) -> HttpFetcher:

@@ -268,6 +268,10 @@ def test_build_every_node_then_nothing(demo: Demo, engine: Engine, registry: str
     assert version.endswith("+" + lock["components"]["fastmath"]["tree"][:7])  # TE-style version suffix
     printed = engine.run(first.final, ["--print-command"], timeout=60)
     assert printed.ok and "--recompute-granularity selective" in printed.stdout
+    # the nodes that only copy files were composed on this host, not built (build/compose.py)
+    logs = demo.config().cache.logs / "demo" / "default"
+    for log in ("entrypoint.log", "wheel-fastmath-image.log"):
+        assert (logs / log).read_text().startswith("composed on this host"), log
     # who installed what (a dist-info's INSTALLER; the layers say it even where the engine's step cache gave
     # the RUN): images/install.py the runtime pins and the compiled wheel, pip the compile environment's
     # setuptools and wheel (install.py leaves pip and setuptools to pip, and the base has wheel)

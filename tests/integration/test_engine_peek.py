@@ -23,6 +23,8 @@ class Server:
         self.sock.listen(4)
         self.answers = answers
         self.requests: list[str] = []
+        self.bodies: list[bytes] = []  # each request's body (by its Content-Length) and headers, lower-cased
+        self.headers: list[dict[str, str]] = []
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -33,7 +35,14 @@ class Server:
                 data = b""
                 while b"\r\n\r\n" not in data:
                     data += conn.recv(4096)
-                self.requests.append(data.decode().split("\r\n", 1)[0])
+                head, _, body = data.partition(b"\r\n\r\n")
+                lines = head.decode().split("\r\n")
+                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+                while len(body) < int(headers.get("content-length", "0")):
+                    body += conn.recv(65536)
+                self.requests.append(lines[0])
+                self.bodies.append(body)
+                self.headers.append(headers)
                 conn.sendall(answer)
 
     def close(self) -> None:

@@ -134,3 +134,21 @@ def test_short_questions_load_no_docker_py_and_other_addresses_keep_it(api: tupl
                           check=False, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[]", "None None"]
+
+
+def test_a_small_load_goes_in_one_request_on_the_socket(api: tuple[Path, list[Server]], tmp_path: Path) -> None:
+    path, servers = api
+    loaded = b"".join(json.dumps(x).encode() + b"\r\n" for x in ({"stream": "Loaded image: r/x:part\n"},))
+    s = Server(path, [_http("200 OK", loaded),
+                      _http("200 OK", json.dumps({"errorDetail": {"message": "bad"}, "error": "bad layer"}).encode())])
+    servers.append(s)
+    tar = tmp_path / "thin.tar"
+    tar.write_bytes(b"x" * 3000)
+    e = _engine(path)
+    assert e.load(tar) == ["r/x:part"]
+    with pytest.raises(EngineError, match=r"load of .* failed") as err:
+        e.load(tar)
+    assert "bad layer" in str(err.value.why)
+    assert [_split(r)[:2] for r in s.requests] == [("POST", "/images/load")] * 2
+    assert _split(s.requests[0])[2] == {"quiet": ["1"]}
+    assert s.bodies == [b"x" * 3000] * 2 and s.headers[0]["content-type"] == "application/x-tar"
