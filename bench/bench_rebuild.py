@@ -10,7 +10,8 @@ editing the manifest), three ways to build the demo stack:
                inside the same image, the install of what it built, the entrypoint.
 
 Both Dockerfiles are built with BuildKit (DOCKER_BUILDKIT=1, Debian's /usr/bin/docker). Scenarios, each
-repeated --reps times (each repetition makes a change never built before, so no cache holds it):
+repeated --reps times (each repetition makes a change never built before, in this run or an earlier one (the
+generated repository carries the run's id: project.fastmath_repo), so no cache holds it):
 
   (a) nothing changed;                          (b) a runtime pip pin bumped (six);
   (c) fastmath's PR list changed (a PR added);  (d) a second builder: a second engine with an empty cache
@@ -485,7 +486,7 @@ def _main(args: argparse.Namespace, sizes: list[int]) -> int:
             (project / "images").symlink_to(ROOT / "images")
             (project / "demo").symlink_to(ROOT / "demo")
             say(f"work folder {work}; fastmath with {args.weight} generated C file(s)")
-            fm = fastmath_repo(work, args.weight, args.reps, light=args.quick, bisect=args.bisect)
+            fm = fastmath_repo(work, args.weight, args.reps, light=args.quick, bisect=args.bisect, salt=run_id)
             # the bisect's culprit: about two thirds in, so that it goes both ways
             bisect = (bisect_order(args.bisect, max(1, (2 * args.bisect + 2) // 3)), max(1, (2 * args.bisect + 2) // 3)
                       ) if args.bisect else None

@@ -68,18 +68,27 @@ class Repo:
     history: list[str]
 
 
-def fastmath_repo(work: Path, weight: int, reps: int, *, light: bool = False, bisect: int = 0) -> Repo:
+def fastmath_repo(work: Path, weight: int, reps: int, *, light: bool = False, bisect: int = 0, salt: str = "") -> Repo:
     """The bench's copy of the fastmath repository: main carries ``weight`` generated C files (compiled into
     the extension), and refs/pull/(PR_BASE+r)/head (and C2_BASE+r, for (c2)) for each repetition r is a
     one-line change on top of it; ``bisect`` commits follow main on branch bisect, commit k changing one
     file (generated file k-1 modulo ``weight``; BISECT_FILE where there is none).
-    ``light`` (--quick): main builds no C extension, so that the compile needs no compiler (and no apt)."""
+    ``light`` (--quick): main builds no C extension, so that the compile needs no compiler (and no apt).
+    ``salt`` (the run's id) goes into main as a file of its own: every tree, and so every wheel's version
+    (+<short sha>), is this run's alone. The generated repository is otherwise the same from run to run, and
+    BuildKit's step cache (the engine's, kept between runs) keys a COPY by its content: an earlier run's
+    identical wheel would let a Dockerfile skip every step after its compile (the assemble and the
+    entrypoint stages), which no new PR of a user's would."""
     bare = work / "git" / "fastmath.git"
     git("init", "-q", "--bare", str(bare))
     git("-C", str(bare), "fetch", "-q", str(ROOT / "demo" / "sources" / "fastmath.bundle"), "refs/*:refs/*")
     tree = work / "git" / "fastmath"
     git("clone", "-q", str(bare), str(tree))
     git("-C", str(tree), "checkout", "-q", "-B", "main", FASTMATH_COMMIT)
+    if salt:
+        (tree / "BENCH_RUN").write_text(f"{salt}\n")
+        git("-C", str(tree), "add", "BENCH_RUN")
+        git("-C", str(tree), "commit", "-q", "-m", f"bench: run {salt}")
     if weight:
         names = []
         for i in range(weight):
