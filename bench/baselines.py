@@ -64,8 +64,17 @@ from buildctl.services.target import Target
 COMPILE_MARK = "BENCH-COMPILE-RUNS"
 LABEL = "io.buildctl.bench"
 # BuildKit keeps LABEL out of its cache keys, but a build arg is in the key of every RUN after its ARG: one
-# value per benchmark run, so that no RUN step of an earlier run (or of buildctl's own builds) is reused.
+# value per benchmark run and Dockerfile (run_value), so that no RUN step of an earlier run, of buildctl's own
+# builds or of another of the run's Dockerfiles is reused. Per Dockerfile: the plain and the cache-mount files
+# share every stage but the compile, and both compiles give the same wheel, which BuildKit's COPY --from keys by
+# content: with one value, whichever file built a state second got the assemble and entrypoint stages from the
+# other's build ((c): "3 of 14 steps ran" for the cache-mount file where a new PR alone runs 8).
 RUN_ARG = "BUILDCTL_BENCH_RUN"
+
+
+def run_value(run_id: str, kind: str) -> str:
+    """RUN_ARG's value for a Dockerfile ``kind`` (one of VARIANTS, or "recipe") of the run ``run_id``."""
+    return f"{run_id}-{kind}"
 
 
 VARIANTS = ("multistage", "multistage-cm", "multistage-uv")

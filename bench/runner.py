@@ -260,7 +260,8 @@ class Bench:
             self.made_refs.append((host or "", tag))
             args = ["build", "--progress=plain", "--network=host", "--target", final, "-t", tag,
                     "--build-arg", f"BUILDCTL_WHEELHOUSE={self.wheelhouse_url}",
-                    "--build-arg", f"{baselines.RUN_ARG}={self.run_id}", "--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+                    "--build-arg", f"{baselines.RUN_ARG}={baselines.run_value(self.run_id, kind)}",
+                    "--build-arg", "BUILDKIT_INLINE_CACHE=1"]
             if cache_from:
                 args += ["--cache-from", cache_from]
             start = time.monotonic()
