@@ -18,6 +18,9 @@
 # torch's PYTORCH_NVCC. After each run one JSON line goes to $W/results.jsonl (rc, seconds, the wheel,
 # `ccache --print-stats` of the run (zeroed before it), the script's own /out/.buildctl-ccache-stats.json,
 # sccache's --show-stats JSON, load average), so whatever finished can be fetched if time runs out.
+# Since lease 4 every line of a run's log starts with the seconds since that run began ("+12.3s ", added by a
+# reader of the run's output, outside the script and its mount namespace), and a RUNS entry may name its own
+# ccache folder as a fourth field (c5-cold2:A:ccache:ccache2: a new, empty one); without it, $W/ccache.
 #   bash job.sh CARRY        (CARRY: the folder prepare_cache.py filled, with whl/ and, for s1/s2, sccache.xz)
 set -u
 C=$1
@@ -95,13 +98,21 @@ else
   NS=0; say "mount namespaces refused: $(head -c 200 "$W/unshare.err")"; fact error "no mount namespace"; exit 1
 fi
 
-run_one() {  # name tree cache(ccache|sccache)
-  local name=$1 tree=$2 cache=$3 tools cdir
+# Each line of a run's output with the seconds since the run began (sub-second; the reader starts with the run)
+STAMP='import sys, time
+t0 = time.monotonic()
+for line in iter(sys.stdin.buffer.readline, b""):
+    sys.stdout.buffer.write(b"+%.1fs " % (time.monotonic() - t0) + line)
+    sys.stdout.buffer.flush()'
+
+run_one() {  # name tree cache(ccache|sccache) [ccache folder under $W, default ccache]
+  local name=$1 tree=$2 cache=$3 folder=${4:-ccache} tools cdir
   local out=$W/out-$name inner=$T/inner-$name.sh
   rm -rf "$out"; mkdir -p "$out"
   if [ "$cache" = ccache ]; then
-    tools=$W/tools cdir=$W/ccache
-    CCACHE_DIR=$W/ccache "$W/tools/ccache" -z > /dev/null
+    tools=$W/tools cdir=$W/$folder
+    mkdir -p "$cdir"
+    CCACHE_DIR=$cdir "$W/tools/ccache" -z > /dev/null
     printf '%s\n' "exec env BUILDCTL_JOBS=$JOBS /bin/sh /buildctl/wheel.sh" > "$inner"
   else
     tools=$W/notools cdir=$W/sccache
@@ -116,14 +127,14 @@ exit \$rc
 EOS
   fi
   local mounts="set -e; mount --bind '$W/src-$tree' /src; mount -o remount,bind,ro /src; mount --bind '$out' /out; mount --bind '$cdir' /ccache; mount --bind '$tools' /buildctl/tools; mount --bind '$W/wheel.sh' /buildctl/wheel.sh; mount -t tmpfs tmpfs /tmp; exec /bin/sh $inner"
-  { echo "timeout ${RUN_TIMEOUT_S:-900} unshare -m /bin/sh -c \"$mounts\""; echo "# $inner:"; cat "$inner"; } > "$W/$name.cmd"
+  { echo "timeout ${RUN_TIMEOUT_S:-900} unshare -m /bin/sh -c \"$mounts\" 2>&1 | python3 -c \"\$STAMP\" > $W/$name.log"; echo "# $inner:"; cat "$inner"; } > "$W/$name.cmd"
   local load0; load0=$(cut -d' ' -f1-3 /proc/loadavg)
-  say "-- $name: tree $tree, $cache, BUILDCTL_JOBS=$JOBS"
+  say "-- $name: tree $tree, $cache ($cdir), BUILDCTL_JOBS=$JOBS"
   local s; s=$(date +%s.%N)
-  timeout "${RUN_TIMEOUT_S:-900}" unshare -m /bin/sh -c "$mounts" > "$W/$name.log" 2>&1
-  local rc=$?
+  timeout "${RUN_TIMEOUT_S:-900}" unshare -m /bin/sh -c "$mounts" 2>&1 | python3 -c "$STAMP" > "$W/$name.log"
+  local rc=${PIPESTATUS[0]}
   local secs; secs=$(python3 -c "import time; print(round(time.time() - $s, 1))")
-  [ "$cache" = ccache ] && CCACHE_DIR=$W/ccache "$W/tools/ccache" --print-stats > "$W/$name.ccache-stats.tsv" 2>&1
+  [ "$cache" = ccache ] && CCACHE_DIR=$cdir "$W/tools/ccache" --print-stats > "$W/$name.ccache-stats.tsv" 2>&1
   du -sk "$cdir" | cut -f1 > "$W/$name.cache-kib"
   python3 - "$W" "$name" "$tree" "$cache" "$rc" "$secs" "$out" "$load0" "$JOBS" >> "$R" <<'PY'
 import glob, hashlib, json, os, sys
@@ -160,7 +171,7 @@ elapsed() { echo $(( $(date +%s) - t_job )); }
 fact env_compilers "CC=${CC-<unset>} CXX=${CXX-<unset>} CUDAHOSTCXX=${CUDAHOSTCXX-<unset>} CUDACXX=${CUDACXX-<unset>} PIP_VERBOSE=${PIP_VERBOSE-<unset>}"
 if [ "${UNSET_CC_CXX:-0}" = 1 ]; then unset CC CXX; say "CC and CXX unset for the runs (UNSET_CC_CXX=1)"; fi
 if [ -n "${RUNS:-}" ]; then   # e.g. RUNS='r1-cold:A:ccache r2-pyonly:B:ccache': these runs alone, in order
-  for spec in $RUNS; do IFS=: read -r n x k <<< "$spec"; run_one "$n" "$x" "$k" || break; done
+  for spec in $RUNS; do IFS=: read -r n x k f <<< "$spec"; run_one "$n" "$x" "$k" "$f" || break; done
   say "== job done"; touch "$W/done"; exit 0
 fi
 run_one c1-cold A ccache && run_one c2-pyonly B ccache && run_one c3-onefile C ccache && run_one c4-no2150 D ccache

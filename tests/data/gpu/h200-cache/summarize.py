@@ -1,8 +1,11 @@
-"""Host: results.json from what the three device leases brought back (lease1/, lease2/, lease3/: job.sh's
+"""Host: results.json from what the four device leases brought back (lease1/ - lease4/: job.sh's
 results.jsonl, job.log, tails.txt, logs.tar.gz as poll.sh left them in $OUT), trees.json (prepare_cache.py)
 and the rendered script that each lease ran (leases 1-2: wheel-transformer-engine.sh here; lease 3, rendered
-after 1616287: lease3/wheel-transformer-engine.sh with its own lease3/trees.json). tests/unit/test_h200_cache.py
-reads results.json and checks it against the raw lines.
+after 1616287: lease3/wheel-transformer-engine.sh with its own lease3/trees.json; lease 4 the same file, its
+own lease4/trees.json). tests/unit/test_h200_cache.py reads results.json and checks it against the raw lines.
+Lease 4's logs carry each line's seconds since its run began (job.sh's "+12.3s "): `phases` below reads them
+out of lease4/logs.tar.gz into each run's breakdown (pip metadata, build_py, CMake configure, ninja, torch's
+extension and link, install and zip).
 
     python3 tests/data/gpu/h200-cache/summarize.py      (writes tests/data/gpu/h200-cache/results.json)
 
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,15 @@ LEASE3_CALLS = [
 # device time that lease 3 took from the session (1334 s left before its first call, 526 s after the
 # give-back); four earlier calls got no machine and took 466 s more (README.md here)
 LEASE3_HELD_S = 808
+
+LEASE4_CALLS = [
+    "RUNS='c1-cold:A:ccache c2-pyonly:B:ccache c3-onefile:C:ccache c4-no2150:D:ccache "
+    "c5-cold2:A:ccache:ccache2' PIP_VERBOSE=1 WAIT_S=520 bash .devcarry/gcache/start.sh",
+    "WAIT_S=330 bash .devcarry/gcache/poll.sh",
+]
+# device time that lease 4 took (its two calls: 520.9 s and 240.7 s of wall, with the machine's start and the
+# give-back 796 s; 373 s left after it); four earlier calls that session got no machine and took 631 s more
+LEASE4_HELD_S = 796
 
 # What each lease ran: the device calls, as made (the device tool's `run`, carry [".devcarry/gcache"]).
 LEASES: dict[str, dict[str, Any]] = {
@@ -70,7 +84,68 @@ LEASES: dict[str, dict[str, Any]] = {
                                "compiler's path goes through ccache), rendered by prepare_cache.py through "
                                "pipeline.dry_run"},
     },
+    "lease4": {
+        "date": "2026-12-06",
+        "calls": LEASE4_CALLS,
+        "machine": "an H100 again, not an H200: the device tool gave no H200 that session (NVIDIA H100 80GB HBM3, "
+                   "the same image as lease 3: driver 580.159.04, 16 cores, 125 GiB, nvcc 13.0.88, cmake 4.4.3, "
+                   "Python 3.12.3, torch 2.11.0+cu130; the job's machine fact)",
+        "environment": "the machine's own, as in leases 1 and 3: CC=/opt/gcc/bin/gcc CXX=/opt/gcc/bin/g++ "
+                       "CUDAHOSTCXX=/opt/gcc/bin/g++ (job.sh's env_compilers fact), not unset; PIP_VERBOSE=1; "
+                       "ccache only; c1-c4 on one ccache folder as in lease 3, c5-cold2 on a second, new one",
+        "held_s": LEASE4_HELD_S,
+        "script": {"file": "lease3/wheel-transformer-engine.sh", "trees": "lease4/trees.json",
+                   "rendered": "images/wheel.sh.in of main at 86620de (unchanged since 1616287), rendered again "
+                               "by prepare_cache.py through pipeline.dry_run: the same file as lease 3's"},
+    },
 }
+
+# Lease 4's breakdown: a run's log lines, each with its seconds since the run began, cut at these markers (the
+# first line that matches each, in order); a phase is the time from its marker to the next one's, the last
+# up to the run's own seconds, so that the phases add up to the run.
+PHASE_MARKERS = [
+    ("copy of the tree, pip start", None),
+    ("pip metadata", re.compile(r"Preparing metadata \(pyproject\.toml\): started")),
+    ("setup.py start (bdist_wheel)", re.compile(r"Preparing metadata \(pyproject\.toml\): finished")),
+    ("build_py (and egg_info)", re.compile(r"running build_py$")),
+    ("CMake configure", re.compile(r"Running command \S+cmake -S ")),
+    ("ninja (libtransformer_engine, CMake)", re.compile(r"Running command \S+cmake --build ")),
+    ("CMake install", re.compile(r"Running command \S+cmake --install ")),
+    ("torch extension units (ninja)", re.compile(r"building 'transformer_engine_torch' extension")),
+    ("torch extension link", re.compile(r"-shared -Wl,-O1 ")),
+    ("install and zip (bdist_wheel)", re.compile(r"installing to build/bdist\.")),
+    ("after the wheel (pip's end, ccache stats)", re.compile(r"Created wheel for transformer_engine")),
+]
+STAMP = re.compile(r"^\+(\d+\.\d)s (.*)$")
+
+
+def phases(log: str, seconds: float) -> dict[str, Any]:
+    """A stamped log's phases: [name, start, seconds], in order."""
+    lines = [(float(m.group(1)), m.group(2)) for m in map(STAMP.match, log.splitlines()) if m]
+    starts: list[tuple[str, float]] = [(PHASE_MARKERS[0][0], 0.0)]
+    i = 0
+    for name, pat in PHASE_MARKERS[1:]:
+        assert pat is not None
+        while i < len(lines) and not pat.search(lines[i][1]):
+            i += 1
+        assert i < len(lines), f"no line for {name}"
+        starts.append((name, lines[i][0]))
+    ends = [t for _, t in starts[1:]] + [seconds]
+    out = [[name, t, round(end - t, 1)] for (name, t), end in zip(starts, ends, strict=True)]
+    assert all(x[2] >= 0 for x in out), out
+    ninja = [t for t, text in lines if re.match(r"\s*\[\d+/\d+\] ", text)]
+    return {"phases": out, "last_line_s": lines[-1][0], "ninja_lines": len(ninja)}
+
+
+def lease_phases(lease: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    with tarfile.open(HERE / lease / "logs.tar.gz") as tar:
+        logs = {m.name[:-4]: tar.extractfile(m).read().decode(errors="replace")  # type: ignore[union-attr]
+                for m in tar.getmembers() if m.isfile() and m.name.endswith(".log") and m.name != "job.log"}
+    return {r["run"]: phases(logs[r["run"]], r["seconds"]) for r in runs}
+
+
+def mean_of(a: str, b: str) -> str:
+    return f"mean({a}, {b})"
 
 # (lease, name, base run, run, kind, target): speedup = base/run seconds (>= target), slowdown = run/base (<= target)
 COMPARISONS = [
@@ -84,6 +159,13 @@ COMPARISONS = [
     ("lease3", "one-file .cu change, ccache, CC/CXX set, script after 1616287", "c1-cold", "c3-onefile", "speedup", 10.0),
     ("lease3", "tree without #2150, ccache, CC/CXX set, script after 1616287", "c1-cold", "c4-no2150", "slowdown", 1.05),
 ]
+# Lease 4: c1-c4 as lease 3, then a second cold run c5 (tree A, a new empty ccache folder), so that the tree
+# without #2150 sits between two cold runs of one machine. Each run against c1, c5 and the mean of the two.
+for _name, _run, _kind, _target in (("python-only change (#2286)", "c2-pyonly", "speedup", 10.0),
+                                    ("one-file .cu change", "c3-onefile", "speedup", 10.0),
+                                    ("tree without #2150", "c4-no2150", "slowdown", 1.05)):
+    for _base in ("c1-cold", "c5-cold2", mean_of("c1-cold", "c5-cold2")):
+        COMPARISONS.append(("lease4", f"{_name}, ccache, against {_base}", _base, _run, _kind, _target))
 
 
 def nonzero(stats: dict[str, Any]) -> dict[str, Any]:
@@ -154,8 +236,10 @@ def main() -> None:
         facts = {x["fact"]: x["value"] for x in lines if "fact" in x}
         runs = [run_record(x, tails) for x in lines if "run" in x]
         out["leases"][lease] = {**meta, "facts": facts, "runs": runs}
+        if lease == "lease4":
+            out["leases"][lease]["phases"] = lease_phases(lease, runs)
     onefile = next(json.loads(x) for x in (HERE / "lease1" / "job.log").read_text().splitlines() if x.startswith('{"from"'))
-    for lease in ("lease3",):  # variant.py onefile is deterministic: the same tree C in every lease
+    for lease in ("lease3", "lease4"):  # variant.py onefile is deterministic: the same tree C in every lease
         again = next(json.loads(x) for x in (HERE / lease / "job.log").read_text().splitlines() if x.startswith('{"from"'))
         assert again == onefile, lease
     out["trees"]["C"] = {"made_by": "variant.py onefile on the device: tree B plus one line of code appended to one "
@@ -163,11 +247,12 @@ def main() -> None:
                          "short": onefile["commit"][:7]}
     for lease, name, base, run, kind, target in COMPARISONS:
         by = {r["run"]: r for r in out["leases"][lease]["runs"]}
-        b, r = by[base]["seconds"], by[run]["seconds"]
+        bases = base[len("mean("):-1].split(", ") if base.startswith("mean(") else [base]
+        b, r = sum(by[x]["seconds"] for x in bases) / len(bases), by[run]["seconds"]
         value = round(b / r, 2) if kind == "speedup" else round(r / b, 2)
         met = None if target is None else (value >= target if kind == "speedup" else value <= target)
-        out["comparisons"].append({"lease": lease, "name": name, "base": base, "run": run, "kind": kind,
-                                   "value": value, "target": target, "met": met})
+        out["comparisons"].append({"lease": lease, "name": name, "base": base, "base_runs": bases, "run": run,
+                                   "kind": kind, "value": value, "target": target, "met": met})
     (HERE / "results.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     for cmp in out["comparisons"]:
         print(f"{cmp['lease']} {cmp['name']}: {cmp['kind']} {cmp['value']} (target {cmp['target']}, met {cmp['met']})")
