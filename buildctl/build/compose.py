@@ -23,7 +23,6 @@ else than what the copy puts there (a symlink, a file where the copy has a folde
 from __future__ import annotations
 
 import datetime
-import errno
 import hashlib
 import json
 import os
@@ -112,19 +111,11 @@ class _Hashing:
         return int(self.raw.tell())
 
 
-_OPAQUE = ("trusted.overlay.opaque", "user.overlay.opaque")
-
-
 def _opaque(path: str) -> bool:
-    for key in _OPAQUE:
-        try:
-            if os.getxattr(path, key, follow_symlinks=False) == b"y":
-                return True
-        except OSError as exc:
-            if exc.errno not in (errno.ENODATA, errno.ENOTSUP) or (
-                    exc.errno == errno.ENOTSUP and key.startswith("trusted.")):
-                raise CannotTell(f"{path}: cannot read {key}") from None
-    return False
+    opaque = normalise.is_opaque(path)
+    if opaque is None:
+        raise CannotTell(f"{path}: cannot read its overlay opaque mark")
+    return opaque
 
 
 def _kind(st: os.stat_result) -> Kind:

@@ -142,6 +142,20 @@ def thin_archive(dest: Path, *, config: dict[str, Any], tag: str, parent_layers:
 _OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
 
 
+def is_opaque(path: str) -> bool | None:
+    """Whether overlay2 marks the folder ``path`` opaque (it hides the layers below); None when the filesystem
+    will not say (an xattr it cannot read, or trusted.* on one that does not support it)."""
+    for key in _OPAQUE_XATTRS:
+        try:
+            if os.getxattr(path, key, follow_symlinks=False) == b"y":
+                return True
+        except OSError as exc:
+            if exc.errno not in (errno.ENODATA, errno.ENOTSUP) or (
+                    exc.errno == errno.ENOTSUP and key.startswith("trusted.")):
+                return None
+    return False
+
+
 def _dir_has_whiteout(root: str) -> bool | None:
     """Whether an overlay2 diff folder holds a whiteout or an opaque folder; None when it cannot tell."""
     unreadable: list[OSError] = []
@@ -149,14 +163,11 @@ def _dir_has_whiteout(root: str) -> bool | None:
         for name in (dirpath, *(os.path.join(dirpath, d) for d in dirnames)):
             if name != root and os.path.islink(name):
                 continue
-            for key in _OPAQUE_XATTRS:
-                try:
-                    if os.getxattr(name, key, follow_symlinks=False) == b"y":
-                        return True
-                except OSError as exc:
-                    if exc.errno not in (errno.ENODATA, errno.ENOTSUP) or (
-                            exc.errno == errno.ENOTSUP and key.startswith("trusted.")):
-                        return None  # a question the filesystem would not answer: cannot tell
+            opaque = is_opaque(name)
+            if opaque is None:
+                return None  # a question the filesystem would not answer: cannot tell
+            if opaque:
+                return True
         for name in filenames:
             try:
                 st = os.lstat(os.path.join(dirpath, name))
