@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -258,172 +258,246 @@ def make(
     ``route``: the builders of the variant's platform (routing.route): each node is named its builder, and the nodes
     to build that none of them may build are the plan's ``refused`` (the build stops on it before anything starts);
     it replaces the arch check's note."""
-    notes: list[str] = []
-    engine_note = "" if engine is not None else "no engine to ask"
-    unreachable: dict[str, str] = {}  # registry host -> why it could not be asked
-    arch: ArchCheck | None = None
-    if engine is not None:
-        try:
-            arch = ArchCheck(variant_platform=graph.platform, engine_platform=engine.platform(), emulation=emulation)
-        except EngineError as exc:
-            if strict:
-                raise
-            engine_note = f"engine not reachable: {exc.what}"
-    if engine_note:
-        notes.append(f"{engine_note}: node states are unknown")
+    arch, engine_note = _arch_check(graph, engine, emulation=emulation, strict=strict)
+    where = _Presence(graph=graph, refs=refs, engine=engine, strict=strict, engine_note=engine_note)
+    decisions = _Decisions(graph=graph, where=where, registry=registry, trusted=trusted, wheels=wheels, load=load)
+    decisions.walk()
+    plans = [_node_plan(graph, n, where, decisions, records.get(n.name), trusted=trusted, full=full)
+             for n in graph.nodes]
+    return _with_notes(graph, plans, registry=registry, arch=arch, notes=where.notes, missing=missing, route=route)
 
-    local_of: dict[str, bool | None] = {}
-    registry_of: dict[str, bool | None] = {}
-    reg_note: dict[str, str] = {}
 
-    def is_local(name: str) -> bool | None:
+def _arch_check(graph: Graph, engine: EngineState | None, *, emulation: bool | None,
+                strict: bool) -> tuple[ArchCheck | None, str]:
+    """The variant's platform against the engine's, and why the engine cannot be asked ("" when it can): its
+    platform is the first thing the plan asks it, so an engine that does not answer here is not asked again."""
+    if engine is None:
+        return None, "no engine to ask"
+    try:
+        return ArchCheck(variant_platform=graph.platform, engine_platform=engine.platform(), emulation=emulation), ""
+    except EngineError as exc:
+        if strict:
+            raise
+        return None, f"engine not reachable: {exc.what}"
+
+
+def _is_trusted(n: Node, trusted: Callable[[Node], bool] | None) -> bool:
+    """A local tag of ``n`` may be used: the base always, any node when nothing says otherwise, else its record."""
+    return n.kind == "base" or trusted is None or trusted(n)
+
+
+@dataclass(kw_only=True)
+class _Presence:
+    """What is present where: each node's image asked of the engine and of the registry at most once, when a step
+    first needs it (so ``buildctl build`` asks only what its actions need). Not frozen: it keeps the answers, and
+    once the engine or a registry host fails to answer it is not asked again; the notes say what could not be asked
+    (in the order it happened), and ``strict`` raises instead."""
+
+    graph: Graph
+    refs: Mapping[str, str]
+    engine: EngineState | None
+    strict: bool
+    engine_note: str  # why the engine cannot be asked ("" while it can)
+    notes: list[str] = field(default_factory=list)
+    local_of: dict[str, bool | None] = field(default_factory=dict)
+    registry_of: dict[str, bool | None] = field(default_factory=dict)
+    reg_note: dict[str, str] = field(default_factory=dict)  # node -> why the registry could not say
+    unreachable: dict[str, str] = field(default_factory=dict)  # registry host -> why it could not be asked
+
+    def __post_init__(self) -> None:
+        if self.engine_note:
+            self.notes.append(f"{self.engine_note}: node states are unknown")
+
+    def is_local(self, name: str) -> bool | None:
         """The image is tagged in the engine (None: the engine could not be asked)."""
-        nonlocal engine_note
-        if name not in local_of:
-            if engine is None or engine_note:
-                local_of[name] = None
+        if name not in self.local_of:
+            if self.engine is None or self.engine_note:
+                self.local_of[name] = None
             else:
                 try:
-                    local_of[name] = engine.image_exists(refs[name])
+                    self.local_of[name] = self.engine.image_exists(self.refs[name])
                 except EngineError as exc:
-                    if strict:
+                    if self.strict:
                         raise
-                    engine_note = f"engine not reachable: {exc.what}"
-                    notes.append(f"{engine_note}: node states are unknown")
-                    local_of[name] = None
-        return local_of[name]
+                    self.engine_note = f"engine not reachable: {exc.what}"
+                    self.notes.append(f"{self.engine_note}: node states are unknown")
+                    self.local_of[name] = None
+        return self.local_of[name]
 
-    def asks_registry(name: str) -> bool:
-        # node images live in the registry only when there is one; the base always comes from one
-        return graph.node(name).kind == "base" or _registry_of(refs[name]) is not None
+    def asks_registry(self, name: str) -> bool:
+        """Node images live in the registry only when there is one; the base always comes from one."""
+        return self.graph.node(name).kind == "base" or _registry_of(self.refs[name]) is not None
 
-    def in_registry(name: str) -> bool | None:
+    def in_registry(self, name: str) -> bool | None:
         """The registry has the image (False also when there is no registry; None: it could not be asked)."""
-        if name in registry_of:
-            return registry_of[name]
-        ref = refs[name]
+        if name in self.registry_of:
+            return self.registry_of[name]
+        ref = self.refs[name]
         host = _registry_of(ref) or "docker.io"
         found: bool | None
-        if not asks_registry(name):
+        if not self.asks_registry(name):
             found = False
-        elif engine is None or engine_note:
-            found, reg_note[name] = None, engine_note
-        elif host in unreachable:
-            found, reg_note[name] = None, unreachable[host]
+        elif self.engine is None or self.engine_note:
+            found, self.reg_note[name] = None, self.engine_note
+        elif host in self.unreachable:
+            found, self.reg_note[name] = None, self.unreachable[host]
         else:
             try:
-                found = engine.registry_digest(ref) is not None
+                found = self.engine.registry_digest(ref) is not None
             except UnreachableError as exc:
-                if strict:
+                if self.strict:
                     raise
-                unreachable[host] = f"registry {host} not reachable"
-                notes.append(f"{exc.what}: the state of its images is unknown" + (f" ({exc.fix})" if exc.fix else ""))
-                found, reg_note[name] = None, unreachable[host]
+                self.unreachable[host] = f"registry {host} not reachable"
+                self.notes.append(f"{exc.what}: the state of its images is unknown"
+                                  + (f" ({exc.fix})" if exc.fix else ""))
+                found, self.reg_note[name] = None, self.unreachable[host]
             except BuildctlError as exc:
-                if strict:
+                if self.strict:
                     raise
-                found, reg_note[name] = None, exc.what
-        registry_of[name] = found
+                found, self.reg_note[name] = None, exc.what
+        self.registry_of[name] = found
         return found
 
-    def is_trusted(n: Node) -> bool:
-        return n.kind == "base" or trusted is None or trusted(n)
 
-    # -- the actions, walking back from the final image
-    actions: dict[str, tuple[Action, str]] = {}
-    publish: set[str] = set()
-    kept: dict[str, Path] = {}
-    remote: set[str] = set()
+@dataclass(kw_only=True)
+class _Decisions:
+    """Each node's action and why, walking back from the final image: a node present (or pulled) stops the walk,
+    only the parents of a node to build are looked at. Not frozen: the walk fills ``actions`` (and what is
+    published, kept in the wheel cache, left remote) as it goes, asking ``where`` only what it needs."""
 
-    def publish_check(name: str) -> str:
-        if registry is None or not asks_registry(name):
+    graph: Graph
+    where: _Presence
+    registry: str | None
+    trusted: Callable[[Node], bool] | None
+    wheels: WheelCache | None
+    load: bool
+    actions: dict[str, tuple[Action, str]] = field(default_factory=dict)
+    publish: set[str] = field(default_factory=set)
+    kept: dict[str, Path] = field(default_factory=dict)
+    remote: set[str] = field(default_factory=set)
+
+    def walk(self) -> None:
+        """The actions of the final image and, through the nodes to build, of their ancestors; then of the nodes
+        the walk did not reach whose need is unknown."""
+        self._visit(self.graph.final.name)
+        self._unknown_needs()
+
+    def action(self, name: str) -> tuple[Action, str]:
+        """The action and its reason (a node the walk did not reach is skipped)."""
+        return self.actions.get(name, ("skip", "not needed: a later node is present"))
+
+    def _visit(self, name: str) -> None:
+        """Decide ``name`` once; a node to build needs its parents, so they are decided next (depth first)."""
+        if name in self.actions:
+            return
+        n = self.graph.node(name)
+        self.actions[name] = self._decide(n)
+        if self.actions[name][0] == "build":
+            for p in n.parents:
+                self._visit(p)
+
+    def _decide(self, n: Node) -> tuple[Action, str]:
+        """One node's action: have it, pull it, build it, or unknown; the first that holds, in this order."""
+        name = n.name
+        local = self.where.is_local(name)
+        if n.kind == "base":
+            return (("have", "in the engine") if local else ("pull", "not in the engine: pulled")
+                    if local is False else ("unknown", "the engine could not be asked"))
+        if n.kind == "wheel" and self.wheels is not None:
+            found = self.wheels.find(n)
+            if found is not None:
+                self.kept[name] = found
+                return ("have", f"the wheel is in the wheel cache ({found.name})" + self._publish_check(name))
+        if local is None:
+            return ("unknown", "the engine could not be asked")
+        usable = local and _is_trusted(n, self.trusted)
+        if usable and n.kind != "wheel":
+            return ("have", "in the engine" + self._publish_check(name))
+        if not usable and not self.load and name == self.graph.final.name and self.where.in_registry(name):
+            self.remote.add(name)
+            return ("have", "in the registry: left there (--no-load)")
+        if usable or self.where.in_registry(name):
+            where = "in the engine" if usable else "in the registry"
+            return ("pull", f"{where}: the wheel is taken out of its image" if n.kind == "wheel"
+                    else f"{where}: pulled")
+        if self.where.registry_of.get(name, False) is None:
+            return ("unknown", "the registry could not be asked")
+        return ("build", "in neither the engine nor the registry: built")
+
+    def _publish_check(self, name: str) -> str:
+        """A node present here is published when the registry lacks it: the words the reason ends with."""
+        if self.registry is None or not self.where.asks_registry(name):
             return ""
-        there = in_registry(name)
+        there = self.where.in_registry(name)
         if there is False:
-            publish.add(name)
+            self.publish.add(name)
             return "; the registry lacks it: pushed"
         return "" if there else "; whether the registry has it is unknown: not pushed"
 
-    def visit(name: str) -> None:
-        if name in actions:
-            return
-        n = graph.node(name)
-        local = is_local(name)
-        if n.kind == "base":
-            actions[name] = (("have", "in the engine") if local else ("pull", "not in the engine: pulled")
-                             if local is False else ("unknown", "the engine could not be asked"))
-            return
-        if n.kind == "wheel" and wheels is not None:
-            found = wheels.find(n)
-            if found is not None:
-                kept[name] = found
-                actions[name] = ("have", f"the wheel is in the wheel cache ({found.name})" + publish_check(name))
-                return
-        if local is None:
-            actions[name] = ("unknown", "the engine could not be asked")
-            return
-        usable = local and is_trusted(n)
-        if usable and n.kind != "wheel":
-            actions[name] = ("have", "in the engine" + publish_check(name))
-            return
-        if not usable and not load and name == graph.final.name and in_registry(name):
-            remote.add(name)
-            actions[name] = ("have", "in the registry: left there (--no-load)")
-            return
-        if usable or in_registry(name):
-            where = "in the engine" if usable else "in the registry"
-            actions[name] = ("pull", f"{where}: the wheel is taken out of its image" if n.kind == "wheel"
-                             else f"{where}: pulled")
-            return
-        if registry_of.get(name, False) is None:
-            actions[name] = ("unknown", "the registry could not be asked")
-            return
-        actions[name] = ("build", "in neither the engine nor the registry: built")
-        for p in n.parents:
-            visit(p)
+    def _unknown_needs(self) -> None:
+        """A node the walk did not reach is skipped when the later nodes that stopped it are present; when one of
+        them is unknown, so is whether this one is needed (children first: graph.nodes has parents before
+        children). The rest is skipped (``action``'s default)."""
+        for n in reversed(self.graph.nodes):
+            if n.name not in self.actions and any(self.actions.get(c.name, ("skip", ""))[0] == "unknown"
+                                                  for c in self.graph.children(n.name)):
+                self.actions[n.name] = ("unknown",
+                                        "needed only if a later node is missing, and whether it is could not be asked")
 
-    visit(graph.final.name)
-    # A node the walk did not reach is skipped when the later nodes that stopped it are present; when one of them
-    # is unknown, so is whether this one is needed (children first: graph.nodes has parents before children).
-    # (the rest is skipped: the default below)
-    for n in reversed(graph.nodes):
-        if n.name not in actions and any(actions.get(c.name, ("skip", ""))[0] == "unknown"
-                                         for c in graph.children(n.name)):
-            actions[n.name] = ("unknown", "needed only if a later node is missing, and whether it is could not be asked")
 
-    plans = []
-    for n in graph.nodes:
-        ref = refs[n.name]
-        asked = full or n.name in local_of
-        local = is_local(n.name) if asked else None
-        state: NodeState = "unknown"
-        note = "" if asked else "not asked: a later node is present"
-        why: tuple[str, ...] = ()
-        untrusted = bool(local) and not is_trusted(n)
-        if local is None:
-            note = note or engine_note
-        elif local and not untrusted:
-            state = "local"
-        elif asks_registry(n.name) and (full or n.name in registry_of):
-            there = in_registry(n.name)
-            state = "unknown" if there is None else "registry" if there else "missing"
-            note = reg_note.get(n.name, "")
-        elif asks_registry(n.name):
-            note = "not asked: the build does not need it"
-        else:
-            state = "missing"
-        if untrusted:
-            why = ("tagged in the engine, but no record says a build of this key completed (an interrupted run, or "
-                   "an older buildctl that tagged before normalising): not trusted, it will be built again",)
-        elif state == "missing":
-            why = (reasons(graph, n, records.get(n.name)) if n.kind != "base"
-                   else ("the base image is neither in the engine nor in its registry",))
-        action, because = actions.get(n.name, ("skip", "not needed: a later node is present"))
-        plans.append(NodePlan(node=n, ref=ref, state=state, provisional=graph.provisional(n.name), why=why,
-                              note=note, waits_for=graph.waits_for(n.name), action=action, because=because,
-                              publish=n.name in publish, untrusted=untrusted, wheel=kept.get(n.name),
-                              remote=n.name in remote, compile_cache=_compile_counts(n, records.get(n.name))))
-    notes += _lock_notes(graph, missing, provisional=any(p.provisional for p in plans))
+def _node_plan(graph: Graph, n: Node, where: _Presence, decisions: _Decisions, record: NodeRecord | None, *,
+               trusted: Callable[[Node], bool] | None, full: bool) -> NodePlan:
+    """One node's row: where it is, why (for one to build), and what the walk decided for it."""
+    state, note, untrusted = _state(n, where, trusted=trusted, full=full)
+    action, because = decisions.action(n.name)
+    return NodePlan(node=n, ref=where.refs[n.name], state=state, provisional=graph.provisional(n.name),
+                    why=_why(graph, n, record, state=state, untrusted=untrusted), note=note,
+                    waits_for=graph.waits_for(n.name), action=action, because=because,
+                    publish=n.name in decisions.publish, untrusted=untrusted, wheel=decisions.kept.get(n.name),
+                    remote=n.name in decisions.remote, compile_cache=_compile_counts(n, record))
+
+
+def _state(n: Node, where: _Presence, *, trusted: Callable[[Node], bool] | None,
+           full: bool) -> tuple[NodeState, str, bool]:
+    """(state, note, untrusted): where the node is, why that is unknown, and whether its local tag lacks the record
+    of a completed build (then it counts as not local). Without ``full`` only what the walk asked is known."""
+    asked = full or n.name in where.local_of
+    local = where.is_local(n.name) if asked else None
+    state: NodeState = "unknown"
+    note = "" if asked else "not asked: a later node is present"
+    untrusted = bool(local) and not _is_trusted(n, trusted)
+    if local is None:
+        note = note or where.engine_note
+    elif local and not untrusted:
+        state = "local"
+    elif where.asks_registry(n.name) and (full or n.name in where.registry_of):
+        there = where.in_registry(n.name)
+        state = "unknown" if there is None else "registry" if there else "missing"
+        note = where.reg_note.get(n.name, "")
+    elif where.asks_registry(n.name):
+        note = "not asked: the build does not need it"
+    else:
+        state = "missing"
+    return state, note, untrusted
+
+
+def _why(graph: Graph, n: Node, record: NodeRecord | None, *, state: NodeState,
+         untrusted: bool) -> tuple[str, ...]:
+    """Why a node is not present: an untrusted tag, or what changed since the recorded build of its previous key."""
+    if untrusted:
+        return ("tagged in the engine, but no record says a build of this key completed (an interrupted run, or "
+                "an older buildctl that tagged before normalising): not trusted, it will be built again",)
+    if state == "missing":
+        return (reasons(graph, n, record) if n.kind != "base"
+                else ("the base image is neither in the engine nor in its registry",))
+    return ()
+
+
+def _with_notes(graph: Graph, plans: list[NodePlan], *, registry: str | None, arch: ArchCheck | None,
+                notes: list[str], missing: Mapping[str, str] | None, route: Route | None) -> Plan:
+    """The plan with what it says besides the nodes: what could not be asked, the lock, and either the arch check
+    (no route) or the route's builders (``_routed``)."""
+    notes = [*notes, *_lock_notes(graph, missing, provisional=any(p.provisional for p in plans))]
     if route is None:
         if arch is not None and not arch.native:
             notes.append(arch.message())
