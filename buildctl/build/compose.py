@@ -229,11 +229,12 @@ def _missing_dirs(layer_dirs: Sequence[str], root: Path, workdir: str | None) ->
     out: list[str] = []
     for i in range(1, len(parts) + 1):
         rel = "/".join(parts[:i])
-        if (root / rel).is_symlink() or (root / rel).exists():
-            if not (root / rel).is_dir() or (root / rel).is_symlink():
+        p = root / rel
+        if p.is_symlink() or p.exists():
+            if p.is_symlink() or not p.is_dir():
                 raise CannotTell(f"WORKDIR /{rel}: the copy has it as something else than a folder")
             continue
-        kind = lookup(layer_dirs, rel) if layer_dirs else None
+        kind = lookup(layer_dirs, rel)
         if kind is None:
             out.append(rel)
         elif kind != "dir":
@@ -249,7 +250,7 @@ def _check_copy(layer_dirs: Sequence[str], root: Path) -> None:
             p = Path(dirpath) / name
             rel = p.relative_to(root).as_posix()
             kind = lookup(layer_dirs, rel)
-            mine: Kind = "dir" if p.is_dir() and not p.is_symlink() else "link" if p.is_symlink() else "file"
+            mine = _kind(os.lstat(p))
             if kind is not None and (kind != mine or kind == "link"):
                 raise CannotTell(f"/{rel}: the parent has a {kind} where the copy puts a {mine}")
 
@@ -276,17 +277,18 @@ def compose(engine: Engine, *, parent_ref: str | None, platform: str, root: Path
     """Compose ``COPY root/ /`` plus ``changes`` onto ``parent_ref`` (None: FROM scratch, for ``platform``) and load
     it as ``tag``; returns the image id, or None (with nothing loaded) where it cannot tell what the builder
     would give (the module's text): the caller then builds the node with the builder."""
-    if engine.far or not engine.address.startswith("unix://") or os.geteuid() != 0:
+    if not engine.address.startswith("unix://") or os.geteuid() != 0:  # an engine of this host, read as root
         return None
     if changes.workdir is not None and not changes.workdir.startswith("/"):
         return None  # relative to the parent's WORKDIR: the builder's to resolve
     try:
         parent: dict[str, Any] | None = None
         layer_dirs: tuple[str, ...] = ()
+        below: tuple[str, ...] = ()  # the parent's diff IDs
         parent_id = ""
         if parent_ref is not None:
             info = engine.inspect_image(parent_ref)
-            parent, layer_dirs, parent_id = parent_config(info), info.layer_dirs, info.id
+            parent, layer_dirs, below, parent_id = parent_config(info), info.layer_dirs, info.layers, info.id
             _check_copy(layer_dirs, root)
         extra = _missing_dirs(layer_dirs, root, changes.workdir)
         with tempfile.TemporaryDirectory(prefix="compose-", dir=scratch) as tmp:
@@ -294,7 +296,6 @@ def compose(engine: Engine, *, parent_ref: str | None, platform: str, root: Path
             diff_id = write_layer(root, layer, extra_dirs=extra, epoch=epoch)
             config = new_config(parent, platform=platform, parent_id=parent_id, diff_id=diff_id, changes=changes,
                                 created=_now())
-            below = list((parent or {}).get("rootfs", {}).get("diff_ids", []))
             thin = Path(tmp) / "thin.tar"
             normalise.thin_archive(thin, config=config, tag=tag,
                                    parent_layers=[f"parent-{i}/layer.tar" for i in range(len(below))],

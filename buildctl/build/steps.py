@@ -177,9 +177,10 @@ class Steps:
         rendered = render.render(node, templates=self.s.t.templates, parent_ref=self._parent_ref(node), wheels=wheels,
                                  built=self.s.built)
         part = self._part_ref(node)
+        labels = self._labels(node)
         try:
-            with self._context(node, rendered, labels=self._labels(node)) as ctx:
-                if not self._compose(e, node, rendered, ctx, part):
+            with self._context(node, rendered, labels=labels) as ctx:
+                if not self._compose(e, node, rendered, ctx, part, labels):
                     e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
                             buildargs={render.WHEELHOUSE_ARG: self.s.wheelhouse_url} if rendered.wheelhouse else None,
                             network_mode="host" if rendered.wheelhouse else None,
@@ -193,11 +194,11 @@ class Steps:
         self.s.have(node.name, e)
         self._push(e, node)
 
-    def _compose(self, e: Engine, node: Node, rendered: render.Rendered, ctx: Path, part: str) -> bool:
+    def _compose(self, e: Engine, node: Node, rendered: render.Rendered, ctx: Path, part: str,
+                 labels: Mapping[str, str]) -> bool:
         """A node that only copies files (the entrypoint, a wheel's one-file image) composed on this host, without
         the builder (build/compose.py); False where it cannot be, and the builder builds it."""
         spec = node.spec
-        labels = self._labels(node)
         if isinstance(spec, EntrypointNodeSpec):
             changes = compose.Changes(labels=labels, workdir=spec.workdir, entrypoint=spec.entrypoint, cmd=spec.cmd)
             parent: str | None = self._parent_ref(node)
@@ -208,8 +209,8 @@ class Steps:
         if not compose.plain(rendered.dockerfile, changes, scratch=parent is None):
             return False  # a template that does more than copy and set metadata: the builder's
         log = self.s.log_file(node.name + ("-image" if parent is None else ""))
-        if compose.compose(e, parent_ref=parent, platform=str(self.s.g.platform), root=ctx / "rootfs", changes=changes, tag=part,
-                           scratch=self.s.scratch, epoch=render.EPOCH) is None:
+        if compose.compose(e, parent_ref=parent, platform=str(self.s.g.platform), root=ctx / "rootfs", changes=changes,
+                           tag=part, scratch=self.s.scratch, epoch=render.EPOCH) is None:
             return False
         msg = "composed on this host: one layer and its config, loaded (no builder)"
         with contextlib.suppress(OSError):
@@ -301,8 +302,8 @@ class Steps:
         cache = compilecache.setup(self.s.config.compile_cache, self.s.config.cache, self.s.compile_tool,
                                    component_on=spec.compile_cache)
         out = Path(tempfile.mkdtemp(prefix=f"out-{node.slug}-", dir=self.s.scratch))
-        # the script: a read-only bind mount on an engine of this host (copying it in costs the run ~50 ms), a copy
-        # into the container on another host's
+        # the script: a read-only bind mount on an engine of this host (copying it in costs the run ~50 ms); on
+        # another host's, Engine.run copies it in as it does every mount
         script = Path(tempfile.mkdtemp(prefix=f"script-{node.slug}-", dir=self.s.scratch)) / "wheel.sh"
         script.write_text(rendered.script)
         log = self.s.log_file(node.name)
@@ -324,8 +325,7 @@ class Steps:
                            mounts=[Mount(source=self.s.prepared[node.component], target="/src", read_only=True),
                                    Mount(source=out, target="/out", read_only=False),
                                    *(Mount(source=src, target=dst, read_only=ro) for src, dst, ro in cache.mounts),
-                                   *(() if e.far else (Mount(source=script, target="/buildctl/wheel.sh", read_only=True),))],
-                           files={"/buildctl/wheel.sh": rendered.script.encode()} if e.far else None,
+                                   Mount(source=script, target="/buildctl/wheel.sh", read_only=True)],
                            network_mode=cache.network_mode, timeout=self.s.opt.compile_timeout)
             log.write_text(f"$ compile {node.component} in {self.s.ref(node.parents[0])} ({jobs} jobs){where}\n"
                            + result.stdout + result.stderr)
@@ -371,9 +371,10 @@ class Steps:
             self.s.wheels[node.component or ""] = wheel
         rendered = render.render(node, templates=self.s.t.templates, parent_ref="scratch")
         part = self._part_ref(node)
+        labels = self._labels(node)
         try:
-            with self._context(node, rendered, labels=self._labels(node)) as ctx:
-                if not self._compose(e, node, rendered, ctx, part):
+            with self._context(node, rendered, labels=labels) as ctx:
+                if not self._compose(e, node, rendered, ctx, part, labels):
                     e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
                             log_file=self.s.log_file(node.name + "-image"), nocache=self.s.opt.nocache)
             self._record_and_tag(e, node, part, stats=stats)

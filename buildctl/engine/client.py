@@ -112,8 +112,8 @@ class Client:
     # -- short questions without docker-py (peek.py)
 
     def _wire(self) -> str | None:
-        """The engine's unix socket, when short questions (inspect, tag, remove, list, version, a small load) go through
-        peek.request; None when docker-py asks them too (tcp://, ssh://, TLS settings or a docker context)."""
+        """The engine's unix socket, when short questions (inspect, tag, remove, list, version, a small load) go
+        through peek.request; None when docker-py asks them too (tcp://, ssh://, TLS settings or a docker context)."""
         if self._wire_path is None:
             try:
                 self._wire_path = peek.socket_path(self._base_url, os.environ)

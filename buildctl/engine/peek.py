@@ -4,9 +4,9 @@ Two users. The no-op path of `buildctl build` needs one answer (is the final ima
 with the labels it was built with; with a registry, is it there too): ``image_labels`` and ``in_registry``
 answer only what they are sure of, and raise ``Unsure`` otherwise, so that the caller goes the full way.
 The engine client (client.py) asks its short questions (inspect, tag, remove, list, version, and the load of a
-small archive) through ``request`` when the engine is a plain local unix socket: docker-py (with requests and urllib3) costs more
-to import than a whole no-op or the bookkeeping of a BuildKit build, and is loaded only for what needs it
-(streams, containers, the classic builder, other kinds of address). Any other address (tcp://, ssh://,
+small archive) through ``request`` when the engine is a plain local unix socket: docker-py (with requests and
+urllib3) costs more to import than a whole no-op or the bookkeeping of a BuildKit build, and is loaded only for
+what needs it (streams, containers, the classic builder, other kinds of address). Any other address (tcp://, ssh://,
 TLS settings, a docker context) is ``Unsure`` here: docker-py speaks to it.
 """
 
