@@ -275,7 +275,8 @@ def scenarios(b: Bench, reps: int, proxy: str, counter: regproxy.Counter, res: d
                         cache = b.work / f"cache-{tool}-{'d' if b.quick else key}-{r}"
                         if tool not in DOCKERFILES:
                             runs[key][tool].append(b.buildctl(state, tool=tool, engine=e2, cache=cache,
-                                                              registry=b.registry, no_load=key != "d1p"))
+                                                              registry=b.registry, no_load=key != "d1p",
+                                                              read_pull=key == "c2"))
                         else:
                             runs[key][tool].append(b.dockerfile(tool, state, host=e2.address,
                                                                 cache_from=recipe_s0_direct if tool == "recipe"

