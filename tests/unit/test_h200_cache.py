@@ -2,11 +2,11 @@
 
 buildctl's rendered wheel script of deepseek-v3-gb200 / hopper / transformer-engine ran on the device tool's
 H200 run after run with one ccache folder kept (job.sh); results.json is summarize.py's reading of the
-lines the device returned (lease1/ - lease4/ results.jsonl). These tests hold results.json to those
+lines the device returned (lease1/ - lease5/ results.jsonl). These tests hold results.json to those
 lines and to itself: the runs that were asked for are there, every ratio comes from the recorded seconds, the
-hits and misses add up. Leases 3 and 4 (the script rendered after 1616287, the machine's CC/CXX as they are) are
-held to issue 34's done-when targets, from the raw lines; lease 4's breakdown is summarize.py's reading of its
-stamped logs. They read the figures; none is written here.
+hits and misses add up. Leases 3, 4 and 5 (the script rendered after 1616287, the machine's CC/CXX as they are)
+are held to issue 34's done-when targets, from the raw lines; leases 4 and 5's breakdowns are summarize.py's
+reading of their stamped logs. They read the figures; none is written here.
 """
 
 from __future__ import annotations
@@ -243,5 +243,79 @@ def test_lease4_breakdown_is_the_stamped_logs_reading_and_adds_up() -> None:
     for name, r in runs("lease4").items():
         ph = four["phases"][name]["phases"]
         assert [p[0] for p in ph] == [m[0] for m in summarize.PHASE_MARKERS], name
+        assert all(p[2] >= 0 for p in ph) and [p[1] for p in ph] == sorted(p[1] for p in ph), name
+        assert abs(sum(p[2] for p in ph) - r["seconds"]) < 0.1 * len(ph), name
+
+
+# Lease 5 (2026-12-06, an H100 of the same image): a second pair of warm runs on a second cold cache. c1-cold,
+# c2-pyonly, c3-onefile on folder 1; c5-cold2 (tree A, a new empty folder), c6-pyonly2, c7-onefile2 on folder 2;
+# then c4-no2150 on folder 1. Each warm run is held to its target against its own folder's cold run, the other
+# cold run and the mean of the two; c4 against c1, c5 and the mean. Lease 5 met both warm targets in both pairs
+# against every base (py-only 13.94x-14.73x; one-file 10.36x-11.54x, c3 against c1 the thinnest at 10.36x) and
+# MISSED the #2150 target against every base: c4-no2150 took 356.8 s, 1.23 / 1.18 / 1.20 of the cold time (target
+# <= 1.05), as lease 3 missed it (1.14) and lease 4 met it (0.96-1.00). The README says so; this test keeps the
+# record of the miss rather than passing a target the lease did not meet.
+LEASE5_MEAN = "mean(c1-cold, c5-cold2)"
+LEASE5_BASES = {"c2-pyonly": ("c1-cold", "c5-cold2", LEASE5_MEAN), "c3-onefile": ("c1-cold", "c5-cold2", LEASE5_MEAN),
+                "c6-pyonly2": ("c5-cold2", "c1-cold", LEASE5_MEAN), "c7-onefile2": ("c5-cold2", "c1-cold", LEASE5_MEAN),
+                "c4-no2150": ("c1-cold", "c5-cold2", LEASE5_MEAN)}
+LEASE5_TARGETS = {**TARGETS, "c6-pyonly2": TARGETS["c2-pyonly"], "c7-onefile2": TARGETS["c3-onefile"]}
+LEASE5_MET: dict[tuple[str, str], bool] = {
+    (run, base): run != "c4-no2150" for run, bases in LEASE5_BASES.items() for base in bases}
+LEASE5_ORDER = [("c1-cold", "A", "ccache"), ("c2-pyonly", "B", "ccache"), ("c3-onefile", "C", "ccache"),
+                ("c5-cold2", "A", "ccache2"), ("c6-pyonly2", "B", "ccache2"), ("c7-onefile2", "C", "ccache2"),
+                ("c4-no2150", "D", "ccache")]
+
+
+def test_lease5_runs_are_there_in_order_each_on_its_tree_and_folder() -> None:
+    five = runs("lease5")
+    assert [(n, r["tree"]) for n, r in five.items()] == [(n, t) for n, t, _ in LEASE5_ORDER]
+    for name, _tree, folder in LEASE5_ORDER:
+        r = five[name]
+        assert r["cache"] == "ccache" and f"'/tmp/h200cache/{folder}' /ccache" in r["command"], name
+        assert 'python3 -c "$STAMP"' in r["command"], name
+    # both cold runs start from an empty folder; each warm pair hits and misses as the other one does
+    assert five["c1-cold"]["hits"] == five["c5-cold2"]["hits"] == 0
+    assert five["c1-cold"]["misses"] == five["c5-cold2"]["misses"]
+    for a, b in (("c2-pyonly", "c6-pyonly2"), ("c3-onefile", "c7-onefile2")):
+        assert (five[a]["hits"], five[a]["misses"], five[a]["wheel"]) == (five[b]["hits"], five[b]["misses"], five[b]["wheel"])
+    # the one-file change misses one unit more than the Python-only change, on either folder
+    assert five["c3-onefile"]["misses"] == five["c2-pyonly"]["misses"] + 1
+    env = facts("lease5")["env_compilers"]
+    assert "CC=/opt/gcc/bin/gcc " in env and "CXX=/opt/gcc/bin/g++ " in env and "PIP_VERBOSE=<unset>" in env, env
+    assert "NVIDIA H100" in facts("lease5")["machine"]
+    own = RESULTS["leases"]["lease5"]["script"]
+    assert facts("lease5")["wheel_script_sha256"] == own["sha256"] == RESULTS["leases"]["lease3"]["script"]["sha256"]
+
+
+@pytest.mark.parametrize(("run", "base"), [(run, base) for run, bases in LEASE5_BASES.items() for base in bases])
+def test_lease5_against_issue_34s_targets(run: str, base: str) -> None:
+    back = raw("lease5")
+    kind, target = LEASE5_TARGETS[run]
+    bases = base[5:-1].split(", ") if base.startswith("mean(") else [base]
+    cold, secs = sum(back[b]["seconds"] for b in bases) / len(bases), back[run]["seconds"]
+    value = cold / secs if kind == "speedup" else secs / cold
+    met = value >= target if kind == "speedup" else value <= target
+    recorded = next(c for c in RESULTS["comparisons"] if c["lease"] == "lease5" and c["run"] == run and c["base"] == base)
+    assert (recorded["kind"], recorded["target"], recorded["base_runs"]) == (kind, target, bases)
+    assert recorded["value"] == round(value, 2), (run, base, value)
+    assert recorded["met"] is met, f"{run} against {base}: {value:.2f}, results.json says met={recorded['met']}"
+    assert met is LEASE5_MET[(run, base)], f"{run} against {base}: {value:.2f}; the README says otherwise"
+    readme = (DATA / "README.md").read_text()
+    verdict = "met" if met else "**not met**"
+    row = f"| 5 | {run} | {base} | {value:.2f}"
+    assert any(line.startswith(row) and line.rstrip(" |").endswith(verdict) for line in readme.splitlines()), row
+
+
+def test_lease5_breakdown_is_the_stamped_logs_reading_and_adds_up() -> None:
+    spec = importlib.util.spec_from_file_location("h200_cache_summarize", DATA / "summarize.py")
+    assert spec is not None and spec.loader is not None
+    summarize = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summarize)
+    five = RESULTS["leases"]["lease5"]
+    assert five["phases"] == summarize.lease_phases("lease5", five["runs"], summarize.coarse_phases)
+    for name, r in runs("lease5").items():
+        ph = five["phases"][name]["phases"]
+        assert [p[0] for p in ph] == [m[0] for m in summarize.COARSE_MARKERS], name
         assert all(p[2] >= 0 for p in ph) and [p[1] for p in ph] == sorted(p[1] for p in ph), name
         assert abs(sum(p[2] for p in ph) - r["seconds"]) < 0.1 * len(ph), name

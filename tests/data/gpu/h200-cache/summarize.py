@@ -1,11 +1,13 @@
-"""Host: results.json from what the four device leases brought back (lease1/ - lease4/: job.sh's
+"""Host: results.json from what the five device leases brought back (lease1/ - lease5/: job.sh's
 results.jsonl, job.log, tails.txt, logs.tar.gz as poll.sh left them in $OUT), trees.json (prepare_cache.py)
 and the rendered script that each lease ran (leases 1-2: wheel-transformer-engine.sh here; lease 3, rendered
-after 1616287: lease3/wheel-transformer-engine.sh with its own lease3/trees.json; lease 4 the same file, its
-own lease4/trees.json). tests/unit/test_h200_cache.py reads results.json and checks it against the raw lines.
+after 1616287: lease3/wheel-transformer-engine.sh with its own lease3/trees.json; leases 4 and 5 the same file,
+each with its own trees.json). tests/unit/test_h200_cache.py reads results.json and checks it against the raw lines.
 Lease 4's logs carry each line's seconds since its run began (job.sh's "+12.3s "): `phases` below reads them
 out of lease4/logs.tar.gz into each run's breakdown (pip metadata, build_py, CMake configure, ninja, torch's
-extension and link, install and zip).
+extension and link, install and zip). Lease 5 ran without PIP_VERBOSE, so its logs hold pip's own lines alone:
+`coarse_phases` cuts them into pip's start and metadata, the wheel's build (setup.py: configure, both compiles,
+install and zip together) and pip's end.
 
     python3 tests/data/gpu/h200-cache/summarize.py      (writes tests/data/gpu/h200-cache/results.json)
 
@@ -44,6 +46,16 @@ LEASE4_CALLS = [
 # device time that lease 4 took (its two calls: 520.9 s and 240.7 s of wall, with the machine's start and the
 # give-back 796 s; 373 s left after it); four earlier calls that session got no machine and took 631 s more
 LEASE4_HELD_S = 796
+
+LEASE5_CALLS = [
+    "RUNS='c1-cold:A:ccache c2-pyonly:B:ccache c3-onefile:C:ccache c5-cold2:A:ccache:ccache2 "
+    "c6-pyonly2:B:ccache:ccache2 c7-onefile2:C:ccache:ccache2 c4-no2150:D:ccache' WAIT_S=540 "
+    "bash .devcarry/gcache/start.sh",
+    "WAIT_S=540 bash .devcarry/gcache/poll.sh",
+]
+# device time that lease 5 took (its two calls: 541.1 s and 521.0 s of wall; held 582.8 s after the first,
+# 1108.5 s after the second; 1800 s left before the first call, 688 s after the give-back); no failed calls
+LEASE5_HELD_S = 1112
 
 # What each lease ran: the device calls, as made (the device tool's `run`, carry [".devcarry/gcache"]).
 LEASES: dict[str, dict[str, Any]] = {
@@ -98,6 +110,21 @@ LEASES: dict[str, dict[str, Any]] = {
                    "rendered": "images/wheel.sh.in of main at 86620de (unchanged since 1616287), rendered again "
                                "by prepare_cache.py through pipeline.dry_run: the same file as lease 3's"},
     },
+    "lease5": {
+        "date": "2026-12-06",
+        "calls": LEASE5_CALLS,
+        "machine": "an H100 again, not an H200 (the call named no kind; the device tool gave nvidia-h100-x1's "
+                   "machine): NVIDIA H100 80GB HBM3, the same image as leases 3-4: driver 580.159.04, 16 cores, "
+                   "125 GiB, nvcc 13.0.88, cmake 4.4.3, Python 3.12.3, torch 2.11.0+cu130; the job's machine fact",
+        "environment": "the machine's own, as in leases 1, 3 and 4: CC=/opt/gcc/bin/gcc CXX=/opt/gcc/bin/g++ "
+                       "CUDAHOSTCXX=/opt/gcc/bin/g++ (job.sh's env_compilers fact), not unset; PIP_VERBOSE unset "
+                       "(leases 3-4 had PIP_VERBOSE=1); ccache only; c1-c3 on one ccache folder, c5-c7 on a "
+                       "second, new one, then c4 on the first folder",
+        "held_s": LEASE5_HELD_S,
+        "script": {"file": "lease3/wheel-transformer-engine.sh", "trees": "lease5/trees.json",
+                   "rendered": "the pack of lease 4 carried again (.devcarry/gcache/pack, its trees.json byte for "
+                               "byte lease4/trees.json): the same file as lease 3's"},
+    },
 }
 
 # Lease 4's breakdown: a run's log lines, each with its seconds since the run began, cut at these markers (the
@@ -121,27 +148,54 @@ STAMP = re.compile(r"^\+(\d+\.\d)s (.*)$")
 
 def phases(log: str, seconds: float) -> dict[str, Any]:
     """A stamped log's phases: [name, start, seconds], in order."""
-    lines = [(float(m.group(1)), m.group(2)) for m in map(STAMP.match, log.splitlines()) if m]
-    starts: list[tuple[str, float]] = [(PHASE_MARKERS[0][0], 0.0)]
+    lines = stamped(log)
+    out = cut(lines, PHASE_MARKERS, seconds)
+    ninja = [t for t, text in lines if re.match(r"\s*\[\d+/\d+\] ", text)]
+    return {"phases": out, "last_line_s": lines[-1][0], "ninja_lines": len(ninja)}
+
+
+def lease_phases(lease: str, runs: list[dict[str, Any]], reader: Any = None) -> dict[str, Any]:
+    reader = reader or phases
+    with tarfile.open(HERE / lease / "logs.tar.gz") as tar:
+        logs = {m.name[:-4]: tar.extractfile(m).read().decode(errors="replace")  # type: ignore[union-attr]
+                for m in tar.getmembers() if m.isfile() and m.name.endswith(".log") and m.name != "job.log"}
+    return {r["run"]: reader(logs[r["run"]], r["seconds"]) for r in runs}
+
+
+# Lease 5's logs (no PIP_VERBOSE): pip's own lines only, cut the same way.
+COARSE_MARKERS = [
+    ("copy of the tree, pip start", None),
+    ("pip metadata", re.compile(r"Preparing metadata \(pyproject\.toml\): started")),
+    ("the wheel's build (setup.py bdist_wheel: configure, compiles, install, zip)",
+     re.compile(r"Building wheel for transformer_engine \(pyproject\.toml\): started")),
+    ("after the wheel (pip's end, ccache stats)",
+     re.compile(r"Building wheel for transformer_engine \(pyproject\.toml\): finished")),
+]
+
+
+def cut(lines: list[tuple[float, str]], markers: list[tuple[str, Any]], seconds: float) -> list[list[Any]]:
+    starts: list[tuple[str, float]] = [(markers[0][0], 0.0)]
     i = 0
-    for name, pat in PHASE_MARKERS[1:]:
+    for name, pat in markers[1:]:
         assert pat is not None
         while i < len(lines) and not pat.search(lines[i][1]):
             i += 1
         assert i < len(lines), f"no line for {name}"
         starts.append((name, lines[i][0]))
     ends = [t for _, t in starts[1:]] + [seconds]
-    out = [[name, t, round(end - t, 1)] for (name, t), end in zip(starts, ends, strict=True)]
+    out: list[list[Any]] = [[name, t, round(end - t, 1)] for (name, t), end in zip(starts, ends, strict=True)]
     assert all(x[2] >= 0 for x in out), out
-    ninja = [t for t, text in lines if re.match(r"\s*\[\d+/\d+\] ", text)]
-    return {"phases": out, "last_line_s": lines[-1][0], "ninja_lines": len(ninja)}
+    return out
 
 
-def lease_phases(lease: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    with tarfile.open(HERE / lease / "logs.tar.gz") as tar:
-        logs = {m.name[:-4]: tar.extractfile(m).read().decode(errors="replace")  # type: ignore[union-attr]
-                for m in tar.getmembers() if m.isfile() and m.name.endswith(".log") and m.name != "job.log"}
-    return {r["run"]: phases(logs[r["run"]], r["seconds"]) for r in runs}
+def stamped(log: str) -> list[tuple[float, str]]:
+    return [(float(m.group(1)), m.group(2)) for m in map(STAMP.match, log.splitlines()) if m]
+
+
+def coarse_phases(log: str, seconds: float) -> dict[str, Any]:
+    """A stamped log without PIP_VERBOSE: [name, start, seconds] of pip's start, metadata, the build, its end."""
+    lines = stamped(log)
+    return {"phases": cut(lines, COARSE_MARKERS, seconds), "last_line_s": lines[-1][0]}
 
 
 def mean_of(a: str, b: str) -> str:
@@ -166,6 +220,18 @@ for _name, _run, _kind, _target in (("python-only change (#2286)", "c2-pyonly", 
                                     ("tree without #2150", "c4-no2150", "slowdown", 1.05)):
     for _base in ("c1-cold", "c5-cold2", mean_of("c1-cold", "c5-cold2")):
         COMPARISONS.append(("lease4", f"{_name}, ccache, against {_base}", _base, _run, _kind, _target))
+# Lease 5: a pair of warm runs on each of two cold caches (c1 -> c2, c3 on folder 1; c5 -> c6, c7 on folder 2, new),
+# then the tree without #2150 on folder 1. Each warm run against its own folder's cold run, the other cold run and
+# the mean of the two; c4 against c1, c5 and the mean.
+_MEAN5 = mean_of("c1-cold", "c5-cold2")
+for _name, _run, _kind, _target, _bases in (
+        ("python-only change (#2286)", "c2-pyonly", "speedup", 10.0, ("c1-cold", "c5-cold2", _MEAN5)),
+        ("one-file .cu change", "c3-onefile", "speedup", 10.0, ("c1-cold", "c5-cold2", _MEAN5)),
+        ("python-only change (#2286), second folder", "c6-pyonly2", "speedup", 10.0, ("c5-cold2", "c1-cold", _MEAN5)),
+        ("one-file .cu change, second folder", "c7-onefile2", "speedup", 10.0, ("c5-cold2", "c1-cold", _MEAN5)),
+        ("tree without #2150", "c4-no2150", "slowdown", 1.05, ("c1-cold", "c5-cold2", _MEAN5))):
+    for _base in _bases:
+        COMPARISONS.append(("lease5", f"{_name}, ccache, against {_base}", _base, _run, _kind, _target))
 
 
 def nonzero(stats: dict[str, Any]) -> dict[str, Any]:
@@ -238,8 +304,10 @@ def main() -> None:
         out["leases"][lease] = {**meta, "facts": facts, "runs": runs}
         if lease == "lease4":
             out["leases"][lease]["phases"] = lease_phases(lease, runs)
+        if lease == "lease5":
+            out["leases"][lease]["phases"] = lease_phases(lease, runs, coarse_phases)
     onefile = next(json.loads(x) for x in (HERE / "lease1" / "job.log").read_text().splitlines() if x.startswith('{"from"'))
-    for lease in ("lease3", "lease4"):  # variant.py onefile is deterministic: the same tree C in every lease
+    for lease in ("lease3", "lease4", "lease5"):  # variant.py onefile is deterministic: the same tree C in every lease
         again = next(json.loads(x) for x in (HERE / lease / "job.log").read_text().splitlines() if x.startswith('{"from"'))
         assert again == onefile, lease
     out["trees"]["C"] = {"made_by": "variant.py onefile on the device: tree B plus one line of code appended to one "
