@@ -215,29 +215,41 @@ def test_lease4_runs_are_there_in_order_each_on_its_tree_and_folder() -> None:
 
 @pytest.mark.parametrize(("run", "base"), [(run, base) for run in TARGETS for base in LEASE4_BASES])
 def test_lease4_against_issue_34s_targets(run: str, base: str) -> None:
-    back = raw("lease4")
-    kind, target = TARGETS[run]
+    check_target("lease4", run, base, TARGETS[run], LEASE4_MET[(run, base)])
+
+
+def check_target(lease: str, run: str, base: str, kind_target: tuple[str, float], expected: bool) -> None:
+    """``run`` against ``base`` (a run, or ``mean(a, b)``) of ``lease``, from the raw lines: results.json records
+    that value and verdict, the verdict is ``expected``, and the README's table of the lease has that figure with
+    that verdict on the row of that run and base."""
+    back = raw(lease)
+    kind, target = kind_target
     bases = base[5:-1].split(", ") if base.startswith("mean(") else [base]
     cold, secs = sum(back[b]["seconds"] for b in bases) / len(bases), back[run]["seconds"]
     value = cold / secs if kind == "speedup" else secs / cold
     met = value >= target if kind == "speedup" else value <= target
-    recorded = next(c for c in RESULTS["comparisons"] if c["lease"] == "lease4" and c["run"] == run and c["base"] == base)
+    recorded = next(c for c in RESULTS["comparisons"] if c["lease"] == lease and c["run"] == run and c["base"] == base)
     assert (recorded["kind"], recorded["target"], recorded["base_runs"]) == (kind, target, bases)
     assert recorded["value"] == round(value, 2), (run, base, value)
     assert recorded["met"] is met, f"{run} against {base}: {value:.2f}, results.json says met={recorded['met']}"
-    assert met is LEASE4_MET[(run, base)], f"{run} against {base}: {value:.2f}; the README says otherwise"
-    # the README's lease 4 table has the figure with its verdict on the row of that run and base
+    assert met is expected, f"{run} against {base}: {value:.2f}; the README says otherwise"
     readme = (DATA / "README.md").read_text()
     verdict = "met" if met else "**not met**"
-    row = f"| 4 | {run} | {base} | {value:.2f}"
+    row = f"| {lease.removeprefix('lease')} | {run} | {base} | {value:.2f}"
     assert any(line.startswith(row) and line.rstrip(" |").endswith(verdict) for line in readme.splitlines()), row
 
 
-def test_lease4_breakdown_is_the_stamped_logs_reading_and_adds_up() -> None:
+def load_summarize() -> Any:
+    """summarize.py (beside the data, not a package) as a module."""
     spec = importlib.util.spec_from_file_location("h200_cache_summarize", DATA / "summarize.py")
     assert spec is not None and spec.loader is not None
     summarize = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(summarize)
+    return summarize
+
+
+def test_lease4_breakdown_is_the_stamped_logs_reading_and_adds_up() -> None:
+    summarize = load_summarize()
     four = RESULTS["leases"]["lease4"]
     assert four["phases"] == summarize.lease_phases("lease4", four["runs"])
     for name, r in runs("lease4").items():
@@ -290,28 +302,11 @@ def test_lease5_runs_are_there_in_order_each_on_its_tree_and_folder() -> None:
 
 @pytest.mark.parametrize(("run", "base"), [(run, base) for run, bases in LEASE5_BASES.items() for base in bases])
 def test_lease5_against_issue_34s_targets(run: str, base: str) -> None:
-    back = raw("lease5")
-    kind, target = LEASE5_TARGETS[run]
-    bases = base[5:-1].split(", ") if base.startswith("mean(") else [base]
-    cold, secs = sum(back[b]["seconds"] for b in bases) / len(bases), back[run]["seconds"]
-    value = cold / secs if kind == "speedup" else secs / cold
-    met = value >= target if kind == "speedup" else value <= target
-    recorded = next(c for c in RESULTS["comparisons"] if c["lease"] == "lease5" and c["run"] == run and c["base"] == base)
-    assert (recorded["kind"], recorded["target"], recorded["base_runs"]) == (kind, target, bases)
-    assert recorded["value"] == round(value, 2), (run, base, value)
-    assert recorded["met"] is met, f"{run} against {base}: {value:.2f}, results.json says met={recorded['met']}"
-    assert met is LEASE5_MET[(run, base)], f"{run} against {base}: {value:.2f}; the README says otherwise"
-    readme = (DATA / "README.md").read_text()
-    verdict = "met" if met else "**not met**"
-    row = f"| 5 | {run} | {base} | {value:.2f}"
-    assert any(line.startswith(row) and line.rstrip(" |").endswith(verdict) for line in readme.splitlines()), row
+    check_target("lease5", run, base, LEASE5_TARGETS[run], LEASE5_MET[(run, base)])
 
 
 def test_lease5_breakdown_is_the_stamped_logs_reading_and_adds_up() -> None:
-    spec = importlib.util.spec_from_file_location("h200_cache_summarize", DATA / "summarize.py")
-    assert spec is not None and spec.loader is not None
-    summarize = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summarize)
+    summarize = load_summarize()
     five = RESULTS["leases"]["lease5"]
     assert five["phases"] == summarize.lease_phases("lease5", five["runs"], summarize.coarse_phases)
     for name, r in runs("lease5").items():
