@@ -185,6 +185,7 @@ def cmd_diff(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_push(args: argparse.Namespace, ctx: Context) -> int:
+    wiring.check_registry_arg(args.registry)
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry)
     t, report = publishing.publish(ctx.project, ctx.config, t, registry_arg=args.registry, say=ctx.ui.info,
                                    warn=ctx.ui.warn, moving=("latest",) if args.promote else (),
