@@ -1,7 +1,8 @@
 """Hostile input, second pass, the command line and the environment: engine and registry addresses
-(--engine, DOCKER_HOST, --registry, an image's registry host), output folders (--out, --report-dir, --junit)
-and smoke's --timeout. Each defect an adversarial run of every command found (a Python traceback, or an
-error only after the work was done) is reproduced here and refused with a clear error instead.
+(--engine, DOCKER_HOST, --registry, an image's registry host), output folders (--out, --report-dir, --junit),
+smoke's --timeout and the earlier reports a nightly reads from its report folder. Each defect an adversarial
+run of every command found (a Python traceback, or an error only after the work was done) is reproduced here
+and refused with a clear error instead.
 
 Every test makes its own files under tmp_path; nothing reaches an engine, a registry or the network (a
 value that would is refused before it is used).
@@ -10,6 +11,7 @@ value that would is refused before it is used).
 from __future__ import annotations
 
 import argparse
+import json
 import textwrap
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from buildctl.commands import smoke as smoke_cmd
 from buildctl.engine.engine import Engine
 from buildctl.errors import EngineError, PushError, UsageError
 from buildctl.registry.registry import RegistryClient
-from buildctl.services import wiring
+from buildctl.services import nightly, wiring
 
 MANIFEST = textwrap.dedent("""\
     schema: 1
@@ -138,3 +140,23 @@ def test_smoke_junit_that_is_a_folder_is_refused_first(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="is a folder"):
         smoke_cmd._check_options(args)
     smoke_cmd._check_options(argparse.Namespace(timeout=None, junit=tmp_path / "r.xml"))
+
+
+# ------------------------------------------------------------------------------- earlier nightly reports
+
+
+@pytest.mark.parametrize("text", ['[]', 'null', '{"runs": 5}', '{"runs": [1, "x", null]}', '{"runs": [{"build": 1}]}',
+                                  '{"runs": [{"build": {"a": 1}, "stack": [], "variant": {}}]}',
+                                  '{"runs": [{"build": {"node_keys": [1]}, "stack": "t", "variant": "v"}]}',
+                                  '{"runs": [{"build": {"node_keys": {"a": 1}}, "stack": "t", "variant": "v"}]}',
+                                  '{"runs": [{"build": {"node_keys": {}}, "lock": 5, "stack": "t", "variant": "v"}]}',
+                                  '{"runs": [{"build": {}, "lock": {"hash": 5}, "stack": "t", "variant": "v"}]}',
+                                  pytest.param("\udcff", id="not-utf-8"), pytest.param("[" * 10_000, id="deep")])
+def test_an_earlier_nightly_report_of_another_shape_is_passed_over(tmp_path: Path, text: str) -> None:
+    """A 2*.json in the report folder (any --report-dir) that is JSON of another shape ended the nightly in an
+    AttributeError, KeyError or TypeError before its first stage (previous_runs); not UTF-8, in a
+    UnicodeDecodeError. Such a report is passed over, as one that is not JSON already was."""
+    (tmp_path / "20260101T000000Z-1.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    good = {"runs": [{"build": {"node_keys": {"a": "k"}}, "lock": {"hash": "h"}, "stack": "t", "variant": "w"}]}
+    (tmp_path / "20260102T000000Z-1.json").write_text(json.dumps(good))
+    assert list(nightly.previous_runs(tmp_path)) == [("t", "w")]
