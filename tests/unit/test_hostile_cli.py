@@ -160,3 +160,26 @@ def test_an_earlier_nightly_report_of_another_shape_is_passed_over(tmp_path: Pat
     good = {"runs": [{"build": {"node_keys": {"a": "k"}}, "lock": {"hash": "h"}, "stack": "t", "variant": "w"}]}
     (tmp_path / "20260102T000000Z-1.json").write_text(json.dumps(good))
     assert list(nightly.previous_runs(tmp_path)) == [("t", "w")]
+
+
+# ------------------------------------------------------------------------------------------- --project
+
+
+@pytest.mark.parametrize("kind", ["missing", "file", "loop"])
+def test_project_must_be_a_folder(tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--project naming nothing (a typo) made `pins check` pass on a project with no stacks (exit 0); a symlink
+    loop ended every command in a RuntimeError from Path.resolve. Both are usage errors (exit 2)."""
+    where = tmp_path / "p"
+    if kind == "file":
+        where.write_text("x")
+    elif kind == "loop":
+        where.symlink_to(where)
+    assert cli.main(["--project", str(where), "pins", "check"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --project {where}") and "Traceback" not in err
+
+
+def test_project_that_is_a_folder_is_taken_resolved(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert cli.project_folder(tmp_path / "link") == (tmp_path / "real").resolve()
