@@ -56,12 +56,15 @@ TIMEOUT_MAX = 86_400.0  # seconds, as smoke.timeout_s may say in a manifest (man
 
 
 def _check_options(args: argparse.Namespace) -> None:
-    """--timeout and --junit, before a container is started (a timeout of 0, -1 or nan would reach the engine's
-    wait, a --junit folder the copy after the run)."""
+    """--timeout, --python and --junit, before a container is started (a timeout of 0, -1 or nan would reach the
+    engine's wait, a --junit folder the copy after the run)."""
     if args.timeout is not None:
         problem = syntax.finite(args.timeout, low=0.0, high=TIMEOUT_MAX)
         if problem:
             raise UsageError(f"--timeout {problem}", fix="give the seconds the suite may run, e.g. --timeout 900")
+    problem = syntax.interpreter(args.python) if args.python is not None else None
+    if problem:  # the program the container runs: held to the rule of the manifest's smoke.python
+        raise UsageError(f"--python {args.python!r} {problem}")
     if args.junit is not None and args.junit.is_dir():
         raise UsageError(f"--junit {args.junit} is a folder", fix="give the file to write the JUnit XML to")
 

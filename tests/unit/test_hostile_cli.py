@@ -136,10 +136,28 @@ def test_smoke_timeout_is_checked_before_a_container_starts(project: Path, timeo
 
 
 def test_smoke_junit_that_is_a_folder_is_refused_first(tmp_path: Path) -> None:
-    args = argparse.Namespace(timeout=900.0, junit=tmp_path)
+    args = argparse.Namespace(timeout=900.0, python=None, junit=tmp_path)
     with pytest.raises(UsageError, match="is a folder"):
         smoke_cmd._check_options(args)
-    smoke_cmd._check_options(argparse.Namespace(timeout=None, junit=tmp_path / "r.xml"))
+    smoke_cmd._check_options(argparse.Namespace(timeout=None, python="/usr/bin/python3.12", junit=tmp_path / "r.xml"))
+
+
+@pytest.mark.parametrize("python", ["python3; id", "-c", "a b", "py\nthon", "../x"])
+def test_smoke_python_is_held_to_the_manifest_rule(python: str) -> None:
+    """--python went to the container as its program unchecked (smoke.python in a manifest is checked)."""
+    with pytest.raises(UsageError, match="--python"):
+        smoke_cmd._check_options(argparse.Namespace(timeout=None, python=python, junit=None))
+
+
+@pytest.mark.parametrize("out", ["folder", "no-parent"])
+def test_provenance_out_is_checked_before_the_engine_is_asked(project: Path, out: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`provenance IMAGE --out FOLDER` ended in IsADirectoryError (and --out in a missing folder in
+    FileNotFoundError) once the statement was made; it is refused first (exit 2), with no engine asked."""
+    path = project if out == "folder" else project / "none" / "p.json"
+    assert _main(project, "provenance", "x:1", "--out", str(path)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out {path} ") and "Traceback" not in err
 
 
 # ------------------------------------------------------------------------------- earlier nightly reports
