@@ -98,7 +98,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
     path, manifest = verify.find_base(ctx.pins_dir, args.base, args.stack, ctx.config.default_stack)
     variant = pins.select_variant(manifest, args.variant)
-    lock = lockfile.read(lockfile.lock_path(path))
+    lock = lockfile.read_beside(path, manifest.stack)
     vlock = lock.variants.get(variant.name) if lock is not None else None
     ctx.ui.info(f"verifying {args.base}: {manifest.stack}/{variant.name} {variant.image}")
     with _engine(ctx) as engine:

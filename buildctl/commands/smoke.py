@@ -45,7 +45,7 @@ def _expectation(args: argparse.Namespace, ctx: Context) -> smoke_expect.Expecta
     path = pins.find(ctx.pins_dir, args.stack)
     manifest = pins.load(path)
     variant = pins.select_variant(manifest, args.variant)
-    lock = lockfile.read(lockfile.lock_path(path))
+    lock = lockfile.read_beside(path, manifest.stack)
     vlock = lock.variants.get(variant.name) if lock else None
     if vlock is None:
         ctx.ui.warn(f"{args.stack}/{variant.name} is not locked: versions are checked against the manifest only")

@@ -95,6 +95,38 @@ def test_the_cli_reports_such_a_lock_as_a_lock_error(project: Path, capsys: pyte
     assert "t.lock.json: not a valid lock file" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv", [["smoke", "x:1", "--stack", "t"], ["bump", "t", "--no-push"],
+                                  ["lock", "t", "--partial", "--only", "git"], ["lock", "t", "--check"]])
+def test_the_lock_of_another_stack_is_not_read_as_this_ones(project: Path, argv: list[str],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """pins/t.lock.json copied from another stack (its integrity hash made anew, its manifest hash t's): plan,
+    build and push refused it, but smoke took its expectations from it, bump (and lint-args, verify) read it as
+    t's and `lock` kept its entries. Every reader of the lock beside a manifest now refuses it (exit 4)."""
+    sha = pins.manifest_sha256(project / "pins" / "t.yaml")
+    lockfile.write_data(project / "pins" / "t.lock.json",
+                        {"schema": lockfile.SCHEMA, "stack": "other", "manifest_sha256": sha, "variants": {}})
+    assert _main(project, *argv) == 4
+    err = capsys.readouterr().err
+    assert "t.lock.json is the lock of stack 'other', not 't'" in err and "Traceback" not in err
+
+
+def test_a_bump_from_a_lock_of_no_variant_is_a_lock_error(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`"variants": {}` (a valid lock of nothing) ended `bump` in StopIteration."""
+    (project / "pins" / "t.yaml").write_text(MANIFEST + textwrap.dedent("""\
+        components:
+          lib:
+            repo: https://git.example/org/lib.git
+            commit: 0123456789abcdef0123456789abcdef01234567
+            branch: main
+        """))
+    sha = pins.manifest_sha256(project / "pins" / "t.yaml")
+    lockfile.write_data(project / "pins" / "t.lock.json",
+                        {"schema": lockfile.SCHEMA, "stack": "t", "manifest_sha256": sha, "variants": {}})
+    assert _main(project, "bump", "t", "--no-push") == 4
+    err = capsys.readouterr().err
+    assert "locks no variant" in err and "Traceback" not in err
+
+
 # ----------------------------------------------------------------------------------- entrypoint args
 
 
