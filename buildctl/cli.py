@@ -88,6 +88,19 @@ def find_project(start: Path) -> Path:
     )
 
 
+def project_folder(path: Path) -> Path:
+    """``--project``, resolved: a folder that exists (a mistyped one would otherwise be a project with no stacks,
+    where `pins check` passes; a symlink loop ended in RuntimeError)."""
+    try:
+        resolved = path.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"--project {path}: {why}", fix="give the project folder (the one holding pins/)") from None
+    if not resolved.is_dir():
+        raise UsageError(f"--project {path} is not a folder", fix="give the project folder (the one holding pins/)")
+    return resolved
+
+
 def _command_word(argv: Sequence[str]) -> str | None:
     """The subcommand ``argv`` names, past the global options (None: none, or an option it does not know)."""
     i = 0
@@ -155,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         ui.quiet = args.quiet
         config = load_config(os.environ)
-        project = (args.project or find_project(Path.cwd())).resolve()
+        project = project_folder(args.project) if args.project is not None else find_project(Path.cwd()).resolve()
         ctx = Context(project=project, config=config, ui=ui)
         _sweep_temps(ctx)
         handler: Handler = args.func

@@ -181,6 +181,11 @@ def _host_path(value: str) -> str | None:
     return syntax.host_port(host) or (syntax.repository(rest) and "is not host[:port][/path]" if rest else None)
 
 
+def registry_address(value: str) -> str | None:
+    """The rule of a registry to push to or share nodes through (the configuration's ``registry``, ``--registry``)."""
+    return _host_path(value)
+
+
 def _git_mirror(value: str) -> str | None:
     """One side of a ``url.<mirror>.insteadOf=<orig>`` rule: a URL, git@host:path, or an absolute path.
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from buildctl import runs
-from buildctl.errors import BuildctlError, disk_full
+from buildctl.errors import BuildctlError, UsageError, disk_full
 
 
 class UnsafePath(BuildctlError):
@@ -91,6 +91,21 @@ def _write_fd(fd: int, text: str, path: Path) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+
+
+def make_folder(path: Path, named_by: str) -> Path:
+    """``path`` as a folder, made with its parents when missing, before any work is done there: a file in its
+    place or a place that cannot hold one is a UsageError naming ``named_by`` (the option that gave it), a full
+    disk a DiskFull."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        full = disk_full(path, exc)
+        if full is not None:
+            raise full from exc
+        raise UsageError(f"{named_by} {path}: cannot use it as a folder: {exc.strerror or exc}",
+                         fix=f"give {named_by} a folder, or a path where one can be made") from None
+    return path
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import posixpath
 import re
+import urllib.parse
 from collections.abc import Callable
 
 Rule = Callable[[str], "str | None"]
@@ -83,7 +84,25 @@ pip_pattern = regex(PIP_PATTERN_RE, "a pip name pattern (letters, digits, . _ - 
 module = regex(MODULE_RE, "a Python module name such as a.b")
 version = regex(VERSION_RE, "a version such as 9.14.0.64")
 mode = regex(MODE_RE, "an octal mode like '0755'")
-host_port = regex(HOST_RE, "host[:port]")
+_host_port_shape = regex(HOST_RE, "host[:port]")
+
+
+def host_port(value: str) -> str | None:
+    """host[:port]: a DNS name or IPv4 address, or [IPv6], and a port of 1-65535 when one is given (what a URL
+    takes as its authority: urllib refuses a port past 65535 or a bracket that holds no IP address, and would
+    otherwise raise that where the address is used)."""
+    problem = _host_port_shape(value)
+    if problem:
+        return problem
+    try:
+        port = urllib.parse.urlsplit(f"//{value}").port
+    except ValueError as exc:
+        return f"is not host[:port] ({exc})"
+    if port is not None and not 0 < port <= PORT_MAX:
+        return f"names port {port}, outside 1-{PORT_MAX}"
+    return None
+
+
 repository = regex(REPOSITORY_RE, "a registry repository such as training/deepseek-v3 (lower case)")
 image = regex(IMAGE_RE, "an image reference such as nvcr.io/nvidia/pytorch:25.09-py3 or ...@sha256:<64 hex>")
 flag = regex(FLAG_RE, "a flag such as --lr or --x=1")

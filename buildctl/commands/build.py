@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from buildctl import safepath
 from buildctl.config import BACKENDS
 from buildctl.errors import UsageError
 from buildctl.services import noop
@@ -110,6 +111,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     from buildctl.services import building, lintargs, target, wiring
 
+    wiring.check_registry_arg(args.registry)
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
                     profile=args.profile)
     chosen = wiring.choose_builders(ctx.config, backend=args.backend, engines=[args.engine] if args.engine else [],
@@ -185,12 +187,14 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     from buildctl.build import pipeline
     from buildctl.services import building, lintargs, target, wiring
 
+    wiring.check_registry_arg(args.registry)  # (a no-op run above found it in a request that built: checked then)
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
                     skip_smoke=args.skip_smoke, profile=args.profile)
     chosen = wiring.choose_builders(ctx.config, backend=args.backend, engines=args.engine, builders=args.builder)
     _check_no_load(args, t.registry)
     if args.dry_run:
         out = args.out or ctx.config.cache.root / "dry-run" / t.graph.stack / t.graph.variant
+        safepath.make_folder(out, "--out" if args.out else "the dry run's folder")  # before sources are prepared
         for line in building.prepare_sources(t, wiring.sources(ctx.config, base_dir=t.manifest_path.parent)):
             ctx.ui.print(line)
         # the plan first (what `build` would do, as `buildctl plan` says), then what each node is built from

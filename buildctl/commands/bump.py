@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from buildctl.errors import UsageError
-from buildctl.services import bumping
+from buildctl.services import bumping, wiring
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def handle_bump(args: argparse.Namespace, ctx: Context) -> int:
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    wiring.check_registry_arg(args.registry)
     report = bumping.bump(ctx.project, ctx.config, args.stack, args.components, registry=args.registry,
                           jobs=args.jobs, push=not args.no_push, ui=ctx.ui)
     if args.json:

@@ -94,7 +94,7 @@ def _run(*, path: Path, manifest: Manifest, variants: Sequence[str], do_check: b
          resolvers: Resolvers, config: Config, ui: UI, project: Path, partial: bool,
          only: Sequence[str] | None) -> int:
     shown = _show(lockfile.lock_path(path), project)
-    existing = locking.existing(path, for_check=do_check)
+    existing = locking.existing(path, manifest.stack, for_check=do_check)
     if existing is not None and existing.hand_edited:
         ui.info(f"{shown} was edited by hand since buildctl wrote it ({'; '.join(existing.hand_edited)}); "
                 "re-locking replaces the edits")

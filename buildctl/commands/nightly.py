@@ -6,8 +6,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from buildctl import safepath
 from buildctl.errors import UsageError
-from buildctl.services import nightly
+from buildctl.services import nightly, wiring
 
 if TYPE_CHECKING:
     from buildctl.cli import Context
@@ -43,9 +44,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def handle(args: argparse.Namespace, ctx: Context) -> int:
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    wiring.check_registry_arg(args.registry)
     stacks = args.stacks or [ctx.config.default_stack]
     todo = nightly.targets(ctx.pins_dir, stacks, args.variant)
     report_dir = args.report_dir or ctx.config.cache.reports / "nightly"
+    safepath.make_folder(report_dir, "--report-dir" if args.report_dir else "the nightly reports' folder")  # not after the night
     routes, backend = nightly.routed(ctx.config, ctx.pins_dir, todo, emulate=args.emulate)
     steps = nightly.RealSteps(project=ctx.project, config=ctx.config, ui=ctx.ui, registry=args.registry, jobs=args.jobs,
                               routes=routes, backend=backend)

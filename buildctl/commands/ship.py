@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl.errors import BuildctlError, ManifestErrors, PushError, SmokeFailed, VerifyFailed
+from buildctl.errors import BuildctlError, ManifestErrors, PushError, SmokeFailed, UsageError, VerifyFailed
 from buildctl.lock import lockfile
 from buildctl.lock.lockfile import VariantLock
 from buildctl.manifest import pins
@@ -98,7 +98,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
     path, manifest = verify.find_base(ctx.pins_dir, args.base, args.stack, ctx.config.default_stack)
     variant = pins.select_variant(manifest, args.variant)
-    lock = lockfile.read(lockfile.lock_path(path))
+    lock = lockfile.read_beside(path, manifest.stack)
     vlock = lock.variants.get(variant.name) if lock is not None else None
     ctx.ui.info(f"verifying {args.base}: {manifest.stack}/{variant.name} {variant.image}")
     with _engine(ctx) as engine:
@@ -144,11 +144,18 @@ def cmd_bom(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_provenance(args: argparse.Namespace, ctx: Context) -> int:
+    if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
+        # before the engine is asked: a folder here ended in IsADirectoryError once the statement was made
+        raise UsageError(f"--out {args.out} " + ("is a folder" if args.out.is_dir() else "is in no folder that exists"),
+                         fix="give the file to write the statement to, in a folder that exists")
     with _engine(ctx) as engine:
         stmt = provenance.for_image(engine, ctx.pins_dir, args.image, ctx.project)
     text = provenance.to_text(stmt)
     if args.out is not None:
-        write_atomic(args.out, text)
+        try:
+            write_atomic(args.out, text)
+        except OSError as exc:  # (a full disk is a DiskFull from write_atomic)
+            raise UsageError(f"--out {args.out}: cannot write it: {exc.strerror or exc}") from None
         ctx.ui.info(f"wrote {args.out}: {len(stmt['predicate']['buildDefinition']['resolvedDependencies'])} "
                     f"resolved dependencies for {stmt['subject'][0]['name']}@sha256:{stmt['subject'][0]['digest']['sha256']}")
     else:
@@ -185,6 +192,7 @@ def cmd_diff(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_push(args: argparse.Namespace, ctx: Context) -> int:
+    wiring.check_registry_arg(args.registry)
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry)
     t, report = publishing.publish(ctx.project, ctx.config, t, registry_arg=args.registry, say=ctx.ui.info,
                                    warn=ctx.ui.warn, moving=("latest",) if args.promote else (),

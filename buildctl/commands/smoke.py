@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from buildctl import syntax
 from buildctl.build import smoke as smoke_mod
-from buildctl.errors import UsageError
+from buildctl.errors import UsageError, disk_full
 from buildctl.graph import smoke_expect
 from buildctl.lock import lockfile
 from buildctl.manifest import pins
@@ -44,11 +45,28 @@ def _expectation(args: argparse.Namespace, ctx: Context) -> smoke_expect.Expecta
     path = pins.find(ctx.pins_dir, args.stack)
     manifest = pins.load(path)
     variant = pins.select_variant(manifest, args.variant)
-    lock = lockfile.read(lockfile.lock_path(path))
+    lock = lockfile.read_beside(path, manifest.stack)
     vlock = lock.variants.get(variant.name) if lock else None
     if vlock is None:
         ctx.ui.warn(f"{args.stack}/{variant.name} is not locked: versions are checked against the manifest only")
     return smoke_expect.expect_for(manifest, vlock, variant, profile=args.profile)
+
+
+TIMEOUT_MAX = 86_400.0  # seconds, as smoke.timeout_s may say in a manifest (manifest/fields.py)
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """--timeout, --python and --junit, before a container is started (a timeout of 0, -1 or nan would reach the
+    engine's wait, a --junit folder the copy after the run)."""
+    if args.timeout is not None:
+        problem = syntax.finite(args.timeout, low=0.0, high=TIMEOUT_MAX)
+        if problem:
+            raise UsageError(f"--timeout {problem}", fix="give the seconds the suite may run, e.g. --timeout 900")
+    problem = syntax.interpreter(args.python) if args.python is not None else None
+    if problem:  # the program the container runs: held to the rule of the manifest's smoke.python
+        raise UsageError(f"--python {args.python!r} {problem}")
+    if args.junit is not None and args.junit.is_dir():
+        raise UsageError(f"--junit {args.junit} is a folder", fix="give the file to write the JUnit XML to")
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
@@ -56,6 +74,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         Engine,  # only here: the rest of buildctl.build.smoke takes any SmokeEngine
     )
 
+    _check_options(args)
     expect = _expectation(args, ctx)
     engine = Engine()
     try:
@@ -67,8 +86,15 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     finally:
         engine.close()
     if args.junit and report.junit_path:
-        args.junit.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(report.junit_path, args.junit)
+        try:
+            args.junit.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(report.junit_path, args.junit)
+        except OSError as exc:
+            full = disk_full(args.junit, exc)
+            if full is not None:
+                raise full from exc
+            raise UsageError(f"--junit {args.junit}: cannot write it: {exc.strerror or exc}",
+                             why=f"the report is saved as {report.junit_path}", fix="give a file that can be written") from None
     if args.json:
         ctx.ui.json({**report.raw, "image": report.image, "image_id": report.image_id,
                      "report_path": str(report.report_path)})

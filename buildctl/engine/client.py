@@ -194,13 +194,18 @@ class Client:
             )
             if str(kwargs.get("base_url") or "").startswith("ssh://"):
                 kwargs["use_ssh_client"] = True  # the ssh binary, as the docker CLI does (no paramiko)
-            if self._version is None:
-                self._check_socket()
-                # A short bound for the version probe: an engine that does not answer it is not usable.
-                probe = docker.APIClient(version="auto", timeout=min(t, self.network_timeout), **kwargs)
-                self._version = str(probe.api_version)
-                probe.close()
-            client = docker.APIClient(version=self._version, timeout=t, **kwargs)
+            try:
+                if self._version is None:
+                    self._check_socket()
+                    # A short bound for the version probe: an engine that does not answer it is not usable.
+                    probe = docker.APIClient(version="auto", timeout=min(t, self.network_timeout), **kwargs)
+                    self._version = str(probe.api_version)
+                    probe.close()
+                client = docker.APIClient(version=self._version, timeout=t, **kwargs)
+            except ValueError as exc:  # urllib's parse of the address: a port past 65535, a bracket that is no IP
+                raise EngineError(f"{self.address} is not a Docker engine address ({self.name})", why=str(exc),
+                                  fix="give the engine as unix:///PATH, tcp://HOST:PORT or ssh://[USER@]HOST[:PORT] "
+                                      "(--engine, or DOCKER_HOST)") from None
             # Streams register their HTTP response (before its body is read) so that cancel() can cut them.
             client.hooks["response"].append(self._capture)
             self._clients[t] = client

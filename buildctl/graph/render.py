@@ -141,6 +141,9 @@ def load_templates(images_dir: Path) -> Templates:
         except FileNotFoundError:
             raise TemplateError(f"{images_dir / name} is missing",
                                 fix="restore it from git: every node kind renders from its fragment") from None
+        except (OSError, UnicodeDecodeError) as exc:  # a folder in its place, images/ a file, bytes not UTF-8
+            raise TemplateError(f"{images_dir / name} cannot be read as a template: {exc}",
+                                fix="restore it from git: every node kind renders from its fragment") from None
     return Templates(texts=texts)
 
 

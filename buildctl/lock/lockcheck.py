@@ -206,7 +206,8 @@ def validate(data: Any) -> list[str]:
     _walk(data, LOCK, "", out)
     if isinstance(data, dict) and isinstance(data.get("variants"), dict):
         for name, v in data["variants"].items():
-            if isinstance(v, dict) and "base" not in v and "base" not in (v.get("missing") or {}):
+            missing = v.get("missing") if isinstance(v, dict) else None  # a map when valid (_walk says otherwise)
+            if isinstance(v, dict) and "base" not in v and not (isinstance(missing, dict) and "base" in missing):
                 out.append(f"variants.{name}.base: missing (and not listed in missing)")
             for section in ("pip",):
                 names = [p.get("name") for p in v.get(section, []) if isinstance(p, dict)] if isinstance(v, dict) \

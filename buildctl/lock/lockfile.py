@@ -426,6 +426,17 @@ def read(path: Path, *, allow_hand_edit: bool = False) -> Lock | None:
     return dataclasses.replace(lock, hand_edited=tuple(edited or ()))
 
 
+def read_beside(manifest_path: Path, stack: str, *, allow_hand_edit: bool = False) -> Lock | None:
+    """The lock beside the manifest of ``stack`` (``lock_path``), as ``read``; one that says it is another stack's
+    (a file copied over, with its integrity hash made anew) is a LockError, never read as this stack's."""
+    path = lock_path(manifest_path)
+    lock = read(path, allow_hand_edit=allow_hand_edit)
+    if lock is not None and lock.stack != stack:
+        raise LockError(f"{path} is the lock of stack {lock.stack!r}, not {stack!r}",
+                        fix=f"move it away, then re-create it with `buildctl lock {stack}`")
+    return lock
+
+
 def to_text(lock: Lock) -> str:
     """The file's text: canonical JSON with the integrity hash of its content."""
     data = lock.to_json()

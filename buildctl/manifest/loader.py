@@ -128,6 +128,8 @@ class Loader:
             return self._scalar.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
             return self.error(node, key, f"cannot read this value: {getattr(exc, 'problem', exc)}")
+        except ValueError as exc:  # an integer of more digits than int() converts (sys.get_int_max_str_digits)
+            return self.error(node, key, f"cannot read this value: {exc}")
 
     def pairs(self, node: yaml.MappingNode, key: str) -> Iterator[tuple[str, yaml.Node, yaml.Node]]:
         """(key text, key node, value node) for each entry; reports non-string and duplicate keys."""

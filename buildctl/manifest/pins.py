@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from buildctl import untrusted
 from buildctl.errors import Location, ManifestError, ManifestErrors, UsageError
 from buildctl.manifest import model
 from buildctl.manifest.loader import INVALID, Loader, expansion_problem
@@ -117,15 +118,26 @@ def load(path: Path) -> Manifest:
     return load_text(text, str(path), path.parent)
 
 
+MAX_BYTES = 4 << 20  # the seed stacks' manifests are 5 to 26 KB; a pins/STACK.yaml that is /dev/zero is not read on
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The manifest's bytes, at most MAX_BYTES of them (ManifestErrors past that; OSError passes through)."""
+    try:
+        return untrusted.read_capped(path, MAX_BYTES)
+    except untrusted.Malformed as exc:
+        raise ManifestErrors([ManifestError(Location(file=str(path)), f"not a manifest: {exc}")]) from None
+
+
 def manifest_sha256(path: Path) -> str:
     """The manifest's hash as every lock records it: of the file's bytes (CRLF line ends included)."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(_read_bytes(path)).hexdigest()
 
 
 def read_text_exact(path: Path) -> str:
     """The manifest's text exactly as its bytes are (no newline translation: CRLF stays CRLF), so that
     ``text_sha256`` of it is ``manifest_sha256`` of the file and an edit written back keeps its line ends."""
-    return path.read_bytes().decode("utf-8")
+    return _read_bytes(path).decode("utf-8")
 
 
 def text_sha256(text: str) -> str:

@@ -184,9 +184,17 @@ class _Checks:
         cp = self.integer("--context-parallel-size", 1)
         ep = self.integer("--expert-model-parallel-size", 1)
         etp = self.integer("--expert-tensor-parallel-size", tp)
-        if None in (tp, pp, cp, ep, etp):
+        if tp is None or pp is None or cp is None or ep is None or etp is None:
             return
-        assert tp and pp and cp and ep and etp
+        given = {"--tensor-model-parallel-size": tp, "--pipeline-model-parallel-size": pp,
+                 "--context-parallel-size": cp, "--expert-model-parallel-size": ep,
+                 "--expert-tensor-parallel-size": etp}
+        below = [(o, n) for o, n in given.items() if n < 1 and self.last(o) is not None]
+        for option, n in below:  # Megatron's process groups need 1 or more of each (and 0 divides nothing here)
+            self.add("error", "parallel-sizes", option, f"{option} {n}: a parallel size must be 1 or more",
+                     "give 1 or more", self.at(option))
+        if below or min(given.values()) < 1:
+            return
         where = self.at("--pipeline-model-parallel-size", "--tensor-model-parallel-size")
         heads = self.integer("--num-attention-heads", None)
         if heads is not None and heads % tp:

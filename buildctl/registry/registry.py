@@ -43,7 +43,7 @@ from email.message import Message
 from pathlib import Path
 from typing import Any
 
-from buildctl import retrying, untrusted
+from buildctl import retrying, syntax, untrusted
 from buildctl.errors import BuildctlError, PushError, UnreachableError
 from buildctl.registry.credentials import Login, Redactor
 
@@ -132,8 +132,9 @@ class RegistryClient:
     def __init__(self, host: str, *, login: Login | None = None, ca_bundle: Path | None = None,
                  timeout: float = 10.0, redact: Redactor | None = None, retry: retrying.Backoff | None = None,
                  sleep: Callable[[float], None] = time.sleep, say: Callable[[str], None] = lambda _t: None) -> None:
-        if not host or "/" in host or any(c.isspace() for c in host):
-            raise PushError(f"not a registry host: {host!r}", fix="give HOST or HOST:PORT")
+        problem = "is empty" if not host else syntax.host_port(host)  # it becomes the authority of every URL
+        if problem:
+            raise PushError(f"not a registry host: {host!r} {problem}", fix="give HOST or HOST:PORT")
         self.host = host
         self.login = login
         self.timeout = timeout

@@ -172,7 +172,7 @@ def candidate(path: Path, text: str, old: Lock, moved: Sequence[Moved], sources:
 
 
 def _current(path: Path, text: str, stack: str) -> Lock:
-    old = lockfile.read(lockfile.lock_path(path))
+    old = lockfile.read_beside(path, stack)
     if old is None:
         raise LockError(f"{stack} has no lock: a bump starts from one", fix=f"run `buildctl lock {stack} --all` first")
     if old.manifest_sha256 != pins.text_sha256(text):
@@ -186,6 +186,9 @@ def _current(path: Path, text: str, stack: str) -> Lock:
 def heads(manifest: Manifest, old: Lock, chosen: Sequence[Component], sources: Sources) -> list[Moved]:
     """The branch head of each chosen component, against the commit the lock has (those that moved)."""
     out = []
+    if not old.variants:  # (a lock of no variant ended here in StopIteration)
+        raise LockError(f"the lock of {manifest.stack} locks no variant: a bump starts from a lock of every variant",
+                        fix=f"run `buildctl lock {manifest.stack} --all` first")
     first = old.variants[manifest.default_variant.name] if manifest.default_variant.name in old.variants else \
         next(iter(old.variants.values()))
     for c in chosen:

@@ -28,7 +28,7 @@ def prepared_source(config: Config, manifest_path: Path) -> argslint.MegatronSou
         if e is None or e.megatron is None:
             return argslint.no_source_cache(manifest, variant)
         component = manifest.component(e.megatron)
-        vlock = lockfile.read(lockfile.lock_path(manifest_path))
+        vlock = lockfile.read_beside(manifest_path, manifest.stack)
         locked = vlock.variants.get(variant.name) if vlock else None
         lc = locked.components.get(component.name) if locked else None
         if lc is None or not lc.tree:

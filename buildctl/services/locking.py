@@ -19,10 +19,10 @@ from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
 
 
-def existing(path: Path, *, for_check: bool) -> Lock | None:
-    """The lock beside manifest ``path``. --check reports a lock edited by hand as such (LockHandEdited);
-    re-locking reads it, says so, and replaces it."""
-    return lockfile.read(lockfile.lock_path(path), allow_hand_edit=not for_check)
+def existing(path: Path, stack: str, *, for_check: bool) -> Lock | None:
+    """The lock beside manifest ``path`` of ``stack``. --check reports a lock edited by hand as such
+    (LockHandEdited); re-locking reads it, says so, and replaces it. Another stack's lock is refused."""
+    return lockfile.read_beside(path, stack, allow_hand_edit=not for_check)
 
 
 def check_stack(path: Path, manifest: Manifest, variants: Sequence[str], resolvers: Resolvers, config: Config,
@@ -52,7 +52,7 @@ def relock_variant(path: Path, variant: str, resolvers: Resolvers, config: Confi
     --check would resolve twice); the lock is rewritten only when something did."""
     manifest = pins.load(path)
     lock_file = lockfile.lock_path(path)
-    old = lockfile.read(lock_file, allow_hand_edit=True)
+    old = lockfile.read_beside(path, manifest.stack, allow_hand_edit=True)
     sha = pins.manifest_sha256(path)
     outcome = lock_stack(manifest, sha, [variant], resolvers, config, old)
     new = outcome.lock.variants[variant]

@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from buildctl import untrusted
 from buildctl.build.state import Report
 from buildctl.config import Config
 from buildctl.errors import BuildctlError, DiskFull, disk_full
@@ -297,16 +298,33 @@ class ReportUnwritten(DiskFull):
         self.report = report
 
 
+REPORT_MAX = 16 << 20  # a night's JSON report is a few KB a variant; an earlier one past this is not read
+
+
+def _usable(run: object) -> bool:
+    """A saved run whose fields ``since_previous`` reads have their types: a report edited or cut otherwise is
+    passed over, as one that is not JSON is."""
+    if not isinstance(run, dict) or not run.get("build"):
+        return False
+    build, lock = run["build"], run.get("lock")
+    keys = build.get("node_keys") if isinstance(build, dict) else None
+    return (isinstance(run.get("stack"), str) and isinstance(run.get("variant"), str) and isinstance(build, dict)
+            and (keys is None or (isinstance(keys, dict) and all(isinstance(v, str) for v in keys.values())))
+            and (lock is None or (isinstance(lock, dict) and isinstance(lock.get("hash"), str | None))))
+
+
 def previous_runs(report_dir: Path) -> dict[tuple[str, str], Mapping[str, Any]]:
-    """The newest earlier nightly result of each (stack, variant), from the saved reports."""
+    """The newest earlier nightly result of each (stack, variant), from the saved reports (read through the
+    bounded reader: the folder may be any --report-dir, and a file there anything)."""
     found: dict[tuple[str, str], Mapping[str, Any]] = {}
     for path in sorted(report_dir.glob("2*.json")):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            data = untrusted.loads(untrusted.read_capped(path, REPORT_MAX))
+        except (OSError, ValueError):  # not readable, too large or deep, not UTF-8, not JSON
             continue
-        for run in data.get("runs", []):
-            if run.get("build"):
+        runs = data.get("runs") if isinstance(data, dict) else None
+        for run in runs if isinstance(runs, list) else ():
+            if _usable(run):
                 found[(run["stack"], run["variant"])] = run
     return found
 

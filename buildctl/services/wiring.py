@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildctl import syntax
-from buildctl.config import BACKENDS, Config
+from buildctl.config import BACKENDS, Config, registry_address
 from buildctl.errors import UsageError
 from buildctl.graph import routing
 from buildctl.lock.resolvers import Resolvers
@@ -52,6 +52,13 @@ class Builders:
     def describe(self) -> str:
         where = ", ".join(e or "the local engine (DOCKER_HOST or the socket)" for e in self.endpoints)
         return f"backend {self.backend} on {where} ({self.source})"
+
+
+def check_registry_arg(registry: str | None) -> None:
+    """``--registry``, checked as the configuration's ``registry`` is: it becomes part of every node's image name."""
+    problem = registry_address(registry) if registry is not None else None
+    if problem:
+        raise UsageError(f"--registry {registry!r} {problem}", fix="give HOST[:PORT][/PATH], e.g. --registry 127.0.0.1:5000")
 
 
 def choose_builders(config: Config, *, backend: str | None = None, engines: Sequence[str] = (),
