@@ -93,18 +93,17 @@ def _write_fd(fd: int, text: str, path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def make_folder(path: Path, named_by: str) -> Path:
-    """``path`` as a folder, made with its parents when missing, before any work is done there: a file in its
-    place or a place that cannot hold one is a UsageError naming ``named_by`` (the option that gave it), a full
-    disk a DiskFull."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        full = disk_full(path, exc)
-        if full is not None:
-            raise full from exc
-        raise UsageError(f"{named_by} {path}: cannot use it as a folder: {exc.strerror or exc}",
-                         fix=f"give {named_by} a folder, or a path where one can be made") from None
+def usable_folder(path: Path, named_by: str) -> Path:
+    """``path`` checked, before any work is done there, for being a folder or a place where one can be made (a
+    missing path whose nearest existing parent is a folder); nothing is made, so a run that stops early leaves
+    nothing behind. Otherwise a UsageError naming ``named_by`` (the option that gave it)."""
+    place = path
+    while not place.exists() and not place.is_symlink() and place.parent != place:
+        place = place.parent
+    if not place.is_dir():
+        what = "is not a folder" if place == path else f"is below {place}, which is not a folder"
+        raise UsageError(f"{named_by} {path}: cannot use it as a folder: it {what}",
+                         fix=f"give {named_by} a folder, or a path where one can be made")
     return path
 
 

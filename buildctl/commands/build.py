@@ -194,7 +194,7 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     _check_no_load(args, t.registry)
     if args.dry_run:
         out = args.out or ctx.config.cache.root / "dry-run" / t.graph.stack / t.graph.variant
-        safepath.make_folder(out, "--out" if args.out else "the dry run's folder")  # before sources are prepared
+        safepath.usable_folder(out, "--out" if args.out else "the dry run's folder")  # before sources are prepared
         for line in building.prepare_sources(t, wiring.sources(ctx.config, base_dir=t.manifest_path.parent)):
             ctx.ui.print(line)
         # the plan first (what `build` would do, as `buildctl plan` says), then what each node is built from

@@ -48,7 +48,7 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
     stacks = args.stacks or [ctx.config.default_stack]
     todo = nightly.targets(ctx.pins_dir, stacks, args.variant)
     report_dir = args.report_dir or ctx.config.cache.reports / "nightly"
-    safepath.make_folder(report_dir, "--report-dir" if args.report_dir else "the nightly reports' folder")  # not after the night
+    safepath.usable_folder(report_dir, "--report-dir" if args.report_dir else "the nightly reports' folder")  # not after the night
     routes, backend = nightly.routed(ctx.config, ctx.pins_dir, todo, emulate=args.emulate)
     steps = nightly.RealSteps(project=ctx.project, config=ctx.config, ui=ctx.ui, registry=args.registry, jobs=args.jobs,
                               routes=routes, backend=backend)

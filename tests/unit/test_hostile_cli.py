@@ -100,12 +100,15 @@ def test_registry_option_that_is_fine_passes() -> None:
 
 def test_a_folder_option_naming_a_file_is_a_usage_error(tmp_path: Path) -> None:
     """`build --dry-run --out FILE` and `nightly --report-dir FILE` ended in FileExistsError, after the
-    sources were prepared or the whole night ran; the folder is made (or refused) first."""
+    sources were prepared or the whole night ran; the folder is checked first, and not made (a run that stops
+    early leaves nothing behind)."""
     (tmp_path / "file").write_text("x")
-    for path in (tmp_path / "file", tmp_path / "file" / "below"):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for path in (tmp_path / "file", tmp_path / "file" / "below", tmp_path / "loop"):
         with pytest.raises(UsageError, match=r"--out .*: cannot use it as a folder"):
-            safepath.make_folder(path, "--out")
-    assert safepath.make_folder(tmp_path / "a" / "b", "--out").is_dir()
+            safepath.usable_folder(path, "--out")
+    assert safepath.usable_folder(tmp_path / "a" / "b", "--out") == tmp_path / "a" / "b"
+    assert not (tmp_path / "a").exists()
 
 
 def test_nightly_refuses_a_report_dir_that_is_a_file_before_it_runs(project: Path,
