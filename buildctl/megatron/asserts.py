@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 
 from buildctl.megatron import combos, rules
-from buildctl.megatron.consistency import LayoutError, _Checks, parse_layout
+from buildctl.megatron.consistency import _Checks
 from buildctl.megatron.report import Finding, _Use
 
 
@@ -37,34 +37,6 @@ class _Consistency(_Checks):
             if r.when(self):
                 self.add("error", r.check, r.flag, f"{r.message}: Megatron-LM refuses it ({r.cite.text!r})", r.fix,
                          self.at(r.flag), cite=r.cite)
-
-    def virtual_stages(self) -> int | None:
-        """The virtual stages per pipeline rank as validate_args derives them (None: no interleaving)."""
-        pp = self.integer("--pipeline-model-parallel-size", 1) or 1
-        layout = self.value("--pipeline-model-parallel-layout")
-        if layout is not None:
-            try:
-                stages = len(parse_layout(layout).stages)
-            except LayoutError:
-                return None
-            return stages // pp if stages % pp == 0 and stages // pp > 1 else None
-        nvs = self.integer("--num-virtual-stages-per-pipeline-rank", None)
-        if nvs is not None:
-            return nvs if nvs > 1 else None
-        per_vstage = self.integer("--num-layers-per-virtual-pipeline-stage", None)
-        layers = self.split_layers()
-        if per_vstage and layers is not None and layers % pp == 0 and (layers // pp) % per_vstage == 0:
-            v = (layers // pp) // per_vstage
-            return v if v > 1 else None
-        return None
-
-    def split_layers(self) -> int | None:
-        """--num-layers plus the embedding / loss stages the split options count (arguments.py 590-596, 615-622)."""
-        layers = self.integer("--num-layers", None)
-        if layers is None:
-            return None
-        return (layers + int(self.flag_on("--account-for-embedding-in-pipeline-split"))
-                + int(self.flag_on("--account-for-loss-in-pipeline-split")))
 
     def layers_per_stage(self) -> None:
         """No layout, no virtual stages, no uneven first/last stage: the layers split evenly over PP."""

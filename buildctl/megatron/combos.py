@@ -1,7 +1,8 @@
 """What validate_args and TransformerConfig refuse about flags given together (or missing together), as a
 table of rules: each names the flag it reports, the upstream assertion (``rules.Cite``, file:line at
 effebd81), when it fires (a predicate over the launch's arguments, its environment and its GPUs) and
-the fix. Pure: asserts._Consistency.combinations runs them.
+the fix. Pure: asserts._Consistency.combinations runs them; the predicates read the launch through
+consistency._Checks.
 
 A rule here must fire only where the pinned Megatron-LM refuses at start: scripts/megatron-validate.py
 holds the table against the real validate_args over the mutation set (tests/data/megatron-mutations.yaml).
@@ -12,13 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from buildctl.megatron.consistency import _Checks as C
 from buildctl.megatron.consistency import moe_layer_pattern
 from buildctl.megatron.rules import ARGS, MPCONF, TCONF, Cite
-
-if TYPE_CHECKING:
-    from buildctl.megatron.asserts import _Consistency as C
 
 
 @dataclass(frozen=True, kw_only=True)

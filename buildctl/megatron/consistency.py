@@ -152,6 +152,34 @@ class _Checks:
         except ValueError:
             return None  # reported by the type check when the source is known
 
+    def virtual_stages(self) -> int | None:
+        """The virtual stages per pipeline rank as validate_args derives them (None: no interleaving)."""
+        pp = self.integer("--pipeline-model-parallel-size", 1) or 1
+        layout = self.value("--pipeline-model-parallel-layout")
+        if layout is not None:
+            try:
+                stages = len(parse_layout(layout).stages)
+            except LayoutError:
+                return None
+            return stages // pp if stages % pp == 0 and stages // pp > 1 else None
+        nvs = self.integer("--num-virtual-stages-per-pipeline-rank", None)
+        if nvs is not None:
+            return nvs if nvs > 1 else None
+        per_vstage = self.integer("--num-layers-per-virtual-pipeline-stage", None)
+        layers = self.split_layers()
+        if per_vstage and layers is not None and layers % pp == 0 and (layers // pp) % per_vstage == 0:
+            v = (layers // pp) // per_vstage
+            return v if v > 1 else None
+        return None
+
+    def split_layers(self) -> int | None:
+        """--num-layers plus the embedding / loss stages the split options count (arguments.py 590-596, 615-622)."""
+        layers = self.integer("--num-layers", None)
+        if layers is None:
+            return None
+        return (layers + int(self.flag_on("--account-for-embedding-in-pipeline-split"))
+                + int(self.flag_on("--account-for-loss-in-pipeline-split")))
+
     def at(self, *options: str) -> Location:
         for o in options:
             u = self.last(o)
