@@ -307,151 +307,201 @@ def build(
     templates: Mapping[str, str],
     extras: Extras | None = None,
 ) -> Graph:
-    """Derive the nodes of ``variant``. ``templates``: node kind -> digest of its fragment(s)."""
-    extras = extras or Extras()
-    platform = variant.platform
-    python = manifest.smoke.python
-    cleanup = tuple(manifest.cleanup)
-    nodes: list[Node] = []
-    warnings: list[str] = []
+    """Derive the nodes of ``variant``, in the order they stand on each other. ``templates``: node kind ->
+    digest of its fragment(s)."""
+    g = _Builder(manifest=manifest, lock=lock, variant=variant, templates=templates, extras=extras or Extras())
+    g.base()
+    g.downloads()
+    g.cudnn()
+    g.system()
+    g.python()
+    g.compiles()
+    g.assemble()
+    g.entrypoint()
+    return Graph(stack=manifest.stack, variant=variant.name, platform=variant.platform,
+                 lock_digest=lock.digest() if lock else None, nodes=tuple(g.nodes), gate=g.gate,
+                 warnings=tuple(g.warnings))
 
-    def add(name: str, kind: NodeKind, parents: tuple[str, ...], spec: NodeSpec,
+
+@dataclass(kw_only=True)
+class _Builder:
+    """One variant's nodes as ``build`` derives them, step by step; each step adds its node(s) on those before."""
+
+    manifest: Manifest
+    lock: VariantLock | None
+    variant: Variant
+    templates: Mapping[str, str]
+    extras: Extras
+    nodes: list[Node] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    # what the steps hand on: the downloads placed as files (and why each is not locked), the pip wheels among
+    # them, the apt sources, the node the system stands on, cuDNN's source, the compiles' wheels, the source
+    # trees, the components' commits, the final gate
+    files: dict[str, FileSpec] = field(default_factory=dict)
+    file_unlocked: dict[str, str] = field(default_factory=dict)
+    wheel_downloads: list[tuple[PipPin, str | None]] = field(default_factory=list)
+    all_sources: tuple[AptSource, ...] = ()
+    below_system: str = "base"
+    cudnn_source: AptSource | None = None
+    wheels: list[WheelInstall] = field(default_factory=list)
+    trees: list[TreeInstall] = field(default_factory=list)
+    wheel_nodes: list[str] = field(default_factory=list)
+    tree_unlocked: list[str] = field(default_factory=list)
+    component_shas: dict[str, str] = field(default_factory=dict)
+    gate: str | None = None
+
+    @property
+    def cleanup(self) -> tuple[str, ...]:
+        return tuple(self.manifest.cleanup)
+
+    @property
+    def python_exe(self) -> str:
+        return self.manifest.smoke.python
+
+    def add(self, name: str, kind: NodeKind, parents: tuple[str, ...], spec: NodeSpec,
             unlocked: Iterable[str | None] = (), component: str | None = None) -> Node:
-        by_name = {n.name: n for n in nodes}
-        template = templates.get(kind, "")
+        by_name = {n.name: n for n in self.nodes}
+        template = self.templates.get(kind, "")
         if kind != "base" and not template:
             raise ValueError(f"no template digest for node kind {kind!r}")
         key = node_key(kind, [by_name[p].key for p in parents], key_inputs(spec), template)
         node = Node(name=name, kind=kind, parents=parents, spec=spec, template=template,
                     unlocked=tuple(u for u in unlocked if u), key=key, component=component)
-        nodes.append(node)
+        self.nodes.append(node)
         return node
 
-    # base
-    digest = lock.base.digest if lock and lock.base and lock.base.ref == variant.image else None
-    if "@sha256:" in variant.image:
-        digest = variant.image.split("@", 1)[1]
-    add("base", "base", (), BaseNodeSpec(image=variant.image, digest=digest, platform=platform),
-        [None if digest else f"base {variant.image} digest"])
+    def base(self) -> None:
+        """The base image, by the digest the lock (or the manifest's own reference) gives."""
+        image, lock = self.variant.image, self.lock
+        digest = lock.base.digest if lock and lock.base and lock.base.ref == image else None
+        if "@sha256:" in image:
+            digest = image.split("@", 1)[1]
+        self.add("base", "base", (), BaseNodeSpec(image=image, digest=digest, platform=self.variant.platform),
+                 [None if digest else f"base {image} digest"])
 
-    files: dict[str, FileSpec] = {}
-    file_unlocked: dict[str, str] = {}
-    wheel_downloads: list[tuple[PipPin, str | None]] = []
-    for d in manifest.downloads:
-        if d.install == "pip":
-            if d.for_platform(platform) is None:
-                warnings.append(f"download {d.name} has no URL for {platform}: not in this variant's images")
-            else:
-                wheel_downloads.append(_download_pin(d, platform, lock))
-            continue
-        f, why = _file(d, platform, lock)
-        if f is None:
-            warnings.append(f"download {d.name} has no URL for {platform}: not in this variant's images")
-            continue
-        files[d.name] = f
-        if why:
-            file_unlocked[d.name] = why
-    all_sources = _sources(manifest.apt.repos, platform)
-    runtime_apt = lock.apt if lock else {}
+    def downloads(self) -> None:
+        """The manifest's downloads for this platform: pip wheels for the python node, files for the others;
+        one with no URL for the platform is left out with a warning. The apt sources of the platform."""
+        platform = self.variant.platform
+        for d in self.manifest.downloads:
+            if d.install == "pip":
+                if d.for_platform(platform) is None:
+                    self.warnings.append(f"download {d.name} has no URL for {platform}: not in this variant's images")
+                else:
+                    self.wheel_downloads.append(_download_pin(d, platform, self.lock))
+                continue
+            f, why = _file(d, platform, self.lock)
+            if f is None:
+                self.warnings.append(f"download {d.name} has no URL for {platform}: not in this variant's images")
+                continue
+            self.files[d.name] = f
+            if why:
+                self.file_unlocked[d.name] = why
+        self.all_sources = _sources(self.manifest.apt.repos, platform)
 
-    # cudnn: on the base, so that compiles needing it build FROM it without seeing system
-    below_system = "base"
-    cudnn = manifest.cudnn_for(variant)
-    cudnn_source: AptSource | None = None
-    if cudnn is not None:
-        cudnn_source = next((s for s in all_sources if s.name == cudnn.repo), None)
+    def cudnn(self) -> None:
+        """cuDNN on the base, so that compiles needing it build FROM it without seeing system."""
+        cudnn = self.manifest.cudnn_for(self.variant)
+        if cudnn is None:
+            return
+        self.cudnn_source = next((s for s in self.all_sources if s.name == cudnn.repo), None)
         pattern = cudnn.apt_version or f"{cudnn.version}-*"
-        pin, why = _apt_pin(AptPackage(name=cudnn.package, version=pattern), runtime_apt)
-        keyring = _keyrings([cudnn_source] if cudnn_source else [], files)
-        add("cudnn", "cudnn", ("base",), CudnnNodeSpec(
-            package=cudnn.package, version=cudnn.version, apt_version=pin.version, source=cudnn_source,
-            files=keyring, cleanup=cleanup, recommends=manifest.apt.recommends),
-            [why, *(file_unlocked.get(f.name) for f in keyring)])
-        below_system = "cudnn"
+        pin, why = _apt_pin(AptPackage(name=cudnn.package, version=pattern), self.lock.apt if self.lock else {})
+        keyring = _keyrings([self.cudnn_source] if self.cudnn_source else [], self.files)
+        self.add("cudnn", "cudnn", ("base",), CudnnNodeSpec(
+            package=cudnn.package, version=cudnn.version, apt_version=pin.version, source=self.cudnn_source,
+            files=keyring, cleanup=self.cleanup, recommends=self.manifest.apt.recommends),
+            [why, *(self.file_unlocked.get(f.name) for f in keyring)])
+        self.below_system = "cudnn"
 
-    # system: apt sources and packages, downloads, removals (what cuDNN's node already set up is not repeated)
-    sys_sources = tuple(s for s in all_sources if s is not cudnn_source)
-    placed = {s.keyring for s in ([cudnn_source] if cudnn_source else []) if s.keyring}
-    sys_files = tuple(f for n, f in sorted(files.items()) if n not in placed)
-    apt_pins = [_apt_pin(p, runtime_apt) for p in manifest.apt.packages]
-    add("system", "system", (below_system,), SystemNodeSpec(
-        files=sys_files, sources=sys_sources, apt=tuple(sorted((p for p, _ in apt_pins), key=lambda p: p.name)),
-        remove_pip=tuple(manifest.remove.pip), remove_paths=tuple(manifest.remove.paths), cleanup=cleanup,
-        python=python, recommends=manifest.apt.recommends),
-        [*(w for _, w in apt_pins), *(file_unlocked.get(f.name) for f in sys_files)])
+    def system(self) -> None:
+        """apt sources and packages, downloads, removals (what cuDNN's node already set up is not repeated)."""
+        m = self.manifest
+        sys_sources = tuple(s for s in self.all_sources if s is not self.cudnn_source)
+        placed = {s.keyring for s in ([self.cudnn_source] if self.cudnn_source else []) if s.keyring}
+        sys_files = tuple(f for n, f in sorted(self.files.items()) if n not in placed)
+        apt_pins = [_apt_pin(p, self.lock.apt if self.lock else {}) for p in m.apt.packages]
+        self.add("system", "system", (self.below_system,), SystemNodeSpec(
+            files=sys_files, sources=sys_sources, apt=tuple(sorted((p for p, _ in apt_pins), key=lambda p: p.name)),
+            remove_pip=tuple(m.remove.pip), remove_paths=tuple(m.remove.paths), cleanup=self.cleanup,
+            python=self.python_exe, recommends=m.apt.recommends),
+            [*(w for _, w in apt_pins), *(self.file_unlocked.get(f.name) for f in sys_files)])
 
-    # python
-    pins, pip_unlocked = _pip_pins(runtime_requirements(manifest), lock.pip if lock else None,
-                                   downloads=[p for p, _ in wheel_downloads])
-    pip_unlocked += [why for _, why in wheel_downloads if why]
-    add("python", "python", ("system",), PythonNodeSpec(
-        python=python, constraint=manifest.pip.constraint, pins=pins, protect=tuple(manifest.protect.packages),
-        replace=tuple(manifest.protect.replace), cleanup=cleanup), pip_unlocked)
+    def python(self) -> None:
+        """The runtime pip pins (the pip wheels among the downloads included), protected packages kept."""
+        m = self.manifest
+        pins, pip_unlocked = _pip_pins(runtime_requirements(m), self.lock.pip if self.lock else None,
+                                       downloads=[p for p, _ in self.wheel_downloads])
+        pip_unlocked += [why for _, why in self.wheel_downloads if why]
+        self.add("python", "python", ("system",), PythonNodeSpec(
+            python=self.python_exe, constraint=m.pip.constraint, pins=pins, protect=tuple(m.protect.packages),
+            replace=tuple(m.protect.replace), cleanup=self.cleanup), pip_unlocked)
 
-    # compile nodes, off the chain
-    wheels: list[WheelInstall] = []
-    trees: list[TreeInstall] = []
-    wheel_nodes: list[str] = []
-    tree_unlocked: list[str] = []
-    component_shas: dict[str, str] = {}
-    for c in manifest.components:
-        lc = lock.components.get(c.name) if lock else None
-        source, src_why = _source(c, lc)
-        component_shas[c.name] = source.tree or c.commit
-        if c.install.kind is InstallKind.SOURCE_TREE:
-            assert c.install.path  # the loader requires it
-            trees.append(TreeInstall(component=c.name, path=c.install.path, source=source))
-            if src_why:
-                tree_unlocked.append(src_why)  # recorded on assemble, the node whose key the tree feeds
-            continue
-        parent = "cudnn" if c.build.needs_cudnn and cudnn is not None else "base"
-        if c.build.needs_cudnn and cudnn is None:
-            warnings.append(f"component {c.name} needs cuDNN, but variant {variant.name} pins none: "
-                            "its compile uses the base image's cuDNN")
-        env_sources = (tuple(s for s in all_sources if s is not cudnn_source or parent != "cudnn")
+    def compiles(self) -> None:
+        """Each component: a source tree (installed by assemble), or a compile environment and its wheel, off
+        the chain (on cuDNN where the component needs it and the variant pins one, else on the base)."""
+        for c in self.manifest.components:
+            lc = self.lock.components.get(c.name) if self.lock else None
+            source, src_why = _source(c, lc)
+            self.component_shas[c.name] = source.tree or c.commit
+            if c.install.kind is InstallKind.SOURCE_TREE:
+                assert c.install.path  # the loader requires it
+                self.trees.append(TreeInstall(component=c.name, path=c.install.path, source=source))
+                if src_why:
+                    self.tree_unlocked.append(src_why)  # recorded on assemble, the node whose key the tree feeds
+                continue
+            self._compile(c, source, src_why)
+
+    def _compile(self, c: Component, source: SourceSpec, src_why: str | None) -> None:
+        m, lock = self.manifest, self.lock
+        has_cudnn = self.below_system == "cudnn"
+        parent = "cudnn" if c.build.needs_cudnn and has_cudnn else "base"
+        if c.build.needs_cudnn and not has_cudnn:
+            self.warnings.append(f"component {c.name} needs cuDNN, but variant {self.variant.name} pins none: "
+                                 "its compile uses the base image's cuDNN")
+        env_sources = (tuple(s for s in self.all_sources if s is not self.cudnn_source or parent != "cudnn")
                        if c.build.apt else ())
-        env_files = _keyrings(env_sources, files)
-        build_apt_locked = lock.build_apt.get(c.name, {}) if lock else {}
-        bapt = [_apt_pin(p, build_apt_locked) for p in c.build.apt]
+        env_files = _keyrings(env_sources, self.files)
+        bapt = [_apt_pin(p, lock.build_apt.get(c.name, {}) if lock else {}) for p in c.build.apt]
         bpins, bpip_unlocked = _pip_pins(c.build.requires, lock.build_pip.get(c.name) if lock else None)
         env_name = f"compile-env:{c.name}"
-        add(env_name, "compile-env", (parent,), CompileEnvNodeSpec(
+        self.add(env_name, "compile-env", (parent,), CompileEnvNodeSpec(
             component=c.name, files=env_files, sources=env_sources,
-            apt=tuple(sorted((p for p, _ in bapt), key=lambda p: p.name)), python=python,
-            constraint=manifest.pip.constraint, pins=bpins, cleanup=cleanup),
-            [*(w for _, w in bapt), *bpip_unlocked, *(file_unlocked.get(f.name) for f in env_files)],
+            apt=tuple(sorted((p for p, _ in bapt), key=lambda p: p.name)), python=self.python_exe,
+            constraint=m.pip.constraint, pins=bpins, cleanup=self.cleanup),
+            [*(w for _, w in bapt), *bpip_unlocked, *(self.file_unlocked.get(f.name) for f in env_files)],
             component=c.name)
-        add(f"wheel:{c.name}", "wheel", (env_name,), WheelNodeSpec(
-            component=c.name, source=source, env=manifest.component_env(c, variant), command=c.build.command,
+        self.add(f"wheel:{c.name}", "wheel", (env_name,), WheelNodeSpec(
+            component=c.name, source=source, env=m.component_env(c, self.variant), command=c.build.command,
             parallel_env=c.build.parallel_env, memory_per_job_gib=c.build.memory_per_job_gib,
             compile_cache=c.build.compile_cache),
             [src_why], component=c.name)
-        wheel_nodes.append(f"wheel:{c.name}")
-        wheels.append(WheelInstall(component=c.name, dist=c.install.dist))
+        self.wheel_nodes.append(f"wheel:{c.name}")
+        self.wheels.append(WheelInstall(component=c.name, dist=c.install.dist))
 
-    # assemble: wheels, source trees, runtime environment, what the image says about itself
-    labels = {f"io.buildctl.component.{n}": sha for n, sha in sorted(component_shas.items())}
-    labels.update(extras.assemble_labels)
-    add("assemble", "assemble", ("python", *wheel_nodes), AssembleNodeSpec(
-        python=python, constraint=manifest.pip.constraint, wheels=tuple(wheels),
-        trees=tuple(sorted(trees, key=lambda t: t.component)), env=manifest.env_for(variant), labels=labels,
-        cleanup=cleanup), tree_unlocked)
+    def assemble(self) -> None:
+        """Wheels, source trees, runtime environment, what the image says about itself."""
+        m = self.manifest
+        labels = {f"io.buildctl.component.{n}": sha for n, sha in sorted(self.component_shas.items())}
+        labels.update(self.extras.assemble_labels)
+        self.add("assemble", "assemble", ("python", *self.wheel_nodes), AssembleNodeSpec(
+            python=self.python_exe, constraint=m.pip.constraint, wheels=tuple(self.wheels),
+            trees=tuple(sorted(self.trees, key=lambda t: t.component)), env=m.env_for(self.variant), labels=labels,
+            cleanup=self.cleanup), self.tree_unlocked)
 
-    gate: str | None = None
-    if manifest.entrypoint is not None:
-        frag = extras.entrypoint
+    def entrypoint(self) -> None:
+        """The launch script baked in, behind the smoke gate (where the manifest has an entrypoint)."""
+        if self.manifest.entrypoint is None:
+            return
+        frag = self.extras.entrypoint
         if frag is None:
             raise ValueError("the manifest has an entrypoint but no launch script was rendered for it")
-        add("entrypoint", "entrypoint", ("assemble",), EntrypointNodeSpec(
+        self.add("entrypoint", "entrypoint", ("assemble",), EntrypointNodeSpec(
             workdir=frag.workdir, script=frag.script, script_path=frag.script_path,
             script_mode=f"0{frag.script_mode:o}", entrypoint=tuple(frag.entrypoint), cmd=tuple(frag.cmd),
             labels=dict(frag.labels),
-            smoke="skipped" if extras.skip_smoke else "gate"))
-        gate = "entrypoint"
-
-    return Graph(stack=manifest.stack, variant=variant.name, platform=platform,
-                 lock_digest=lock.digest() if lock else None, nodes=tuple(nodes), gate=gate,
-                 warnings=tuple(warnings))
+            smoke="skipped" if self.extras.skip_smoke else "gate"))
+        self.gate = "entrypoint"
 
 
 def shared_labels(graph: Graph, node: Node) -> dict[str, str]:
