@@ -49,6 +49,7 @@ from buildctl.lock.resolve import (
     resolve_downloads,
 )
 from buildctl.lock.resolvers import (
+    ProbeRequest,
     Resolvers,
 )
 from buildctl.manifest.model import (
@@ -98,104 +99,154 @@ def resolve(m: Manifest, v: Variant, resolvers: Resolvers, config: Config, *,
     engine that is not there) is recorded in ``missing`` with the reason instead of failing the lock.
     ``only``: resolve these groups (GROUPS) alone; the others are recorded as not asked (needs partial).
     """
-    base_dir = Path(m.path).parent if m.path else Path.cwd()
-    wanted = set(GROUPS if only is None else only)
-    not_asked = f"not asked (lock --only {','.join(sorted(wanted))})"
-    missing: dict[str, str] = {}
-
-    def tolerate(section: str, exc: BuildctlError) -> None:
-        if not partial or not isinstance(exc, UnreachableError | EngineError):
-            raise exc
-        missing[section] = _why(exc)
-
-    base: LockedBase | None = None
-    pull_ref = ""
-    if "base" in wanted:
-        try:
-            base, pull_ref = resolve_base(m.stack, v, resolvers.registry, config.registry_mirrors)
-        except BuildctlError as exc:
-            tolerate("base", exc)
-    else:
-        missing["base"] = not_asked
-    components: dict[str, LockedComponent] = {}
-    for c in m.components:
-        if "git" not in wanted:
-            missing[f"components.{c.name}"] = not_asked
-            continue
-        try:
-            components[c.name] = resolve_component(c, resolvers.git, base_dir, notes)
-        except BuildctlError as exc:
-            tolerate(f"components.{c.name}", exc)
-    downloads: dict[str, LockedDownload] = {}
-    keyrings: dict[str, bytes] = {}
-    for d in m.downloads:
-        if "downloads" not in wanted:
-            if d.for_platform(v.platform) is not None:
-                missing[f"downloads.{d.name}"] = not_asked
-            continue
-        try:
-            got, content = resolve_downloads(m, v, resolvers.fetch, names={d.name})
-        except BuildctlError as exc:
-            tolerate(f"downloads.{d.name}", exc)
-            continue
-        downloads.update(got)
-        keyrings.update(content)
-    wheels = download_wheels(m, v, downloads, config.download_mirrors)
-    request = probe_request(m, v, keyrings, wheels)
-    pip: tuple[LockedPip, ...] = ()
-    build_pip: dict[str, tuple[LockedPip, ...]] = {}
-    apt: dict[str, str] = {}
-    build_apt: dict[str, dict[str, str]] = {}
-    probe_sections = _sections_of_packages(m, v)
-    blocked = ""
-    if "packages" not in wanted:
-        blocked = not_asked
-    elif base is None and request.needed:
-        blocked = f"resolved inside the base image, which is not locked ({missing.get('base', '')})"
-    elif request.needed:
-        lacking = [r.keyring for r in m.apt.repos if r.keyring and f"downloads.{r.keyring}" in missing]
-        wheels_missing = [d.name for d in m.downloads if d.install == "pip" and f"downloads.{d.name}" in missing]
-        if lacking and any(s in probe_sections for s in ("apt", "build_apt")):
-            blocked = f"needs the apt keyring download {', '.join(lacking)}, which is not locked"
-        elif wheels_missing:
-            blocked = f"resolved together with the wheel download {', '.join(wheels_missing)}, which is not locked"
+    r = _Resolution(m=m, v=v, resolvers=resolvers, config=config, partial=partial,
+                    wanted=set(GROUPS if only is None else only), notes=notes)
+    r.base()
+    r.components()
+    r.downloads()
+    request = probe_request(m, v, r.keyrings, r.wheels())
+    blocked = r.probe_blocked(request.needed)
     if blocked:
-        missing.update({s: blocked for s in probe_sections})
+        r.missing.update({s: blocked for s in _sections_of_packages(m, v)})
     elif request.needed:
-        assert base is not None
+        r.probe(request)
+    if r.missing and not partial:
+        raise LockError(f"{m.stack}/{v.name}: --only leaves sections unlocked", fix="add --partial")
+    return VariantLock(base=r.locked_base, apt=r.apt, build_apt=r.build_apt, downloads=r.locked_downloads, pip=r.pip,
+                       build_pip=r.build_pip, components=r.locked_components, missing=r.missing,
+                       resolved_at=now().strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+@dataclass(kw_only=True)
+class _Resolution:
+    """One variant's lock as ``resolve`` makes it, group by group (GROUPS); what a group could not resolve
+    (``partial``) or was not asked for (``wanted``) goes to ``missing`` with the reason."""
+
+    m: Manifest
+    v: Variant
+    resolvers: Resolvers
+    config: Config
+    partial: bool
+    wanted: set[str]
+    notes: list[str] | None
+    missing: dict[str, str] = dataclasses.field(default_factory=dict)
+    locked_base: LockedBase | None = None
+    pull_ref: str = ""
+    locked_components: dict[str, LockedComponent] = dataclasses.field(default_factory=dict)
+    locked_downloads: dict[str, LockedDownload] = dataclasses.field(default_factory=dict)
+    keyrings: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    pip: tuple[LockedPip, ...] = ()
+    build_pip: dict[str, tuple[LockedPip, ...]] = dataclasses.field(default_factory=dict)
+    apt: dict[str, str] = dataclasses.field(default_factory=dict)
+    build_apt: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    _wheels: dict[str, tuple[str, str]] | None = None
+
+    @property
+    def not_asked(self) -> str:
+        return f"not asked (lock --only {','.join(sorted(self.wanted))})"
+
+    def tolerate(self, section: str, exc: BuildctlError) -> None:
+        """Record ``exc`` as why ``section`` is missing where a partial lock may leave it; else raise it."""
+        if not self.partial or not isinstance(exc, UnreachableError | EngineError):
+            raise exc
+        self.missing[section] = _why(exc)
+
+    def base(self) -> None:
+        """The base image's digest (and the reference the probe pulls it by)."""
+        if "base" not in self.wanted:
+            self.missing["base"] = self.not_asked
+            return
+        try:
+            self.locked_base, self.pull_ref = resolve_base(self.m.stack, self.v, self.resolvers.registry,
+                                                           self.config.registry_mirrors)
+        except BuildctlError as exc:
+            self.tolerate("base", exc)
+
+    def components(self) -> None:
+        """Each component's commit, tree and PR heads, from git."""
+        base_dir = Path(self.m.path).parent if self.m.path else Path.cwd()
+        for c in self.m.components:
+            if "git" not in self.wanted:
+                self.missing[f"components.{c.name}"] = self.not_asked
+                continue
+            try:
+                self.locked_components[c.name] = resolve_component(c, self.resolvers.git, base_dir, self.notes)
+            except BuildctlError as exc:
+                self.tolerate(f"components.{c.name}", exc)
+
+    def downloads(self) -> None:
+        """Each download of the variant's platform, fetched and hashed (apt keyrings kept for the probe)."""
+        for d in self.m.downloads:
+            if "downloads" not in self.wanted:
+                if d.for_platform(self.v.platform) is not None:
+                    self.missing[f"downloads.{d.name}"] = self.not_asked
+                continue
+            try:
+                got, content = resolve_downloads(self.m, self.v, self.resolvers.fetch, names={d.name})
+            except BuildctlError as exc:
+                self.tolerate(f"downloads.{d.name}", exc)
+                continue
+            self.locked_downloads.update(got)
+            self.keyrings.update(content)
+
+    def wheels(self) -> dict[str, tuple[str, str]]:
+        """The wheel downloads the probe installs with the pip pins (fetched once)."""
+        if self._wheels is None:
+            self._wheels = download_wheels(self.m, self.v, self.locked_downloads, self.config.download_mirrors)
+        return self._wheels
+
+    def probe_blocked(self, needed: bool) -> str:
+        """Why the packages (pip, apt, their build sections), resolved inside the base, cannot be now ("":
+        they can, or need no probe): not asked, the base not locked, or a keyring or wheel they need missing."""
+        m = self.m
+        if "packages" not in self.wanted:
+            return self.not_asked
+        if self.locked_base is None and needed:
+            return f"resolved inside the base image, which is not locked ({self.missing.get('base', '')})"
+        if not needed:
+            return ""
+        lacking = [r.keyring for r in m.apt.repos if r.keyring and f"downloads.{r.keyring}" in self.missing]
+        wheels_missing = [d.name for d in m.downloads if d.install == "pip" and f"downloads.{d.name}" in self.missing]
+        if lacking and any(s in _sections_of_packages(m, self.v) for s in ("apt", "build_apt")):
+            return f"needs the apt keyring download {', '.join(lacking)}, which is not locked"
+        if wheels_missing:
+            return f"resolved together with the wheel download {', '.join(wheels_missing)}, which is not locked"
+        return ""
+
+    def probe(self, request: ProbeRequest) -> None:
+        """The base's own Python, pip and apt, asked inside it: the runtime and build pins resolved there."""
+        m, v = self.m, self.v
+        assert self.locked_base is not None
         where = f"{v.image} ({v.platform})"
         try:
-            result = resolvers.in_base.probe(image=pull_ref, platform=v.platform, request=request)
+            result = self.resolvers.in_base.probe(image=self.pull_ref, platform=v.platform, request=request)
         except BuildctlError as exc:
-            tolerate("packages", exc)
-            why = missing.pop("packages")
-            missing.update({s: why for s in probe_sections})
-        else:
-            if result.python and not (result.python + ".").startswith(v.python + "."):
-                raise LockError(f"{m.stack}/{v.name}: the base's python is {result.python}, the variant says {v.python}",
-                                fix=f"set variants.{v.name}.python: \"{'.'.join(result.python.split('.')[:2])}\"")
-            check_protected(m, result.pip, result.installed, where=where)
-            pip = pip_pins(runtime_requirements(m), result.pip, result.installed_after_remove, result.tags,
-                           resolvers.index, where=where, downloads={n: sha for n, (_, sha) in wheels.items()})
-            for c in m.components:
-                if c.build.requires:
-                    build_pip[c.name] = pip_pins(c.build.requires, result.build_pip.get(c.name, ()),
-                                                 result.installed, result.tags, resolvers.index,
-                                                 where=f"{where}, build requirements of {c.name}")
-            wanted_apt = [(p.name, p.version) for p in m.apt.packages]
-            cud = cudnn_pattern(m, v)
-            if cud:
-                wanted_apt.append(cud)
-            apt = resolve_apt(wanted_apt, result.apt, where=where)
-            for c in m.components:
-                if c.build.apt:
-                    build_apt[c.name] = resolve_apt([(p.name, p.version) for p in c.build.apt], result.apt,
-                                                    where=f"{where}, build dependencies of {c.name}")
-    if missing and not partial:
-        raise LockError(f"{m.stack}/{v.name}: --only leaves sections unlocked", fix="add --partial")
-    return VariantLock(base=base, apt=apt, build_apt=build_apt, downloads=downloads, pip=pip,
-                       build_pip=build_pip, components=components, missing=missing,
-                       resolved_at=now().strftime("%Y-%m-%dT%H:%M:%SZ"))
+            self.tolerate("packages", exc)
+            why = self.missing.pop("packages")
+            self.missing.update({s: why for s in _sections_of_packages(m, v)})
+            return
+        if result.python and not (result.python + ".").startswith(v.python + "."):
+            raise LockError(f"{m.stack}/{v.name}: the base's python is {result.python}, the variant says {v.python}",
+                            fix=f"set variants.{v.name}.python: \"{'.'.join(result.python.split('.')[:2])}\"")
+        check_protected(m, result.pip, result.installed, where=where)
+        self.pip = pip_pins(runtime_requirements(m), result.pip, result.installed_after_remove, result.tags,
+                            self.resolvers.index, where=where,
+                            downloads={n: sha for n, (_, sha) in self.wheels().items()})
+        for c in m.components:
+            if c.build.requires:
+                self.build_pip[c.name] = pip_pins(c.build.requires, result.build_pip.get(c.name, ()),
+                                                  result.installed, result.tags, self.resolvers.index,
+                                                  where=f"{where}, build requirements of {c.name}")
+        wanted_apt = [(p.name, p.version) for p in m.apt.packages]
+        cud = cudnn_pattern(m, v)
+        if cud:
+            wanted_apt.append(cud)
+        self.apt = resolve_apt(wanted_apt, result.apt, where=where)
+        for c in m.components:
+            if c.build.apt:
+                self.build_apt[c.name] = resolve_apt([(p.name, p.version) for p in c.build.apt], result.apt,
+                                                     where=f"{where}, build dependencies of {c.name}")
+
 
 
 # ------------------------------------------------------------------------------------------ the file
