@@ -1,0 +1,146 @@
+"""Hostile input, third pass: what the second pass left. A manifest or lock that is a FIFO (blocked forever on
+open), ``build --out`` without ``--dry-run`` (silently ignored), ``evidence`` of a malformed digest (a registry
+error after the registry was asked) and smoke's interpreter taken from an image label unchecked.
+
+Every test makes its own files under tmp_path; nothing reaches an engine, a registry or the network (an address
+that is needed is a dead one, 127.0.0.1:9, and is refused before it is used).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import textwrap
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from buildctl import cli, untrusted
+from buildctl.errors import LockError, ManifestErrors
+from buildctl.lock import lockfile
+from buildctl.manifest import pins
+
+MANIFEST = textwrap.dedent("""\
+    schema: 1
+    stack: t
+    base: {alias: demo-base}
+    variants:
+      v: {image: "127.0.0.1:5000/demo:1", platform: linux/amd64, cuda: "13"}
+    """)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project of one valid stack ``t`` (no lock), its configuration and cache under tmp_path."""
+    (tmp_path / "pins").mkdir()
+    (tmp_path / "images").mkdir()
+    (tmp_path / "pins" / "t.yaml").write_text(MANIFEST)
+    monkeypatch.setenv("BUILDCTL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("BUILDCTL_CONFIG", str(tmp_path / "none.toml"))
+    for var in ("BUILDCTL_REGISTRY", "BUILDCTL_BUILDERS", "BUILDCTL_BACKEND", "DOCKER_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def _main(project: Path, *argv: str) -> int:
+    return cli.main(["--project", str(project), "-q", *argv])
+
+
+# ------------------------------------------------------------------------------- non-regular files
+
+
+@contextmanager
+def unblocking(fifo: Path) -> Iterator[list[Path]]:
+    """A guard so that a regression fails instead of hanging: while the block runs, a thread keeps opening
+    ``fifo`` for writing without blocking (which succeeds only once a reader has opened it) and closes it again,
+    so a reader that opened the FIFO gets end-of-file. The list it yields names the FIFO when that happened."""
+    opened: list[Path] = []
+    done = threading.Event()
+
+    def writer() -> None:
+        while not done.wait(0.05):
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no reader (yet): nobody opened it
+                    continue
+                raise
+            os.close(fd)
+            opened.append(fifo)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        yield opened
+    finally:
+        done.set()
+        thread.join()
+
+
+@pytest.mark.parametrize("linked", [False, True])
+def test_a_manifest_that_is_a_fifo_is_refused_before_it_is_opened(
+        project: Path, linked: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """`pins check t` of a pins/t.yaml that is a FIFO (or a symlink to one) blocked forever in open(); the
+    manifest is refused by name, as not a regular file (exit 3), and the FIFO never opened."""
+    manifest = project / "pins" / "t.yaml"
+    manifest.unlink()
+    fifo = project / "pipe" if linked else manifest
+    os.mkfifo(fifo)
+    if linked:
+        manifest.symlink_to(fifo)
+    with unblocking(fifo) as opened:
+        assert _main(project, "pins", "check", "t") == 3
+        assert _main(project, "plan", "t") == 3
+    assert opened == []
+    err = capsys.readouterr().err
+    assert f"{manifest}: not a manifest: not a regular file (a FIFO)" in err
+    assert "Traceback" not in err
+
+
+def test_a_lock_that_is_a_fifo_is_refused_before_it_is_opened(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`plan t` with a pins/t.lock.json that is a FIFO blocked forever in open(); it is a LockError naming the
+    lock (exit 4)."""
+    lock = project / "pins" / "t.lock.json"
+    os.mkfifo(lock)
+    with unblocking(lock) as opened:
+        assert _main(project, "plan", "t") == 4
+    assert opened == []
+    err = capsys.readouterr().err
+    assert f"{lock}: not a regular file (a FIFO): not a lock file" in err
+
+
+def test_a_lock_or_manifest_that_is_a_device_or_a_directory_is_named(tmp_path: Path) -> None:
+    (tmp_path / "dev.lock.json").symlink_to("/dev/null")
+    with pytest.raises(LockError, match=r"dev\.lock\.json: not a regular file \(a character device\)"):
+        lockfile.read(tmp_path / "dev.lock.json")
+    (tmp_path / "d.yaml").mkdir()
+    with pytest.raises(ManifestErrors, match=r"d\.yaml: not a manifest: not a regular file \(a directory\)"):
+        pins.load(tmp_path / "d.yaml")
+    (tmp_path / "big.yaml").write_bytes(b"#" * (pins.MAX_BYTES + 1))  # a regular file: still read to the cap
+    with pytest.raises(ManifestErrors, match=rf"big\.yaml: not a manifest: larger than {pins.MAX_BYTES} bytes"):
+        pins.load(tmp_path / "big.yaml")
+    assert lockfile.read(tmp_path / "absent.lock.json") is None  # still: no lock is no lock
+    (tmp_path / "dangling.lock.json").symlink_to(tmp_path / "nowhere")
+    assert lockfile.read(tmp_path / "dangling.lock.json") is None
+
+
+def test_the_capped_reader_still_reads_a_pipe(tmp_path: Path) -> None:
+    """`bisect --good file:<(...)` reads a pipe through read_capped on purpose: only manifests and locks check."""
+    r, w = os.pipe()
+    os.write(w, b"{}")
+    os.close(w)
+    try:
+        assert untrusted.read_capped(Path(f"/dev/fd/{r}"), 10) == b"{}"
+    finally:
+        os.close(r)
+    r, w = os.pipe()
+    try:
+        with pytest.raises(untrusted.Malformed, match="a FIFO"):
+            untrusted.regular_file(Path(f"/dev/fd/{r}"))
+    finally:
+        os.close(r)
+        os.close(w)
