@@ -144,3 +144,20 @@ def test_the_capped_reader_still_reads_a_pipe(tmp_path: Path) -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+# ----------------------------------------------------------------------------------------- build --out
+
+
+def test_build_out_without_dry_run_is_a_usage_error(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`build t --out DIR` without --dry-run went on to build and never wrote DIR (the option silently ignored);
+    it is a usage error (exit 2) before anything is asked of an engine, and DIR is not made."""
+    out = project / "review"
+    assert _main(project, "build", "t", "--engine", "tcp://127.0.0.1:9", "--out", str(out)) == 2
+    err = capsys.readouterr().err
+    assert "--out goes with --dry-run" in err
+    assert "Traceback" not in err
+    assert not out.exists()
+    with pytest.raises(SystemExit):
+        _main(project, "build", "--help")
+    assert "with --dry-run only: folder to write into" in " ".join(capsys.readouterr().out.split())
