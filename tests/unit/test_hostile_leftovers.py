@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import cli, untrusted
+from buildctl import cli, imageref, untrusted
 from buildctl.errors import LockError, ManifestErrors
 from buildctl.lock import lockfile
 from buildctl.manifest import pins
@@ -161,3 +161,40 @@ def test_build_out_without_dry_run_is_a_usage_error(project: Path, capsys: pytes
     with pytest.raises(SystemExit):
         _main(project, "build", "--help")
     assert "with --dry-run only: folder to write into" in " ".join(capsys.readouterr().out.split())
+
+
+# -------------------------------------------------------------------------------------- evidence IMAGE
+
+
+@pytest.mark.parametrize(("image", "said"), [
+    ("127.0.0.1:9/a/b@sha256:zz", "has the digest 'sha256:zz', not sha256:<64 lower-case hex digits>"),
+    ("127.0.0.1:9/a/b@sha256:" + "A" * 64, "not sha256:<64 lower-case hex digits>"),
+    ("127.0.0.1:9/a/b@md5:" + "a" * 32, "has the digest 'md5:"),
+    ("127.0.0.1:9/a/b@", "has the digest '', not sha256"),
+    ("127.0.0.1:9/a/b:c@sha256:" + "a" * 64 + "@x", "not sha256:<64 lower-case hex digits>"),
+    ("127.0.0.1:9/a/b:", "has an empty tag"),
+    ("127.0.0.1:9/a/b:-x", "has the tag '-x'"),
+    ("127.0.0.1:9/A/b:c", "names the repository 'A/b'"),
+    ("[zz]:9/a/b:c", "names the registry host '[zz]:9'"),
+    ("127.0.0.1:9/a\nb:c", "holds the control character"),
+])
+@pytest.mark.parametrize("attach", [False, True])
+def test_evidence_of_a_malformed_reference_is_a_usage_error(project: Path, image: str, said: str, attach: bool,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`evidence 127.0.0.1:9/a/b@sha256:zz` asked the registry for that digest and exited 11 (a registry error);
+    the reference is checked where the argument is read, a usage error (exit 2) naming it, no registry asked
+    (the unit tests' guard would turn a connection into a failure)."""
+    report = project / "report.json"
+    report.write_text("{}")
+    argv = ["evidence", "attach", image, str(report)] if attach else ["evidence", image]
+    assert _main(project, *argv) == 2
+    err = capsys.readouterr().err
+    assert f"IMAGE {image!r} " in err and said in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("image", ["127.0.0.1:9/a/b@sha256:" + "a" * 64, "127.0.0.1:9/a/b:c@sha256:" + "0" * 64,
+                                   "[::1]:9/a/b:c", "localhost/a/b", "nvcr.io/nvidia/pytorch:25.09-py3",
+                                   "docker.io/library/x", "127.0.0.1:9/a__b/c-d.e:1.0_x"])
+def test_references_that_are_fine(image: str) -> None:
+    assert imageref.problem(image) is None
