@@ -8,6 +8,7 @@ that is needed is a dead one, 127.0.0.1:9, and is refused before it is used).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import textwrap
@@ -19,9 +20,12 @@ from pathlib import Path
 import pytest
 
 from buildctl import cli, imageref, untrusted
-from buildctl.errors import LockError, ManifestErrors
+from buildctl.build import smoke
+from buildctl.errors import LockError, ManifestErrors, SmokeFailed, UsageError
+from buildctl.graph import smoke_expect
 from buildctl.lock import lockfile
 from buildctl.manifest import pins
+from tests.unit.test_smoke_host import FakeEngine, FakeRun, expectation, real
 
 MANIFEST = textwrap.dedent("""\
     schema: 1
@@ -198,3 +202,35 @@ def test_evidence_of_a_malformed_reference_is_a_usage_error(project: Path, image
                                    "docker.io/library/x", "127.0.0.1:9/a__b/c-d.e:1.0_x"])
 def test_references_that_are_fine(image: str) -> None:
     assert imageref.problem(image) is None
+
+
+# ------------------------------------------------------------------------------ smoke's image interpreter
+
+
+@pytest.mark.parametrize("value", ["python3; id", "$(id)", "-c", "python3 -c 1", "python3\nid", "../python3"])
+def test_an_interpreter_label_that_breaks_the_rule_is_refused_before_a_container(tmp_path: Path, value: str) -> None:
+    """`buildctl smoke IMAGE` without --python ran the image's io.buildctl.smoke.python label as given (--python
+    and the manifest's smoke.python are held to syntax.interpreter); the label is too: SmokeFailed naming the
+    image and the label (the image's fault, as a suite that cannot run in it), before a container is started."""
+    eng = FakeEngine(answer=FakeRun(exit_code=1, stdout=real("report-build.json")),
+                     labels={smoke_expect.EXPECT_LABEL: expectation().label_value(), smoke_expect.PYTHON_LABEL: value})
+    with pytest.raises(SmokeFailed) as info:
+        smoke.run_smoke(eng, "127.0.0.1:9/a/b:1", None, report_dir=tmp_path / "reports")
+    assert info.value.what.startswith(f"the smoke suite cannot run in 127.0.0.1:9/a/b:1: its {smoke_expect.PYTHON_LABEL} "
+                                      f"label says {value!r}, which ")
+    assert eng.runs == [] and not (tmp_path / "reports").exists()
+    # --python wins over the label (checked as the command line checks it), and a good label is used
+    smoke.run_smoke(eng, "127.0.0.1:9/a/b:1", None, report_dir=tmp_path / "reports", python="/usr/bin/python3.12")
+    assert eng.runs[-1]["command"][0] == "/usr/bin/python3.12"
+    with pytest.raises(UsageError, match=r"--python 'python3; id' is not an interpreter name"):
+        smoke.run_smoke(eng, "127.0.0.1:9/a/b:1", None, report_dir=tmp_path / "reports", python="python3; id")
+
+
+def test_an_interpreter_the_expectation_label_records_is_held_to_the_rule(tmp_path: Path) -> None:
+    """With no interpreter label, the one the image's expectation label records (runner.python) is used: the same
+    rule, the same refusal."""
+    hostile = dataclasses.replace(expectation(), python="python3; id")
+    eng = FakeEngine(answer=FakeRun(exit_code=0, stdout=""), labels={smoke_expect.EXPECT_LABEL: hostile.label_value()})
+    with pytest.raises(SmokeFailed, match=r"runner\.python of its smoke expectation .* says 'python3; id'"):
+        smoke.run_smoke(eng, "127.0.0.1:9/a/b:1", None, report_dir=tmp_path)
+    assert eng.runs == []
