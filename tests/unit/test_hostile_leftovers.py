@@ -221,7 +221,8 @@ def test_an_interpreter_label_that_breaks_the_rule_is_refused_before_a_container
     assert eng.runs == [] and not (tmp_path / "reports").exists()
     # --python wins over the label (checked as the command line checks it), and a good label is used
     smoke.run_smoke(eng, "127.0.0.1:9/a/b:1", None, report_dir=tmp_path / "reports", python="/usr/bin/python3.12")
-    assert eng.runs[-1]["command"][0] == "/usr/bin/python3.12"
+    command = eng.runs[-1]["command"]
+    assert isinstance(command, list) and command[0] == "/usr/bin/python3.12"
     with pytest.raises(UsageError, match=r"--python 'python3; id' is not an interpreter name"):
         smoke.run_smoke(eng, "127.0.0.1:9/a/b:1", None, report_dir=tmp_path / "reports", python="python3; id")
 
