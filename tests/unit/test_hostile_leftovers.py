@@ -219,7 +219,7 @@ def test_an_interpreter_label_that_breaks_the_rule_is_refused_before_a_container
     assert info.value.what.startswith(f"the smoke suite cannot run in 127.0.0.1:9/a/b:1: its {smoke_expect.PYTHON_LABEL} "
                                       f"label says {value!r}, which ")
     assert eng.runs == [] and not (tmp_path / "reports").exists()
-    # --python wins over the label (checked as the command line checks it), and a good label is used
+    # --python wins over the label (and is checked as the command line checks it)
     smoke.run_smoke(eng, "127.0.0.1:9/a/b:1", None, report_dir=tmp_path / "reports", python="/usr/bin/python3.12")
     command = eng.runs[-1]["command"]
     assert isinstance(command, list) and command[0] == "/usr/bin/python3.12"
