@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from buildctl import syntax
+
+_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,3 +41,26 @@ class ImageRef:
 
     def with_tag(self, host: str | None = None) -> str:
         return f"{self.name(host)}:{self.tag}" if self.tag else self.name(host)
+
+
+def problem(ref: str) -> str | None:
+    """Why ``ref`` (a command-line argument) is not an image reference, or None: docker's grammar,
+    [HOST[:PORT]/]REPOSITORY[:TAG][@sha256:<64 hex>], the host possibly [IPv6]:PORT. Checked before a registry
+    is asked, so that a digest of no hex is a usage error, never the registry's refusal."""
+    bad = syntax.control(ref)
+    if bad:
+        return bad
+    parsed = ImageRef.parse(ref)
+    if "@" in ref and not _DIGEST_RE.match(parsed.digest or ""):
+        return f"has the digest {parsed.digest or ''!r}, not sha256:<64 lower-case hex digits>"
+    bad = syntax.host_port(parsed.host)
+    if bad:
+        return f"names the registry host {parsed.host!r}, which {bad}"
+    bad = syntax.repository(parsed.path)
+    if bad:
+        return f"names the repository {parsed.path!r}, which {bad}"
+    if ref.partition("@")[0].endswith(":"):  # (parse reads an empty tag as none, then as latest)
+        return "has an empty tag"
+    if parsed.tag is not None and not _TAG_RE.match(parsed.tag):
+        return f"has the tag {parsed.tag!r}, not 1 to 128 of letters, digits, '_', '.' and '-' (not first)"
+    return None

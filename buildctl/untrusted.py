@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,20 @@ def read_capped(path: Path, limit: int) -> bytes:
     if len(data) > limit:
         raise Malformed(f"larger than {limit} bytes")
     return data
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def regular_file(path: Path) -> None:
+    """Malformed unless ``path`` (its symlinks followed) is a regular file, checked before anything opens it: a
+    manifest or lock that is a FIFO would block forever on open, a socket or device is no file of ours.
+    (``read_capped`` itself reads pipes on purpose, for ``bisect --good file:<(...)``.) OSError passes through."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+        raise Malformed(f"not a regular file ({kind})")
 
 
 def depth(text: str) -> int:

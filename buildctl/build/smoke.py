@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from xml.etree import ElementTree as ET
 
-from buildctl import untrusted
+from buildctl import syntax, untrusted
 from buildctl.engine.imageview import RunOutcome
 from buildctl.errors import SmokeFailed, UsageError
 from buildctl.graph.smoke_expect import (
@@ -250,6 +250,30 @@ def expectation_of(engine: SmokeEngine, image: str) -> Expectation:
     return decode_label(value, f"{image} label {EXPECT_LABEL}")
 
 
+def _interpreter(image: str, python: str | None, label: str | None, expected: str) -> str:
+    """The program the container runs: --python, else the image's PYTHON_LABEL, else the expectation's (the
+    manifest's smoke.python, or what the image's EXPECT_LABEL records), else python3; held to the rule of
+    smoke.python and --python (syntax.interpreter) whichever gave it, before a container is started. A label
+    (or an expectation read from the image) that breaks it is the image's fault: SmokeFailed naming both."""
+    if python:
+        problem = syntax.interpreter(python)
+        if problem:
+            raise UsageError(f"--python {python!r} {problem}")
+        return python
+    if label:
+        where = f"its {PYTHON_LABEL} label"
+        chosen = label
+    else:
+        where = f"runner.python of its smoke expectation ({EXPECT_LABEL} label, or the manifest's smoke.python)"
+        chosen = expected or "python3"
+    problem = syntax.interpreter(chosen)
+    if problem:
+        raise SmokeFailed(f"the smoke suite cannot run in {image}: {where} says {chosen!r}, which {problem}",
+                          why="the interpreter is run in the container as one word, so it must be a plain name or path",
+                          fix="rebuild the image from a manifest whose smoke.python is right, or pass --python")
+    return chosen
+
+
 def run_smoke(engine: SmokeEngine, image: str, expect: Expectation | None, *, gpus: bool = False,
               timeout: float | None = None, report_dir: Path, python: str | None = None,
               suite_root: Path = SUITE_ROOT) -> SmokeReport:
@@ -262,7 +286,7 @@ def run_smoke(engine: SmokeEngine, image: str, expect: Expectation | None, *, gp
     info = engine.inspect_image(image)
     exp = expect if expect is not None else expectation_of(engine, image)
     tier: Tier = "gpu" if gpus else "build"
-    interpreter = python or info.labels.get(PYTHON_LABEL) or exp.python or "python3"
+    interpreter = _interpreter(image, python, info.labels.get(PYTHON_LABEL), exp.python)
     files = suite_files(suite_root)
     files[f"{IN_IMAGE}/expect.json"] = (json.dumps(exp.suite_json(), indent=2, sort_keys=True) + "\n").encode()
     limit = timeout if timeout is not None else exp.timeout_s

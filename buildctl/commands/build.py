@@ -103,7 +103,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="prepare the locked sources (changes applied), then write what each node is built from "
                         "for review (Dockerfile, compile script, every text file of its context, e.g. the launch "
                         "script, under NODE.context/); build nothing")
-    b.add_argument("--out", type=Path, help="--dry-run: folder to write into (default: under the cache)")
+    b.add_argument("--out", type=Path, help="with --dry-run only: folder to write into (default: under the cache)")
     _no_load(b)
     b.set_defaults(func=handle_build)
 
@@ -168,6 +168,9 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
 
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if args.out is not None and not args.dry_run:  # a build writes no folder: --out alone was silently ignored
+        raise UsageError("--out goes with --dry-run", why="a build without --dry-run writes nothing into a folder",
+                         fix=f"add --dry-run to write what each node is built from into {args.out}, or leave --out out")
     started = time.monotonic()
     req = noop.request(ctx.project, vars(args), engine=args.engine[0] if args.engine else None, env=os.environ)
     done = None if args.dry_run or len(args.engine) > 1 or len(args.builder) > 1 else noop.cached(req, ctx.config,

@@ -1,0 +1,237 @@
+"""Hostile input, third pass: what the second pass left. A manifest or lock that is a FIFO (blocked forever on
+open), ``build --out`` without ``--dry-run`` (silently ignored), ``evidence`` of a malformed digest (a registry
+error after the registry was asked) and smoke's interpreter taken from an image label unchecked.
+
+Every test makes its own files under tmp_path; nothing reaches an engine, a registry or the network (an address
+that is needed is a dead one, 127.0.0.1:9, and is refused before it is used).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import textwrap
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from buildctl import cli, imageref, untrusted
+from buildctl.build import smoke
+from buildctl.errors import LockError, ManifestErrors, SmokeFailed, UsageError
+from buildctl.graph import smoke_expect
+from buildctl.lock import lockfile
+from buildctl.manifest import pins
+from tests.unit.test_smoke_host import FakeEngine, FakeRun, expectation, real
+
+MANIFEST = textwrap.dedent("""\
+    schema: 1
+    stack: t
+    base: {alias: demo-base}
+    variants:
+      v: {image: "127.0.0.1:5000/demo:1", platform: linux/amd64, cuda: "13"}
+    """)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project of one valid stack ``t`` (no lock), its configuration and cache under tmp_path."""
+    (tmp_path / "pins").mkdir()
+    (tmp_path / "images").mkdir()
+    (tmp_path / "pins" / "t.yaml").write_text(MANIFEST)
+    monkeypatch.setenv("BUILDCTL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("BUILDCTL_CONFIG", str(tmp_path / "none.toml"))
+    for var in ("BUILDCTL_REGISTRY", "BUILDCTL_BUILDERS", "BUILDCTL_BACKEND", "DOCKER_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def _main(project: Path, *argv: str) -> int:
+    return cli.main(["--project", str(project), "-q", *argv])
+
+
+# ------------------------------------------------------------------------------- non-regular files
+
+
+@contextmanager
+def unblocking(fifo: Path) -> Iterator[list[Path]]:
+    """A guard so that a regression fails instead of hanging: while the block runs, a thread keeps opening
+    ``fifo`` for writing without blocking (which succeeds only once a reader has opened it) and closes it again,
+    so a reader that opened the FIFO gets end-of-file. The list it yields names the FIFO when that happened."""
+    opened: list[Path] = []
+    done = threading.Event()
+
+    def writer() -> None:
+        while not done.wait(0.05):
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no reader (yet): nobody opened it
+                    continue
+                raise
+            os.close(fd)
+            opened.append(fifo)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        yield opened
+    finally:
+        done.set()
+        thread.join()
+
+
+@pytest.mark.parametrize("linked", [False, True])
+def test_a_manifest_that_is_a_fifo_is_refused_before_it_is_opened(
+        project: Path, linked: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """`pins check t` of a pins/t.yaml that is a FIFO (or a symlink to one) blocked forever in open(); the
+    manifest is refused by name, as not a regular file (exit 3), and the FIFO never opened."""
+    manifest = project / "pins" / "t.yaml"
+    manifest.unlink()
+    fifo = project / "pipe" if linked else manifest
+    os.mkfifo(fifo)
+    if linked:
+        manifest.symlink_to(fifo)
+    with unblocking(fifo) as opened:
+        assert _main(project, "pins", "check", "t") == 3
+        assert _main(project, "plan", "t") == 3
+    assert opened == []
+    err = capsys.readouterr().err
+    assert f"{manifest}: not a manifest: not a regular file (a FIFO)" in err
+    assert "Traceback" not in err
+
+
+def test_a_lock_that_is_a_fifo_is_refused_before_it_is_opened(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`plan t` with a pins/t.lock.json that is a FIFO blocked forever in open(); it is a LockError naming the
+    lock (exit 4)."""
+    lock = project / "pins" / "t.lock.json"
+    os.mkfifo(lock)
+    with unblocking(lock) as opened:
+        assert _main(project, "plan", "t") == 4
+    assert opened == []
+    err = capsys.readouterr().err
+    assert f"{lock}: not a regular file (a FIFO): not a lock file" in err
+
+
+def test_a_lock_or_manifest_that_is_a_device_or_a_directory_is_named(tmp_path: Path) -> None:
+    (tmp_path / "dev.lock.json").symlink_to("/dev/null")
+    with pytest.raises(LockError, match=r"dev\.lock\.json: not a regular file \(a character device\)"):
+        lockfile.read(tmp_path / "dev.lock.json")
+    (tmp_path / "d.yaml").mkdir()
+    with pytest.raises(ManifestErrors, match=r"d\.yaml: not a manifest: not a regular file \(a directory\)"):
+        pins.load(tmp_path / "d.yaml")
+    (tmp_path / "big.yaml").write_bytes(b"#" * (pins.MAX_BYTES + 1))  # a regular file: still read to the cap
+    with pytest.raises(ManifestErrors, match=rf"big\.yaml: not a manifest: larger than {pins.MAX_BYTES} bytes"):
+        pins.load(tmp_path / "big.yaml")
+    assert lockfile.read(tmp_path / "absent.lock.json") is None  # still: no lock is no lock
+    (tmp_path / "dangling.lock.json").symlink_to(tmp_path / "nowhere")
+    assert lockfile.read(tmp_path / "dangling.lock.json") is None
+
+
+def test_the_capped_reader_still_reads_a_pipe(tmp_path: Path) -> None:
+    """`bisect --good file:<(...)` reads a pipe through read_capped on purpose: only manifests and locks check."""
+    r, w = os.pipe()
+    os.write(w, b"{}")
+    os.close(w)
+    try:
+        assert untrusted.read_capped(Path(f"/dev/fd/{r}"), 10) == b"{}"
+    finally:
+        os.close(r)
+    r, w = os.pipe()
+    try:
+        with pytest.raises(untrusted.Malformed, match="a FIFO"):
+            untrusted.regular_file(Path(f"/dev/fd/{r}"))
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+# ----------------------------------------------------------------------------------------- build --out
+
+
+def test_build_out_without_dry_run_is_a_usage_error(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`build t --out DIR` without --dry-run went on to build and never wrote DIR (the option silently ignored);
+    it is a usage error (exit 2) before anything is asked of an engine, and DIR is not made."""
+    out = project / "review"
+    assert _main(project, "build", "t", "--engine", "tcp://127.0.0.1:9", "--out", str(out)) == 2
+    err = capsys.readouterr().err
+    assert "--out goes with --dry-run" in err
+    assert "Traceback" not in err
+    assert not out.exists()
+    with pytest.raises(SystemExit):
+        _main(project, "build", "--help")
+    assert "with --dry-run only: folder to write into" in " ".join(capsys.readouterr().out.split())
+
+
+# -------------------------------------------------------------------------------------- evidence IMAGE
+
+
+@pytest.mark.parametrize(("image", "said"), [
+    ("127.0.0.1:9/a/b@sha256:zz", "has the digest 'sha256:zz', not sha256:<64 lower-case hex digits>"),
+    ("127.0.0.1:9/a/b@sha256:" + "A" * 64, "not sha256:<64 lower-case hex digits>"),
+    ("127.0.0.1:9/a/b@md5:" + "a" * 32, "has the digest 'md5:"),
+    ("127.0.0.1:9/a/b@", "has the digest '', not sha256"),
+    ("127.0.0.1:9/a/b:c@sha256:" + "a" * 64 + "@x", "not sha256:<64 lower-case hex digits>"),
+    ("127.0.0.1:9/a/b:", "has an empty tag"),
+    ("127.0.0.1:9/a/b:-x", "has the tag '-x'"),
+    ("127.0.0.1:9/A/b:c", "names the repository 'A/b'"),
+    ("[zz]:9/a/b:c", "names the registry host '[zz]:9'"),
+    ("127.0.0.1:9/a\nb:c", "holds the control character"),
+])
+@pytest.mark.parametrize("attach", [False, True])
+def test_evidence_of_a_malformed_reference_is_a_usage_error(project: Path, image: str, said: str, attach: bool,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`evidence 127.0.0.1:9/a/b@sha256:zz` asked the registry for that digest and exited 11 (a registry error);
+    the reference is checked where the argument is read, a usage error (exit 2) naming it, no registry asked
+    (the unit tests' guard would turn a connection into a failure)."""
+    report = project / "report.json"
+    report.write_text("{}")
+    argv = ["evidence", "attach", image, str(report)] if attach else ["evidence", image]
+    assert _main(project, *argv) == 2
+    err = capsys.readouterr().err
+    assert f"IMAGE {image!r} " in err and said in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("image", ["127.0.0.1:9/a/b@sha256:" + "a" * 64, "127.0.0.1:9/a/b:c@sha256:" + "0" * 64,
+                                   "[::1]:9/a/b:c", "localhost/a/b", "nvcr.io/nvidia/pytorch:25.09-py3",
+                                   "docker.io/library/x", "127.0.0.1:9/a__b/c-d.e:1.0_x"])
+def test_references_that_are_fine(image: str) -> None:
+    assert imageref.problem(image) is None
+
+
+# ------------------------------------------------------------------------------ smoke's image interpreter
+
+
+@pytest.mark.parametrize("value", ["python3; id", "$(id)", "-c", "python3 -c 1", "python3\nid", "../python3"])
+def test_an_interpreter_label_that_breaks_the_rule_is_refused_before_a_container(tmp_path: Path, value: str) -> None:
+    """`buildctl smoke IMAGE` without --python ran the image's io.buildctl.smoke.python label as given (--python
+    and the manifest's smoke.python are held to syntax.interpreter); the label is too: SmokeFailed naming the
+    image and the label (the image's fault, as a suite that cannot run in it), before a container is started."""
+    eng = FakeEngine(answer=FakeRun(exit_code=1, stdout=real("report-build.json")),
+                     labels={smoke_expect.EXPECT_LABEL: expectation().label_value(), smoke_expect.PYTHON_LABEL: value})
+    with pytest.raises(SmokeFailed) as info:
+        smoke.run_smoke(eng, "127.0.0.1:9/a/b:1", None, report_dir=tmp_path / "reports")
+    assert info.value.what.startswith(f"the smoke suite cannot run in 127.0.0.1:9/a/b:1: its {smoke_expect.PYTHON_LABEL} "
+                                      f"label says {value!r}, which ")
+    assert eng.runs == [] and not (tmp_path / "reports").exists()
+    # --python wins over the label (and is checked as the command line checks it)
+    smoke.run_smoke(eng, "127.0.0.1:9/a/b:1", None, report_dir=tmp_path / "reports", python="/usr/bin/python3.12")
+    command = eng.runs[-1]["command"]
+    assert isinstance(command, list) and command[0] == "/usr/bin/python3.12"
+    with pytest.raises(UsageError, match=r"--python 'python3; id' is not an interpreter name"):
+        smoke.run_smoke(eng, "127.0.0.1:9/a/b:1", None, report_dir=tmp_path / "reports", python="python3; id")
+
+
+def test_an_interpreter_the_expectation_label_records_is_held_to_the_rule(tmp_path: Path) -> None:
+    """With no interpreter label, the one the image's expectation label records (runner.python) is used: the same
+    rule, the same refusal."""
+    hostile = dataclasses.replace(expectation(), python="python3; id")
+    eng = FakeEngine(answer=FakeRun(exit_code=0, stdout=""), labels={smoke_expect.EXPECT_LABEL: hostile.label_value()})
+    with pytest.raises(SmokeFailed, match=r"runner\.python of its smoke expectation .* says 'python3; id'"):
+        smoke.run_smoke(eng, "127.0.0.1:9/a/b:1", None, report_dir=tmp_path)
+    assert eng.runs == []
