@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buildctl import hostaddr, syntax
+from buildctl import hostaddr, syntax, untrusted
 from buildctl.errors import Location, ManifestError
 
 CONFIG_KEYS = {
@@ -230,6 +230,9 @@ def mirror_url(url: str, mirrors: Mapping[str, str]) -> str:
     return url if best is None else mirrors[best] + url[len(best):]
 
 
+CONFIG_MAX = 1 << 20  # bytes of a configuration file read at most (a few hundred is usual)
+
+
 def load_config(env: Mapping[str, str] | None = None) -> Config:
     """The configuration file with its environment overrides, every value checked (exit 3 naming the file,
     line and key, or the environment variable)."""
@@ -239,12 +242,20 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
     )
     raw: dict[str, object] = {}
     text = ""
+    if path.exists() and not path.is_file():  # a FIFO would block the read, a folder was passed over silently
+        try:
+            untrusted.regular_file(path)
+        except (untrusted.Malformed, OSError) as exc:
+            raise ManifestError(Location(file=str(path)), f"cannot read the configuration: {exc}",
+                                fix="make it a TOML file, or point BUILDCTL_CONFIG elsewhere") from None
     if path.is_file():
         import tomllib  # here: a run without a configuration file does not load the parser
 
         try:
-            text = path.read_bytes().decode("utf-8")
+            text = untrusted.read_capped(path, CONFIG_MAX).decode("utf-8")
             raw = tomllib.loads(text)
+        except untrusted.Malformed as exc:
+            raise ManifestError(Location(file=str(path)), f"cannot read the configuration: {exc}") from None
         except UnicodeDecodeError as exc:
             raise ManifestError(Location(file=str(path)), f"not UTF-8 text: {exc}") from None
         except tomllib.TOMLDecodeError as exc:

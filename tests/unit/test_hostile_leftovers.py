@@ -14,14 +14,14 @@ import os
 import textwrap
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
 
 from buildctl import cli, imageref, untrusted
 from buildctl.build import smoke
-from buildctl.errors import LockError, ManifestErrors, SmokeFailed, UsageError
+from buildctl.errors import LockError, ManifestError, ManifestErrors, SmokeFailed, UsageError
 from buildctl.graph import smoke_expect
 from buildctl.lock import lockfile
 from buildctl.manifest import pins
@@ -235,3 +235,32 @@ def test_an_interpreter_the_expectation_label_records_is_held_to_the_rule(tmp_pa
     with pytest.raises(SmokeFailed, match=r"runner\.python of its smoke expectation .* says 'python3; id'"):
         smoke.run_smoke(eng, "127.0.0.1:9/a/b:1", None, report_dir=tmp_path)
     assert eng.runs == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_configuration_that_is_no_regular_file_is_named(tmp_path: Path, kind: str) -> None:
+    """BUILDCTL_CONFIG naming a FIFO blocked every command in the read; a folder there was passed over as if
+    there were no configuration. Both are a ManifestError naming the file (exit 3), the FIFO never opened."""
+    from buildctl.config import load_config
+
+    path = tmp_path / "config.toml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    refused = pytest.raises(ManifestError, match=r"config\.toml: cannot read the configuration: not a regular file")
+    guard: AbstractContextManager[list[Path]] = unblocking(path) if kind == "fifo" else nullcontext([])
+    with guard as opened, refused:
+        load_config({"BUILDCTL_CONFIG": str(path)})
+    assert opened == []
+
+
+def test_a_configuration_past_its_cap_is_named(tmp_path: Path) -> None:
+    from buildctl.config import CONFIG_MAX, load_config
+
+    path = tmp_path / "config.toml"
+    path.write_text("# " + "x" * CONFIG_MAX + "\n")
+    with pytest.raises(ManifestError, match=f"larger than {CONFIG_MAX} bytes"):
+        load_config({"BUILDCTL_CONFIG": str(path)})
+    path.write_text("")
+    assert load_config({"BUILDCTL_CONFIG": str(path)}) is not None  # an empty file is an empty configuration
