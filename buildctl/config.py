@@ -242,13 +242,16 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
     )
     raw: dict[str, object] = {}
     text = ""
-    if path.exists() and not path.is_file():  # a FIFO would block the read, a folder was passed over silently
+    # a FIFO would block the read, a folder was passed over in silence; a device is read to the cap
+    # (BUILDCTL_CONFIG=/dev/null: no configuration)
+    readable = path.is_file() or path.is_char_device()
+    if path.exists() and not readable:
         try:
             untrusted.regular_file(path)
         except (untrusted.Malformed, OSError) as exc:
             raise ManifestError(Location(file=str(path)), f"cannot read the configuration: {exc}",
                                 fix="make it a TOML file, or point BUILDCTL_CONFIG elsewhere") from None
-    if path.is_file():
+    if readable:
         import tomllib  # here: a run without a configuration file does not load the parser
 
         try:
@@ -289,7 +292,7 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
                                       key=key if entry is None else f"{key}.{entry}"), what)
 
     try:
-        return _build(values, path if path.is_file() else None, env, fail)
+        return _build(values, path if readable else None, env, fail)
     except (TypeError, ValueError) as exc:
         raise ManifestError(Location(file=str(path)), f"invalid configuration: {exc}") from exc
 

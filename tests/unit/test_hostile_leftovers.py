@@ -264,3 +264,13 @@ def test_a_configuration_past_its_cap_is_named(tmp_path: Path) -> None:
         load_config({"BUILDCTL_CONFIG": str(path)})
     path.write_text("")
     assert load_config({"BUILDCTL_CONFIG": str(path)}) is not None  # an empty file is an empty configuration
+
+
+def test_a_configuration_that_is_a_device_is_read_to_its_cap() -> None:
+    """BUILDCTL_CONFIG=/dev/null is the idiom for no configuration; /dev/zero is cut at the cap, not read on."""
+    from buildctl.config import CONFIG_MAX, load_config
+
+    assert load_config({"BUILDCTL_CONFIG": "/dev/null"}).registry == load_config(
+        {"BUILDCTL_CONFIG": "/nonexistent/config.toml"}).registry
+    with pytest.raises(ManifestError, match=f"/dev/zero: cannot read the configuration: larger than {CONFIG_MAX} bytes"):
+        load_config({"BUILDCTL_CONFIG": "/dev/zero"})
