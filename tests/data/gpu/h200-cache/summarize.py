@@ -1,4 +1,4 @@
-"""Host: results.json from what the five device leases brought back (lease1/ - lease5/: job.sh's
+"""Host: results.json from what the six device leases brought back (lease1/ - lease6/: job.sh's
 results.jsonl, job.log, tails.txt, logs.tar.gz as poll.sh left them in $OUT), trees.json (prepare_cache.py)
 and the rendered script that each lease ran (leases 1-2: wheel-transformer-engine.sh here; lease 3, rendered
 after 1616287: lease3/wheel-transformer-engine.sh with its own lease3/trees.json; leases 4 and 5 the same file,
@@ -56,6 +56,16 @@ LEASE5_CALLS = [
 # device time that lease 5 took (its two calls: 541.1 s and 521.0 s of wall; held 582.8 s after the first,
 # 1108.5 s after the second; 1800 s left before the first call, 688 s after the give-back); no failed calls
 LEASE5_HELD_S = 1112
+# Lease 6: trees A and D each cold on a new, empty folder of its own, one after the other on one machine: is tree D
+# (the lock without #2150) itself slower to compile than tree A, with no cache entry to look up?
+LEASE6_CALLS = [
+    "export PIP_VERBOSE=1 RUNS='a-cold:A:ccache:ccacheA d-cold:D:ccache:ccacheD'; WAIT_S=555 "
+    "bash .devcarry/gcache/start.sh",
+]
+# device time that lease 6 took: one call of 440.8 s of wall (the job done within it); held 1578.9 s of the
+# session after it against 1108.5 s after lease 5 (470 s, the machine's start included), 214 s left after the
+# give-back; no failed calls
+LEASE6_HELD_S = 474
 
 # What each lease ran: the device calls, as made (the device tool's `run`, carry [".devcarry/gcache"]).
 LEASES: dict[str, dict[str, Any]] = {
@@ -124,6 +134,20 @@ LEASES: dict[str, dict[str, Any]] = {
         "script": {"file": "lease3/wheel-transformer-engine.sh", "trees": "lease5/trees.json",
                    "rendered": "the pack of lease 4 carried again (.devcarry/gcache/pack, its trees.json byte for "
                                "byte lease4/trees.json): the same file as lease 3's"},
+    },
+    "lease6": {
+        "date": "2026-12-06",
+        "calls": LEASE6_CALLS,
+        "machine": "an H100 again (the call named no kind): NVIDIA H100 80GB HBM3, the same image as leases 3-5: "
+                   "driver 580.159.04, 16 cores, 125 GiB, nvcc 13.0.88, cmake 4.4.3, Python 3.12.3, "
+                   "torch 2.11.0+cu130; the job's machine fact",
+        "environment": "the machine's own: CC=/opt/gcc/bin/gcc CXX=/opt/gcc/bin/g++ CUDAHOSTCXX=/opt/gcc/bin/g++ "
+                       "(job.sh's env_compilers fact); PIP_VERBOSE=1; ccache only; tree A cold on a new folder, "
+                       "then tree D cold on another new folder",
+        "held_s": LEASE6_HELD_S,
+        "script": {"file": "lease3/wheel-transformer-engine.sh", "trees": "lease6/trees.json",
+                   "rendered": "the pack of leases 4-5 carried again (.devcarry/gcache/pack, its trees.json byte "
+                               "for byte lease4/trees.json): the same file as lease 3's"},
     },
 }
 
@@ -232,6 +256,10 @@ for _name, _run, _kind, _target, _bases in (
         ("tree without #2150", "c4-no2150", "slowdown", 1.05, ("c1-cold", "c5-cold2", _MEAN5))):
     for _base in _bases:
         COMPARISONS.append(("lease5", f"{_name}, ccache, against {_base}", _base, _run, _kind, _target))
+# Lease 6: tree D cold against tree A cold, each on its own empty folder: the trees' own compile times, no cache
+# entry involved (no target of the issue's: it tells what lease 5's c4 against c1 compared)
+COMPARISONS.append(("lease6", "tree without #2150 cold, against tree A cold (both empty folders)", "a-cold", "d-cold",
+                    "slowdown", None))
 
 
 def nonzero(stats: dict[str, Any]) -> dict[str, Any]:
@@ -306,8 +334,10 @@ def main() -> None:
             out["leases"][lease]["phases"] = lease_phases(lease, runs)
         if lease == "lease5":
             out["leases"][lease]["phases"] = lease_phases(lease, runs, coarse_phases)
+        if lease == "lease6":
+            out["leases"][lease]["phases"] = lease_phases(lease, runs)
     onefile = next(json.loads(x) for x in (HERE / "lease1" / "job.log").read_text().splitlines() if x.startswith('{"from"'))
-    for lease in ("lease3", "lease4", "lease5"):  # variant.py onefile is deterministic: the same tree C in every lease
+    for lease in ("lease3", "lease4", "lease5", "lease6"):  # variant.py onefile is deterministic: the same tree C in every lease
         again = next(json.loads(x) for x in (HERE / lease / "job.log").read_text().splitlines() if x.startswith('{"from"'))
         assert again == onefile, lease
     out["trees"]["C"] = {"made_by": "variant.py onefile on the device: tree B plus one line of code appended to one "
