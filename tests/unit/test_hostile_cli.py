@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -23,31 +22,12 @@ from buildctl.engine.engine import Engine
 from buildctl.errors import EngineError, PushError, UsageError
 from buildctl.registry.registry import RegistryClient
 from buildctl.services import nightly, wiring
-
-MANIFEST = textwrap.dedent("""\
-    schema: 1
-    stack: t
-    base: {alias: demo-base}
-    variants:
-      v: {image: "127.0.0.1:5000/demo:1", platform: linux/amd64, cuda: "13"}
-    """)
+from tests.unit.hostile_project import make_project, run
 
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A project of one valid stack ``t`` (no lock), its configuration and cache under tmp_path."""
-    (tmp_path / "pins").mkdir()
-    (tmp_path / "images").mkdir()
-    (tmp_path / "pins" / "t.yaml").write_text(MANIFEST)
-    monkeypatch.setenv("BUILDCTL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("BUILDCTL_CONFIG", str(tmp_path / "none.toml"))
-    for var in ("BUILDCTL_REGISTRY", "BUILDCTL_BUILDERS", "BUILDCTL_BACKEND", "DOCKER_HOST"):
-        monkeypatch.delenv(var, raising=False)
-    return tmp_path
-
-
-def _main(project: Path, *argv: str) -> int:
-    return cli.main(["--project", str(project), "-q", *argv])
+    return make_project(tmp_path, monkeypatch)
 
 
 # -------------------------------------------------------------------------------- engine and registry
@@ -85,7 +65,7 @@ def test_registry_option_is_checked_like_the_configuration(project: Path, argv: 
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """--registry was used as given: `push t --registry "not a registry"` asked the engine for
     `not a registry/buildctl/t/...`. It is checked as the configuration's registry is (exit 2)."""
-    assert _main(project, *argv, f"--registry={registry}") == 2
+    assert run(project, *argv, f"--registry={registry}") == 2
     err = capsys.readouterr().err
     assert f"--registry {registry!r}" in err and "Traceback" not in err
 
@@ -114,7 +94,7 @@ def test_a_folder_option_naming_a_file_is_a_usage_error(tmp_path: Path) -> None:
 def test_nightly_refuses_a_report_dir_that_is_a_file_before_it_runs(project: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     (project / "reports").write_text("x")
-    assert _main(project, "nightly", "t", "--no-push", "--report-dir", str(project / "reports")) == 2
+    assert run(project, "nightly", "t", "--no-push", "--report-dir", str(project / "reports")) == 2
     err = capsys.readouterr().err
     assert "--report-dir" in err and "cannot use it as a folder" in err and "Traceback" not in err
     assert not (project / "cache" / "reports" / "nightly").exists()
@@ -123,7 +103,7 @@ def test_nightly_refuses_a_report_dir_that_is_a_file_before_it_runs(project: Pat
 def test_nightly_refuses_a_cache_whose_reports_is_a_file(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (project / "cache").mkdir()
     (project / "cache" / "reports").write_text("x")
-    assert _main(project, "nightly", "t", "--no-push") == 2
+    assert run(project, "nightly", "t", "--no-push") == 2
     assert "the nightly reports' folder" in capsys.readouterr().err
 
 
@@ -133,7 +113,7 @@ def test_smoke_timeout_is_checked_before_a_container_starts(project: Path, timeo
     """`smoke IMAGE --timeout nan` (0, -1, inf) went to the engine's wait as its read timeout: urllib3's or the
     socket's ValueError / OverflowError once the container ran. It is a usage error first, as the manifest's
     smoke.timeout_s is bounded."""
-    assert _main(project, "smoke", "x:1", "--timeout", timeout) == 2
+    assert run(project, "smoke", "x:1", "--timeout", timeout) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --timeout must be") and "Traceback" not in err
 
@@ -158,7 +138,7 @@ def test_provenance_out_is_checked_before_the_engine_is_asked(project: Path, out
     """`provenance IMAGE --out FOLDER` ended in IsADirectoryError (and --out in a missing folder in
     FileNotFoundError) once the statement was made; it is refused first (exit 2), with no engine asked."""
     path = project if out == "folder" else project / "none" / "p.json"
-    assert _main(project, "provenance", "x:1", "--out", str(path)) == 2
+    assert run(project, "provenance", "x:1", "--out", str(path)) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: --out {path} ") and "Traceback" not in err
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-import textwrap
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -19,38 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import cli, imageref, untrusted
+from buildctl import imageref, untrusted
 from buildctl.build import smoke
 from buildctl.errors import LockError, ManifestError, ManifestErrors, SmokeFailed, UsageError
 from buildctl.graph import smoke_expect
 from buildctl.lock import lockfile
 from buildctl.manifest import pins
+from tests.unit.hostile_project import make_project, run
 from tests.unit.test_smoke_host import FakeEngine, FakeRun, expectation, real
-
-MANIFEST = textwrap.dedent("""\
-    schema: 1
-    stack: t
-    base: {alias: demo-base}
-    variants:
-      v: {image: "127.0.0.1:5000/demo:1", platform: linux/amd64, cuda: "13"}
-    """)
 
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A project of one valid stack ``t`` (no lock), its configuration and cache under tmp_path."""
-    (tmp_path / "pins").mkdir()
-    (tmp_path / "images").mkdir()
-    (tmp_path / "pins" / "t.yaml").write_text(MANIFEST)
-    monkeypatch.setenv("BUILDCTL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("BUILDCTL_CONFIG", str(tmp_path / "none.toml"))
-    for var in ("BUILDCTL_REGISTRY", "BUILDCTL_BUILDERS", "BUILDCTL_BACKEND", "DOCKER_HOST"):
-        monkeypatch.delenv(var, raising=False)
-    return tmp_path
-
-
-def _main(project: Path, *argv: str) -> int:
-    return cli.main(["--project", str(project), "-q", *argv])
+    return make_project(tmp_path, monkeypatch)
 
 
 # ------------------------------------------------------------------------------- non-regular files
@@ -96,8 +76,8 @@ def test_a_manifest_that_is_a_fifo_is_refused_before_it_is_opened(
     if linked:
         manifest.symlink_to(fifo)
     with unblocking(fifo) as opened:
-        assert _main(project, "pins", "check", "t") == 3
-        assert _main(project, "plan", "t") == 3
+        assert run(project, "pins", "check", "t") == 3
+        assert run(project, "plan", "t") == 3
     assert opened == []
     err = capsys.readouterr().err
     assert f"{manifest}: not a manifest: not a regular file (a FIFO)" in err
@@ -111,7 +91,7 @@ def test_a_lock_that_is_a_fifo_is_refused_before_it_is_opened(
     lock = project / "pins" / "t.lock.json"
     os.mkfifo(lock)
     with unblocking(lock) as opened:
-        assert _main(project, "plan", "t") == 4
+        assert run(project, "plan", "t") == 4
     assert opened == []
     err = capsys.readouterr().err
     assert f"{lock}: not a regular file (a FIFO): not a lock file" in err
@@ -157,13 +137,13 @@ def test_build_out_without_dry_run_is_a_usage_error(project: Path, capsys: pytes
     """`build t --out DIR` without --dry-run went on to build and never wrote DIR (the option silently ignored);
     it is a usage error (exit 2) before anything is asked of an engine, and DIR is not made."""
     out = project / "review"
-    assert _main(project, "build", "t", "--engine", "tcp://127.0.0.1:9", "--out", str(out)) == 2
+    assert run(project, "build", "t", "--engine", "tcp://127.0.0.1:9", "--out", str(out)) == 2
     err = capsys.readouterr().err
     assert "--out goes with --dry-run" in err
     assert "Traceback" not in err
     assert not out.exists()
     with pytest.raises(SystemExit):
-        _main(project, "build", "--help")
+        run(project, "build", "--help")
     assert "with --dry-run only: folder to write into" in " ".join(capsys.readouterr().out.split())
 
 
@@ -191,7 +171,7 @@ def test_evidence_of_a_malformed_reference_is_a_usage_error(project: Path, image
     report = project / "report.json"
     report.write_text("{}")
     argv = ["evidence", "attach", image, str(report)] if attach else ["evidence", image]
-    assert _main(project, *argv) == 2
+    assert run(project, *argv) == 2
     err = capsys.readouterr().err
     assert f"IMAGE {image!r} " in err and said in err
     assert "Traceback" not in err

@@ -13,36 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from buildctl import cli
 from buildctl.errors import ManifestErrors
 from buildctl.lock import lockcheck, lockfile
 from buildctl.manifest import pins
 from buildctl.megatron.argslint import lint
-
-MANIFEST = textwrap.dedent("""\
-    schema: 1
-    stack: t
-    base: {alias: demo-base}
-    variants:
-      v: {image: "127.0.0.1:5000/demo:1", platform: linux/amd64, cuda: "13"}
-    """)
+from tests.unit.hostile_project import MANIFEST, make_project, run
 
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A project of one valid stack ``t`` (no lock), its configuration and cache under tmp_path."""
-    (tmp_path / "pins").mkdir()
-    (tmp_path / "images").mkdir()
-    (tmp_path / "pins" / "t.yaml").write_text(MANIFEST)
-    monkeypatch.setenv("BUILDCTL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("BUILDCTL_CONFIG", str(tmp_path / "none.toml"))
-    for var in ("BUILDCTL_REGISTRY", "BUILDCTL_BUILDERS", "BUILDCTL_BACKEND", "DOCKER_HOST"):
-        monkeypatch.delenv(var, raising=False)
-    return tmp_path
-
-
-def _main(project: Path, *argv: str) -> int:
-    return cli.main(["--project", str(project), "-q", *argv])
+    return make_project(tmp_path, monkeypatch)
 
 
 # ------------------------------------------------------------------------------------------ manifests
@@ -68,7 +48,7 @@ def test_a_manifest_that_is_a_device_is_refused(project: Path, capsys: pytest.Ca
     regular file past pins.MAX_BYTES is still refused by size, test_bounded_reader)."""
     (project / "pins" / "t.yaml").unlink()
     (project / "pins" / "t.yaml").symlink_to("/dev/zero")
-    assert _main(project, "pins", "check") == 3
+    assert run(project, "pins", "check") == 3
     err = capsys.readouterr().err
     assert f"{project / 'pins' / 't.yaml'}: not a manifest: not a regular file (a character device)" in err
     assert "Traceback" not in err
@@ -91,7 +71,7 @@ def test_a_lock_whose_missing_is_not_a_map_is_a_list_of_problems(missing: object
 def test_the_cli_reports_such_a_lock_as_a_lock_error(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = {"schema": lockfile.SCHEMA, "stack": "t", "manifest_sha256": "0" * 64, "variants": {"v": {"missing": True}}}
     (project / "pins" / "t.lock.json").write_text(json.dumps(data))
-    assert _main(project, "smoke", "x:1", "--stack", "t") == 4
+    assert run(project, "smoke", "x:1", "--stack", "t") == 4
     err = capsys.readouterr().err
     assert "t.lock.json: not a valid lock file" in err and "Traceback" not in err
 
@@ -106,7 +86,7 @@ def test_the_lock_of_another_stack_is_not_read_as_this_ones(project: Path, argv:
     sha = pins.manifest_sha256(project / "pins" / "t.yaml")
     lockfile.write_data(project / "pins" / "t.lock.json",
                         {"schema": lockfile.SCHEMA, "stack": "other", "manifest_sha256": sha, "variants": {}})
-    assert _main(project, *argv) == 4
+    assert run(project, *argv) == 4
     err = capsys.readouterr().err
     assert "t.lock.json is the lock of stack 'other', not 't'" in err and "Traceback" not in err
 
@@ -123,7 +103,7 @@ def test_a_bump_from_a_lock_of_no_variant_is_a_lock_error(project: Path, capsys:
     sha = pins.manifest_sha256(project / "pins" / "t.yaml")
     lockfile.write_data(project / "pins" / "t.lock.json",
                         {"schema": lockfile.SCHEMA, "stack": "t", "manifest_sha256": sha, "variants": {}})
-    assert _main(project, "bump", "t", "--no-push") == 4
+    assert run(project, "bump", "t", "--no-push") == 4
     err = capsys.readouterr().err
     assert "locks no variant" in err and "Traceback" not in err
 
@@ -171,6 +151,6 @@ def test_a_template_that_cannot_be_read_is_a_template_error(project: Path, damag
         bad.mkdir()
     else:
         bad.write_bytes(b"\xff\xfe")
-    assert _main(project, "plan", "t", "--local") == 1
+    assert run(project, "plan", "t", "--local") == 1
     err = capsys.readouterr().err
     assert f"{bad} cannot be read as a template" in err and "Traceback" not in err
