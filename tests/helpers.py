@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import sys
 import urllib.parse
 import uuid
+from pathlib import Path
+from types import ModuleType
 from typing import NoReturn
 
 import pytest
@@ -27,6 +31,20 @@ def unavailable(what: str, fix: str = "") -> NoReturn:
             pytrace=False,
         )
     pytest.skip(f"{what}; run `make test`, which sets up the engine, the base image and a registry")
+
+
+def load_script(name: str, path: Path) -> ModuleType:
+    """The Python file ``path``, outside any package (images/, demo/, tests/data/...), as a module named ``name``;
+    in sys.modules while it runs, as dataclasses need, and not after."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[name]
+    return module
 
 
 def unique(prefix: str = "t") -> str:

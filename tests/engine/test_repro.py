@@ -8,7 +8,6 @@ changes what it offers between the two builds. Every image the tests make is rem
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import re
 import shutil
@@ -31,6 +30,7 @@ from buildctl.repro import repro
 from buildctl.services import reprorun
 from buildctl.services.wiring import resolvers as real_resolvers
 from tests.engine.test_build import PROJECT, base_env, demo_lock, write_project
+from tests.helpers import load_script
 
 __all__ = ["demo_lock"]  # the session's lock of the demo stack (a fixture of test_build.py)
 
@@ -39,12 +39,7 @@ CHAIN = ("system", "python", "assemble", "entrypoint")
 
 
 def _pyindex() -> ModuleType:
-    path = PROJECT / "tests" / "integration" / "pyindex.py"
-    spec = importlib.util.spec_from_file_location("repro_pyindex", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("repro_pyindex", PROJECT / "tests" / "integration" / "pyindex.py")
 
 
 pyindex = _pyindex()

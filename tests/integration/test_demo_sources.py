@@ -3,7 +3,6 @@ makes, and buildctl.sources.sources reads them (PR refs included) and prepares t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 
 from buildctl.sources.prepare import PrHead
 from buildctl.sources.sources import Sources
+from tests.helpers import load_script
 
 PROJECT = Path(__file__).resolve().parents[2]
 SCRIPT = PROJECT / "demo" / "make_sources.py"
@@ -21,15 +21,7 @@ SCRIPT = PROJECT / "demo" / "make_sources.py"
 
 @pytest.fixture(scope="module")
 def make_sources() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("demo_make_sources", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the script loads
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script("demo_make_sources", SCRIPT)  # (its dataclasses look their module up while it loads)
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,13 @@ reading of their stamped logs. They read the figures; none is written here.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "gpu" / "h200-cache"
@@ -241,11 +242,7 @@ def check_target(lease: str, run: str, base: str, kind_target: tuple[str, float]
 
 def load_summarize() -> Any:
     """summarize.py (beside the data, not a package) as a module."""
-    spec = importlib.util.spec_from_file_location("h200_cache_summarize", DATA / "summarize.py")
-    assert spec is not None and spec.loader is not None
-    summarize = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summarize)
-    return summarize
+    return load_script("h200_cache_summarize", DATA / "summarize.py")
 
 
 def test_lease4_breakdown_is_the_stamped_logs_reading_and_adds_up() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import io
 import os
 import stat
@@ -25,17 +24,14 @@ import installer
 import pytest
 
 from buildctl.graph import render
+from tests.helpers import load_script
 
 IMAGES = Path(__file__).resolve().parents[2] / "images"
 EPOCH = 315532800
 
 
 def _module() -> Any:
-    spec = importlib.util.spec_from_file_location("install_fragment", IMAGES / "install.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("install_fragment", IMAGES / "install.py")
 
 
 inst = _module()

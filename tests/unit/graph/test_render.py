@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from buildctl.graph import graph, render, specs
 from buildctl.graph.graph import Extras, Graph
 from buildctl.graph.render import ContextFile, TemplateError, Templates, WheelFile
 from buildctl.manifest import model
+from tests.helpers import load_script
 
 IMAGES = Path(__file__).resolve().parents[3] / "images"
 T = render.load_templates(IMAGES)
@@ -437,11 +437,7 @@ def test_missing_fragment(gs: Any, tmp_path: Path) -> None:
 
 
 def _protect() -> object:
-    spec = importlib.util.spec_from_file_location("protect_fragment", IMAGES / "protect.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("protect_fragment", IMAGES / "protect.py")
 
 
 def test_protect_problems(gs: Any) -> None:

@@ -9,7 +9,6 @@ a rule or a pin; with both (TE 2.9.0+cf4707d, compiled again), it trained 30 ste
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +19,7 @@ from buildctl.manifest import pins
 from buildctl.manifest.profiles import effective_args
 from buildctl.megatron.argslint import lint
 from smoke import trainlog
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data" / "gpu" / "h200-train"
@@ -49,11 +49,7 @@ def test_bert_proxy_trained_30_steps_with_a_falling_loss() -> None:
 
 
 def _report_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("h200_train_report", DATA / "report.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("h200_train_report", DATA / "report.py")
 
 
 def test_report_py_reads_the_log_as_the_check_does(capsys: Any) -> None:

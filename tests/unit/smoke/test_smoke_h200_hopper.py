@@ -5,10 +5,11 @@ for the locked hopper variant. These tests read what came back; the README's smo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
+
+from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data" / "gpu" / "h200-hopper"
@@ -94,10 +95,7 @@ def test_megatron_args_parse_and_validate_with_the_pinned_megatron() -> None:
 
 
 def test_readme_smoke_table_is_made_from_these_reports() -> None:
-    spec = importlib.util.spec_from_file_location("h200_table", DATA / "table.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("h200_table", DATA / "table.py")
     assert mod.table(DATA) in (ROOT / "README.md").read_text()
 
 
