@@ -250,16 +250,21 @@ def expectation_of(engine: SmokeEngine, image: str) -> Expectation:
     return decode_label(value, f"{image} label {EXPECT_LABEL}")
 
 
+def checked_python(python: str) -> str:
+    """``--python``, held to the rule of the manifest's smoke.python (syntax.interpreter): a UsageError if not."""
+    problem = syntax.interpreter(python)
+    if problem:
+        raise UsageError(f"--python {python!r} {problem}")
+    return python
+
+
 def _interpreter(image: str, python: str | None, label: str | None, expected: str) -> str:
     """The program the container runs: --python, else the image's PYTHON_LABEL, else the expectation's (the
     manifest's smoke.python, or what the image's EXPECT_LABEL records), else python3; held to the rule of
     smoke.python and --python (syntax.interpreter) whichever gave it, before a container is started. A label
     (or an expectation read from the image) that breaks it is the image's fault: SmokeFailed naming both."""
     if python:
-        problem = syntax.interpreter(python)
-        if problem:
-            raise UsageError(f"--python {python!r} {problem}")
-        return python
+        return checked_python(python)
     if label:
         where = f"its {PYTHON_LABEL} label"
         chosen = label

@@ -62,9 +62,8 @@ def _check_options(args: argparse.Namespace) -> None:
         problem = syntax.finite(args.timeout, low=0.0, high=TIMEOUT_MAX)
         if problem:
             raise UsageError(f"--timeout {problem}", fix="give the seconds the suite may run, e.g. --timeout 900")
-    problem = syntax.interpreter(args.python) if args.python is not None else None
-    if problem:  # the program the container runs: held to the rule of the manifest's smoke.python
-        raise UsageError(f"--python {args.python!r} {problem}")
+    if args.python is not None:  # the program the container runs, checked before anything else is asked
+        smoke_mod.checked_python(args.python)
     if args.junit is not None and args.junit.is_dir():
         raise UsageError(f"--junit {args.junit} is a folder", fix="give the file to write the JUnit XML to")
 
