@@ -7,6 +7,7 @@ blob that is a list, a ``subject`` that is a string, ``Labels`` a list) must be 
 never end in an AttributeError.
 
 - ``read_capped(path, limit)``: at most ``limit`` bytes (one more tells "too large"), whatever the file is;
+- ``read_regular(path, limit)``: the same of a regular file only (manifests, locks), checked on what was opened;
 - ``loads(data, max_depth=...)``: JSON bounded in nesting depth (checked before parsing), optionally strict
   (no NaN/Infinity, no duplicate keys);
 - ``obj``/``array``/``text``/``str_map``: a value of the expected type, or ``Malformed`` naming where.
@@ -57,6 +58,22 @@ def regular_file(path: Path) -> None:
     if not stat.S_ISREG(mode):
         kind = next((name for test, name in _KINDS if test(mode)), "not a file")
         raise Malformed(f"not a regular file ({kind})")
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """``read_capped`` of ``path`` when it is a regular file (its symlinks followed), else Malformed naming what it
+    is. The check holds for what is read: ``regular_file`` names a FIFO, socket or device by its path, then the
+    file is opened without blocking (a FIFO put in its place after the check does not block the open) and the
+    opened file is checked again, so nothing swapped in between the two is read. OSError passes through."""
+    regular_file(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise Malformed("not a regular file (it was replaced while being opened)")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise Malformed(f"larger than {limit} bytes")
+    return data
 
 
 def depth(text: str) -> int:

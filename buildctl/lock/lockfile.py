@@ -411,8 +411,7 @@ def read(path: Path, *, allow_hand_edit: bool = False) -> Lock | None:
     by hand since buildctl wrote it raises LockHandEdited, unless ``allow_hand_edit`` (re-locking: the edit is
     reported in ``Lock.hand_edited`` and replaced)."""
     try:
-        untrusted.regular_file(path)  # a FIFO named as (or linked from) the lock would block the open
-        raw = untrusted.read_capped(path, MAX_BYTES)
+        raw = untrusted.read_regular(path, MAX_BYTES)  # a FIFO as (or linked from) the lock: refused, not opened
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -124,8 +124,7 @@ MAX_BYTES = 4 << 20  # the seed stacks' manifests are 5 to 26 KB; a pins/STACK.y
 def _read_bytes(path: Path) -> bytes:
     """The manifest's bytes, at most MAX_BYTES of them (ManifestErrors past that; OSError passes through)."""
     try:
-        untrusted.regular_file(path)  # a FIFO named as (or linked from) pins/STACK.yaml would block the open
-        return untrusted.read_capped(path, MAX_BYTES)
+        return untrusted.read_regular(path, MAX_BYTES)  # a FIFO as (or linked from) pins/STACK.yaml: refused
     except untrusted.Malformed as exc:
         raise ManifestErrors([ManifestError(Location(file=str(path)), f"not a manifest: {exc}")]) from None
 

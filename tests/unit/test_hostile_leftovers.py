@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -128,6 +129,33 @@ def test_the_capped_reader_still_reads_a_pipe(tmp_path: Path) -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_a_fifo_swapped_in_after_the_check_is_refused_not_waited_on(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window between regular_file's stat and the open: a FIFO put at the path after the check (here: the check
+    let through, as if the swap came right after it) is opened without blocking and refused by what was opened,
+    for the manifest and the lock alike. Without the second check the open would wait for a writer forever: the
+    alarm turns that into a failure."""
+    fifo = tmp_path / "swapped"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(untrusted, "regular_file", lambda path: None)
+    old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the open blocked on the FIFO"))
+    signal.alarm(5)
+    try:
+        with pytest.raises(untrusted.Malformed, match="replaced while being opened"):
+            untrusted.read_regular(fifo, 100)
+        with pytest.raises(ManifestErrors, match="replaced while being opened"):
+            pins.manifest_sha256(fifo)
+        with pytest.raises(LockError, match="replaced while being opened"):
+            lockfile.read(fifo)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    (tmp_path / "plain").write_bytes(b"x" * 11)
+    with pytest.raises(untrusted.Malformed, match="larger than 10 bytes"):
+        untrusted.read_regular(tmp_path / "plain", 10)
+    assert untrusted.read_regular(tmp_path / "plain", 11) == b"x" * 11
 
 
 # ----------------------------------------------------------------------------------------- build --out
