@@ -6,9 +6,11 @@ import re
 from dataclasses import dataclass
 
 from buildctl import syntax
+from buildctl.errors import UsageError
 
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_IMAGE_ID_RE = re.compile(r"^(?:sha256:[0-9a-f]{64}|[0-9a-f]{12,64})\Z")  # an engine's image id, or its short form
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,3 +66,19 @@ def problem(ref: str) -> str | None:
     if parsed.tag is not None and not _TAG_RE.match(parsed.tag):
         return f"has the tag {parsed.tag!r}, not 1 to 128 of letters, digits, '_', '.' and '-' (not first)"
     return None
+
+
+def local_problem(ref: str) -> str | None:
+    """``problem`` of an IMAGE that may also be a local image's id (``sha256:<64 hex>``, or 12 to 64 hex digits as
+    ``docker images`` shows them): smoke, bom, provenance and diff take either."""
+    return None if _IMAGE_ID_RE.match(ref) else problem(ref)
+
+
+def checked_local(value: str, what: str = "IMAGE") -> str:
+    """A command's local IMAGE argument (a reference or an image id), checked before an engine is asked: a malformed
+    one is a usage error naming it (exit 2), never the engine's refusal or an engine that cannot be reached."""
+    bad = local_problem(value)
+    if bad:
+        raise UsageError(f"{what} {value!r} {bad}",
+                         fix="give a local image's tag or id, or [HOST[:PORT]/]REPOSITORY[:TAG][@sha256:<64 hex>]")
+    return value

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl import syntax
+from buildctl import imageref, syntax
 from buildctl.build import smoke as smoke_mod
 from buildctl.errors import UsageError, disk_full
 from buildctl.graph import smoke_expect
@@ -74,6 +74,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     )
 
     _check_options(args)
+    imageref.checked_local(args.image)  # before an engine is asked
     expect = _expectation(args, ctx)
     engine = Engine()
     try:

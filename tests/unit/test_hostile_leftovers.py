@@ -282,3 +282,35 @@ def test_a_configuration_that_is_a_device_is_read_to_its_cap() -> None:
         {"BUILDCTL_CONFIG": "/nonexistent/config.toml"}).registry
     with pytest.raises(ManifestError, match=f"/dev/zero: cannot read the configuration: larger than {CONFIG_MAX} bytes"):
         load_config({"BUILDCTL_CONFIG": "/dev/zero"})
+
+
+# ----------------------------------------------------------------------------- local IMAGE arguments
+
+
+@pytest.mark.parametrize("argv", [
+    ("smoke", "[zz]:9/x"), ("smoke", "x@sha256:zz"), ("bom", "x@sha256:zz"), ("bom", "x:"),
+    ("provenance", "[zz]:9/x"), ("diff", "demo:1", "ABC"), ("diff", "x@sha256:1", "demo:1"),
+])
+def test_a_malformed_local_image_is_a_usage_error_before_the_engine(
+        project: Path, argv: tuple[str, ...], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """smoke, bom, provenance and diff took IMAGE to the engine unchecked: a malformed reference was the engine's
+    refusal (exit 8), or 'engine not reachable' where there is none. Now it is a usage error (exit 2) naming the
+    argument, before an engine is asked (here: none answers at the address given)."""
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")
+    assert run(project, *argv) == 2
+    err = capsys.readouterr().err
+    bad = next(a for a in argv[1:] if imageref.local_problem(a))
+    assert repr(bad) in err and ("IMAGE_" if argv[0] == "diff" else "IMAGE ") in err
+    assert "engine" not in err
+
+
+@pytest.mark.parametrize("ref", ["abcdef012345", "sha256:" + "0" * 64, "demo:1", "127.0.0.1:5000/a/b:t",
+                                 "[::1]:5000/a@sha256:" + "f" * 64])
+def test_a_local_image_id_or_reference_passes_the_check(ref: str) -> None:
+    assert imageref.local_problem(ref) is None
+
+
+@pytest.mark.parametrize("ref", ["ABCDEF012345", "a b", "x:", "x@sha256:1"])
+def test_what_is_neither_an_id_nor_a_reference_is_named(ref: str) -> None:
+    assert imageref.local_problem(ref)
