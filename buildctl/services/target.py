@@ -53,10 +53,7 @@ def load(project: Path, config: Config, stack: str, variant: str | None, *, regi
     path = pins.find(project / "pins", stack)
     manifest = manifest_override[0] if manifest_override else pins.load(path)
     v = pins.select_variant(manifest, variant)
-    lock = lock_override or lockfile.read(lockfile.lock_path(path))
-    if lock is not None and lock.stack != manifest.stack:
-        raise UsageError(f"{lockfile.lock_path(path)} is the lock of stack {lock.stack!r}, not {manifest.stack!r}",
-                         fix=f"re-create it with `buildctl lock {manifest.stack}`")
+    lock = lock_override or lockfile.read_beside(path, manifest.stack)
     vlock = lock.variants.get(v.name) if lock else None
     sha = manifest_override[1] if manifest_override else pins.manifest_sha256(path)
     stale = lock is not None and lock.manifest_sha256 != sha

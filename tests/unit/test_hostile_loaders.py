@@ -77,12 +77,14 @@ def test_the_cli_reports_such_a_lock_as_a_lock_error(project: Path, capsys: pyte
 
 
 @pytest.mark.parametrize("argv", [["smoke", "x:1", "--stack", "t"], ["bump", "t", "--no-push"],
-                                  ["lock", "t", "--partial", "--only", "git"], ["lock", "t", "--check"]])
+                                  ["lock", "t", "--partial", "--only", "git"], ["lock", "t", "--check"],
+                                  ["plan", "t"], ["build", "t", "--dry-run"]])
 def test_the_lock_of_another_stack_is_not_read_as_this_ones(project: Path, argv: list[str],
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """pins/t.lock.json copied from another stack (its integrity hash made anew, its manifest hash t's): plan,
     build and push refused it, but smoke took its expectations from it, bump (and lint-args, verify) read it as
-    t's and `lock` kept its entries. Every reader of the lock beside a manifest now refuses it (exit 4)."""
+    t's and `lock` kept its entries. Every reader of the lock beside a manifest now refuses it (exit 4): plan and build
+    too, through the same lockfile.read_beside (they had a check of their own, a usage error, exit 2)."""
     sha = pins.manifest_sha256(project / "pins" / "t.yaml")
     lockfile.write_data(project / "pins" / "t.lock.json",
                         {"schema": lockfile.SCHEMA, "stack": "other", "manifest_sha256": sha, "variants": {}})
