@@ -267,6 +267,12 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
             raise ManifestError(Location(file=str(path), line=line, column=col), f"invalid TOML: {exc}") from None
         except (OSError, RecursionError) as exc:
             raise ManifestError(Location(file=str(path)), f"cannot read the configuration: {exc}") from None
+        except ValueError as exc:  # tomllib's int() of more digits than Python converts (4,300), not a TOMLDecodeError
+            long = re.search(r"[0-9][0-9_]{4300,}", text)
+            line = text.count("\n", 0, long.start()) + 1 if long else 0
+            col = long.start() - text.rfind("\n", 0, long.start()) if long else 0
+            raise ManifestError(Location(file=str(path), line=line, column=col),
+                                f"cannot read this value: {exc}") from None
         unknown = sorted(set(raw) - set(CONFIG_KEYS))
         if unknown:
             line, col = _line_of(text, unknown[0])
