@@ -200,7 +200,7 @@ def _git_mirror(value: str) -> str | None:
     m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", value)
     if not m or m.group(1) not in syntax.MIRROR_SCHEMES:
         return f"is not a URL ({', '.join(s + '://' for s in syntax.MIRROR_SCHEMES)}), git@host:path or /path"
-    return None
+    return syntax.url_authority(value)
 
 
 _VALUE_RULES: Mapping[str, syntax.Rule] = {

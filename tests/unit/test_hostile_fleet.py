@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from buildctl.config import load_config
-from buildctl.errors import ManifestError
-from tests.unit.hostile_project import make_project, run
+from buildctl.errors import ManifestError, ManifestErrors
+from buildctl.manifest import pins
+from tests.unit.hostile_project import MANIFEST, make_project, run
 
 
 @pytest.fixture
@@ -45,3 +46,39 @@ def test_a_configuration_integer_of_more_digits_than_int_reads_is_a_configuratio
     assert run(project, "pins", "check") == 3
     err = capsys.readouterr().err
     assert "none.toml:2:17: cannot read this value: Exceeds the limit" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("url", "said"), [("https://[::1/", "Invalid IPv6 URL"),
+                                           ("https://[zz]/", "does not appear to be an IPv4 or IPv6 address"),
+                                           ("https://mirror.example:abc/", "could not be cast to integer"),
+                                           ("https://mirror.example:99999/", "out of range"),
+                                           ("http://127.0.0.1:0/", "names port 0"),
+                                           ("file://mirror/srv/", "a file:// URL is file:///ABSOLUTE/PATH")])
+def test_a_mirror_url_urllib_cannot_fetch_is_refused_where_it_is_loaded(tmp_path: Path, url: str, said: str) -> None:
+    """download_mirrors = {"https://x/" = "https://[::1/"} was loaded, then every download through it ended in
+    urllib's ValueError (a traceback: HttpFetcher.open catches only URLError and OSError) or went to no port or
+    another host; the URL's host and port are checked where the configuration is read, in the file and from the
+    environment (exit 3). git_mirrors too, whose URL reaches git."""
+    key = "https://downloads.example/"
+    env = _config(tmp_path, f'download_mirrors = {{ "{key}" = "{url}" }}\n')
+    with pytest.raises(ManifestError, match=said) as info:
+        load_config(env)
+    assert info.value.location.key == f"download_mirrors.{key}" and info.value.location.line == 1
+    with pytest.raises(ManifestError) as info:  # ('[::1' is refused there already: git's '::' transports)
+        load_config({"BUILDCTL_CONFIG": "/dev/null", "HOME": str(tmp_path), "BUILDCTL_GIT_MIRRORS": f"{key}={url}"})
+    assert info.value.location.file == "$BUILDCTL_GIT_MIRRORS"
+
+
+def test_a_manifest_download_url_urllib_cannot_fetch_is_a_manifest_error() -> None:
+    """The same rule holds a manifest's download URL (`lock` fetched it: ValueError from urllib)."""
+    text = MANIFEST + ("downloads:\n  x:\n    dest: /opt/x\n    urls:\n"
+                       "      any: {url: \"https://[::1/x.tar\", sha256: compute}\n")
+    with pytest.raises(ManifestErrors, match=r"pins/t.yaml:10:.*Invalid IPv6 URL"):
+        pins.load_text(text, "pins/t.yaml")
+
+
+@pytest.mark.parametrize("url", ["https://mirror.example/", "http://[::1]:8080/m/", "https://u:token@m.example/",
+                                 "file:///srv/mirror/", "file://localhost/srv/mirror/"])
+def test_mirror_urls_that_are_fine(tmp_path: Path, url: str) -> None:
+    key = "https://downloads.example/"
+    assert load_config(_config(tmp_path, f'download_mirrors = {{ "{key}" = "{url}" }}\n')).download_mirrors == {key: url}
