@@ -437,6 +437,9 @@ def _builders_by_platform(raw: object, fail: Callable[..., ManifestError]) -> di
         if not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints):
             raise fail("builders", f"expected a list of builder endpoints for {platform!r}, got {endpoints!r}",
                        entry=platform)
+        if not endpoints:
+            raise fail("builders", f"names no builder for {platform}: list one or more, or leave {platform} out",
+                       entry=platform)
         for e in endpoints:
             problem = syntax.builder_endpoint(e)
             if problem:

@@ -320,6 +320,10 @@ def builder_endpoint(value: str) -> str | None:
         return f"must name only a host and port after {scheme}:// (no path)"
     if not HOST_RE.match(hostport) or hostport.startswith("-"):
         return "names no valid host[:port]"
+    try:  # a bracket that holds no IPv6 address ([1.2.3.4], [:::]): docker-py's urllib refuses it where it is used
+        urllib.parse.urlsplit(f"//{hostport}")
+    except ValueError as exc:
+        return f"names no valid host[:port] ({exc})"
     _host, colon, port = hostport.rpartition(":") if not hostport.endswith("]") else (hostport, "", "")
     if scheme == "tcp" and not colon:
         return "must name a port: tcp://host:port"

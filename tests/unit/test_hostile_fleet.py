@@ -10,13 +10,15 @@ Every test makes its own files under tmp_path; nothing reaches an engine, a regi
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from buildctl.config import load_config
-from buildctl.errors import ManifestError, ManifestErrors
+from buildctl.errors import ManifestError, ManifestErrors, UsageError
 from buildctl.manifest import pins
+from buildctl.services import wiring
 from tests.unit.hostile_project import MANIFEST, make_project, run
 
 
@@ -82,3 +84,37 @@ def test_a_manifest_download_url_urllib_cannot_fetch_is_a_manifest_error() -> No
 def test_mirror_urls_that_are_fine(tmp_path: Path, url: str) -> None:
     key = "https://downloads.example/"
     assert load_config(_config(tmp_path, f'download_mirrors = {{ "{key}" = "{url}" }}\n')).download_mirrors == {key: url}
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://[1.2.3.4]:2375", "tcp://[:::]:2375", "ssh://ci@[::1::2]"])
+def test_a_builder_whose_brackets_hold_no_ipv6_address_is_refused_at_load(tmp_path: Path, endpoint: str) -> None:
+    """builders = ["tcp://[1.2.3.4]:2375"] (or in the [builders] table, BUILDCTL_BUILDERS, --builder) passed the
+    endpoint rule: `plan` left the builder out as not answering (exit 0) and `build` failed at the engine (exit 8:
+    "not a Docker engine address", urllib's ValueError inside docker-py). It is refused where it is read (exit 3;
+    --builder: exit 2)."""
+    with pytest.raises(ManifestError, match="names no valid host") as info:
+        load_config(_config(tmp_path, f'[builders]\n"linux/amd64" = ["{endpoint}"]\n'))
+    assert info.value.location.key == "builders.linux/amd64" and info.value.location.line == 2
+    with pytest.raises(ManifestError, match="names no valid host"):
+        load_config({"BUILDCTL_CONFIG": "/dev/null", "HOME": str(tmp_path), "BUILDCTL_BUILDERS": endpoint})
+    with pytest.raises(UsageError, match=rf"--builder {re.escape(repr(endpoint))} names no valid host"):
+        wiring.choose_builders(load_config({"BUILDCTL_CONFIG": "/dev/null", "HOME": str(tmp_path)}), builders=[endpoint])
+
+
+@pytest.mark.parametrize("source", ["file", "environment"])
+def test_a_platform_of_no_builder_is_refused_at_load(tmp_path: Path, source: str) -> None:
+    """`"linux/amd64" = []` (or BUILDCTL_BUILDERS="linux/amd64=", a typo) was a fleet of no builder: the backend
+    became buildkit and `plan` said "build: backend buildkit on  ([builders] in ...)"; it is refused, naming it."""
+    env = (_config(tmp_path, '[builders]\n"linux/amd64" = []\n"linux/arm64" = ["ssh://ci@grace-1"]\n')
+           if source == "file" else
+           {"BUILDCTL_CONFIG": "/dev/null", "HOME": str(tmp_path), "BUILDCTL_BUILDERS": "linux/amd64="})
+    with pytest.raises(ManifestError, match="names no builder for linux/amd64") as info:
+        load_config(env)
+    assert info.value.location.key == "builders.linux/amd64"
+    assert info.value.location.line == (2 if source == "file" else 0)
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://[::1]:2375", "ssh://ci@[fd00::5]:22", "tcp://10.0.0.5:2376", "local"])
+def test_builders_that_are_fine(tmp_path: Path, endpoint: str) -> None:
+    config = load_config(_config(tmp_path, f'[builders]\n"linux/amd64" = ["{endpoint}"]\n'))
+    assert config.builders_by_platform == {"linux/amd64": (endpoint,)}
