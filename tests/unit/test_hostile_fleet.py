@@ -10,16 +10,20 @@ Every test makes its own files under tmp_path; nothing reaches an engine, a regi
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
+from buildctl.build import compilecache
 from buildctl.config import load_config
 from buildctl.errors import ManifestError, ManifestErrors, UsageError
 from buildctl.manifest import pins
 from buildctl.services import wiring
 from tests.unit.hostile_project import MANIFEST, make_project, run
+from tests.unit.test_hostile_leftovers import unblocking
 
 
 @pytest.fixture
@@ -118,3 +122,34 @@ def test_a_platform_of_no_builder_is_refused_at_load(tmp_path: Path, source: str
 def test_builders_that_are_fine(tmp_path: Path, endpoint: str) -> None:
     config = load_config(_config(tmp_path, f'[builders]\n"linux/amd64" = ["{endpoint}"]\n'))
     assert config.builders_by_platform == {"linux/amd64": (endpoint,)}
+
+
+# ------------------------------------------------------------------------------ compile statistics (/out)
+
+
+def test_a_stats_file_that_is_a_fifo_is_not_opened(tmp_path: Path) -> None:
+    """The compile container writes /out, so its .buildctl-ccache-stats.json may be a FIFO: the build read it with
+    read_text, which waits in open() until a writer comes, never (here the guard's writer ends the wait, and
+    says that it had to). It counts as no stats, without being opened."""
+    os.mkfifo(tmp_path / compilecache.STATS)
+    with unblocking(tmp_path / compilecache.STATS) as opened:
+        assert compilecache.read_stats(tmp_path) is None
+    assert opened == []
+
+
+@pytest.mark.parametrize("text", [pytest.param("[" * 100_000, id="deep"),
+                                  pytest.param('{"cache_miss": 1}' + " " * (1 << 20), id="huge"),
+                                  pytest.param(json.dumps({"cache_miss": 10**30}), id="count-past-int64")])
+def test_a_stats_file_of_another_shape_counts_as_none(tmp_path: Path, text: str) -> None:
+    """100,000 '[' ended the compile's thread (and the build) in json's RecursionError; a file past any stats' size
+    was read whole; a count of 31 digits went into the record and `plan --json`. Each counts as no stats."""
+    (tmp_path / compilecache.STATS).write_text(text)
+    assert compilecache.read_stats(tmp_path) is None
+
+
+def test_a_stats_file_linked_to_a_device_is_not_read(tmp_path: Path) -> None:
+    (tmp_path / compilecache.STATS).symlink_to("/dev/zero")  # read_text read it without end
+    assert compilecache.read_stats(tmp_path) is None
+    (tmp_path / compilecache.STATS).unlink()
+    (tmp_path / compilecache.STATS).write_text(json.dumps({"direct_cache_hit": 2, "cache_miss": 1}))
+    assert compilecache.read_stats(tmp_path) == compilecache.Stats(hits=2, misses=1)
