@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from buildctl.build import compilecache
+from buildctl.build.steps import keep_wheel
 from buildctl.config import load_config
-from buildctl.errors import ManifestError, ManifestErrors, UsageError
+from buildctl.errors import BuildFailed, ManifestError, ManifestErrors, UsageError
 from buildctl.manifest import pins
 from buildctl.services import wiring
 from tests.unit.hostile_project import MANIFEST, make_project, run
@@ -153,3 +154,28 @@ def test_a_stats_file_linked_to_a_device_is_not_read(tmp_path: Path) -> None:
     (tmp_path / compilecache.STATS).unlink()
     (tmp_path / compilecache.STATS).write_text(json.dumps({"direct_cache_hit": 2, "cache_miss": 1}))
     assert compilecache.read_stats(tmp_path) == compilecache.Stats(hits=2, misses=1)
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "folder"])
+def test_a_wheel_the_compile_left_that_is_no_regular_file_is_not_kept(tmp_path: Path, kind: str) -> None:
+    """The compile container writes /out on this host: a `x-1.0-py3-none-any.whl` it left as a link to a host file
+    (here a secret beside the cache) was copied by keep_wheel's copy2, link followed, into the wheel cache, then
+    into the wheel's image and its push; a FIFO ended the build in shutil's SpecialFileError (a traceback), a
+    folder in IsADirectoryError. Each is a BuildFailed naming the file (exit 9), and nothing is kept."""
+    secret = tmp_path / "config.json"
+    secret.write_text('{"auths": {"registry": {"auth": "c2VjcmV0"}}}')
+    out = tmp_path / "out"
+    out.mkdir()
+    made = out / "x-1.0-py3-none-any.whl"
+    {"link": lambda: made.symlink_to(secret), "fifo": lambda: os.mkfifo(made), "folder": made.mkdir}[kind]()
+    final = tmp_path / "wheels" / "x" / ("k" * 64)
+    with pytest.raises(BuildFailed, match=f"{made.name} is a .*, not a wheel file") as info:
+        keep_wheel(final, made)
+    assert info.value.exit_code == 9
+    assert not final.exists() and not any((tmp_path / "wheels").rglob("*"))
+    if kind == "folder":
+        made.rmdir()
+    else:
+        made.unlink()
+    made.write_bytes(b"PK\x03\x04")
+    assert keep_wheel(final, made).read_bytes() == b"PK\x03\x04"
