@@ -21,6 +21,7 @@ from buildctl.build import compilecache
 from buildctl.build.steps import keep_wheel
 from buildctl.config import load_config
 from buildctl.errors import BuildFailed, ManifestError, ManifestErrors, UsageError
+from buildctl.graph.records import NodeRecord, RecordStore
 from buildctl.manifest import pins
 from buildctl.services import wiring
 from tests.unit.hostile_project import MANIFEST, make_project, run
@@ -179,3 +180,48 @@ def test_a_wheel_the_compile_left_that_is_no_regular_file_is_not_kept(tmp_path: 
         made.unlink()
     made.write_bytes(b"PK\x03\x04")
     assert keep_wheel(final, made).read_bytes() == b"PK\x03\x04"
+
+
+# ------------------------------------------------------------------------------ records under <cache>/state
+
+
+GOOD_RECORD = {"schema": 1, "node": "wheel:x", "kind": "wheel", "key": "k" * 64, "parents": {"system": "s" * 64},
+               "template": "t", "inputs": {"env": {"A": "1"}}, "built_at": "", "engine": "default",
+               "backend": "classic", "cache_hits": 3, "cache_misses": 1}
+
+
+def test_a_record_that_is_a_fifo_is_not_opened(tmp_path: Path) -> None:
+    """`plan` and `build` read each node's record (and `has`, whether a local tag is trusted) with read_text: a
+    FIFO at <cache>/state/<stack>/<variant>/<node>.json made them wait forever in open(). It is no record."""
+    store = RecordStore(tmp_path)
+    path = store.path("t", "v", "wheel:x")
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    with unblocking(path) as opened:
+        assert store.load("t", "v", "wheel:x") is None
+        assert not store.has("t", "v", "wheel:x", "k" * 64)
+    assert opened == []
+
+
+@pytest.mark.parametrize("data", [pytest.param("[" * 100_000, id="deep"),
+                                  pytest.param({**GOOD_RECORD, "parents": {"system": 5}}, id="parent-key-a-number"),
+                                  pytest.param({**GOOD_RECORD, "parents": [["system", "s"]]}, id="parents-a-list"),
+                                  pytest.param({**GOOD_RECORD, "inputs": ["env"]}, id="inputs-a-list"),
+                                  pytest.param({**GOOD_RECORD, "key": ["k"]}, id="key-a-list"),
+                                  pytest.param({**GOOD_RECORD, "cache_hits": 10**30}, id="count-past-int64")])
+def test_a_record_of_another_shape_is_no_record(tmp_path: Path, data: object) -> None:
+    """A damaged or hand-edited record: 100,000 '[' ended plan and build in json's RecursionError (a traceback);
+    `"parents": {"system": 5}` in a TypeError where the plan says why a key moved (was[:12]); a list of inputs or a
+    key that is a list was taken as a record and diffed. Each is no record (the plan says none is recorded); a
+    count of 31 digits is no count."""
+    store = RecordStore(tmp_path)
+    path = store.path("t", "v", "wheel:x")
+    path.parent.mkdir(parents=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    got = store.load("t", "v", "wheel:x")
+    if isinstance(data, dict) and data.get("cache_hits") == 10**30:
+        assert got is not None and got.cache_hits is None and got.cache_misses == 1
+    else:
+        assert got is None
+    path.write_text(json.dumps(GOOD_RECORD))
+    assert store.load("t", "v", "wheel:x") == NodeRecord.from_json(GOOD_RECORD)
