@@ -23,7 +23,7 @@ from buildctl.config import load_config
 from buildctl.errors import BuildFailed, ManifestError, ManifestErrors, UsageError
 from buildctl.graph.records import NodeRecord, RecordStore
 from buildctl.manifest import pins
-from buildctl.services import wiring
+from buildctl.services import nightly, wiring
 from tests.unit.hostile_project import MANIFEST, make_project, run
 from tests.unit.test_hostile_leftovers import unblocking
 
@@ -225,3 +225,19 @@ def test_a_record_of_another_shape_is_no_record(tmp_path: Path, data: object) ->
         assert got is None
     path.write_text(json.dumps(GOOD_RECORD))
     assert store.load("t", "v", "wheel:x") == NodeRecord.from_json(GOOD_RECORD)
+
+
+# ----------------------------------------------------------------------------------- earlier nightly reports
+
+
+def test_an_earlier_nightly_report_that_is_a_fifo_is_passed_over_unopened(tmp_path: Path) -> None:
+    """A nightly reads the earlier reports in its report folder (any --report-dir) before its first stage: a FIFO
+    named 2*.json there made it wait forever in open() (the bounded reader caps what it reads, but opens pipes).
+    It is passed over, as a report that is not JSON is, and never opened."""
+    fifo = tmp_path / "20260101T000000Z-1.json"
+    os.mkfifo(fifo)
+    good = {"runs": [{"build": {"node_keys": {"a": "k"}}, "lock": {"hash": "h"}, "stack": "t", "variant": "w"}]}
+    (tmp_path / "20260102T000000Z-1.json").write_text(json.dumps(good))
+    with unblocking(fifo) as opened:
+        assert list(nightly.previous_runs(tmp_path)) == [("t", "w")]
+    assert opened == []
