@@ -14,13 +14,14 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 from buildctl.build import compilecache
 from buildctl.build.steps import keep_wheel
 from buildctl.config import load_config
-from buildctl.errors import BuildFailed, ManifestError, ManifestErrors, UsageError
+from buildctl.errors import BuildFailed, ManifestError, ManifestErrors, UnreachableError, UsageError
 from buildctl.graph.records import NodeRecord, RecordStore
 from buildctl.manifest import pins
 from buildctl.services import nightly, wiring
@@ -241,3 +242,41 @@ def test_an_earlier_nightly_report_that_is_a_fifo_is_passed_over_unopened(tmp_pa
     with unblocking(fifo) as opened:
         assert list(nightly.previous_runs(tmp_path)) == [("t", "w")]
     assert opened == []
+
+
+# --------------------------------------------------------------------------------------- bench scripts
+
+
+@pytest.mark.parametrize("ref", ["127.0.0.1:99999/a:1", "127.0.0.1:/a:1", "localhost:0/a:1", "localhost:5000.example/a:1",
+                                 "127.0.0.1:5000/a:b/c:1", "127.0.0.1:5000/../a:1", "127.0.0.1:5000/A:1",
+                                 "127.0.0.1:5000/a:1:2", "127.0.0.1:5000/a:$(id)"])
+def test_pull_floor_refuses_a_malformed_reference_with_its_message(ref: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/pull_floor.py REF checked only that REF began with 127.0.0.1: or localhost:; a port past 65535, a
+    repository or tag the registry client refuses ended in that client's PushError, a traceback. Each is the
+    script's own message (exit 2), before the registry is asked (here: none could be)."""
+    from bench import pull_floor
+
+    assert pull_floor.main([ref]) == 2
+    assert capsys.readouterr().err == (f"pull_floor: not an image of a registry on this machine: {ref!r} "
+                                       "(give 127.0.0.1:PORT/REPO:TAG)\n")
+
+
+def test_pull_floor_checks_out_first_and_says_what_the_registry_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """--out naming a file was found only after every pull (FileExistsError from mkdir, a traceback), and a registry
+    that does not answer ended the script in buildctl's UnreachableError, a traceback. --out is checked before
+    anything is asked (exit 2); the registry's refusal is a message (exit 1)."""
+    from bench import pull_floor
+
+    (tmp_path / "file").write_text("x")
+    assert pull_floor.main(["127.0.0.1:5000/a:1", "--out", str(tmp_path / "file")]) == 2
+    assert capsys.readouterr().err.startswith(f"pull_floor: --out {tmp_path / 'file'}: cannot use it as a folder")
+
+    def unreachable(*_args: object) -> NoReturn:
+        raise UnreachableError("the registry 127.0.0.1:5000 does not answer")
+
+    monkeypatch.setattr(pull_floor, "forms", unreachable)
+    monkeypatch.setattr(pull_floor, "uptime", lambda: "load average: 0.00")  # (`uptime` is a process)
+    assert pull_floor.main(["127.0.0.1:5000/a:1", "--out", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err.endswith("\npull_floor: the registry 127.0.0.1:5000 does not answer\n")
+    assert not (tmp_path / "out").exists()
