@@ -280,3 +280,49 @@ def test_pull_floor_checks_out_first_and_says_what_the_registry_said(tmp_path: P
     assert pull_floor.main(["127.0.0.1:5000/a:1", "--out", str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err.endswith("\npull_floor: the registry 127.0.0.1:5000 does not answer\n")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--sizes", "10,10"], "--sizes takes increasing component counts"),
+    (["--sizes", "0,5"], "--sizes takes increasing component counts"),
+    (["--sizes", "50,10"], "--sizes takes increasing component counts"),
+    (["--weight", "-1"], "--weight must be 0 or more"),
+    (["--graph-nodes", "3"], "--graph-nodes must be 0 (no graph) or at least 6"),
+    (["--registry", "registry"], "--registry must be HOST:PORT"),
+    (["--registry", "[::1]:5000"], "--registry must be HOST:PORT"),
+    (["--registry", "127.0.0.1:99999"], "--registry must be HOST:PORT"),
+    (["--out", "FILE"], "cannot use it as a folder")])
+def test_bench_rebuild_checks_its_options_before_it_starts(tmp_path: Path, argv: list[str], said: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/bench_rebuild.py took --sizes 10,10 (name_growth's ZeroDivisionError once every build had run),
+    --sizes 0 or a descending list, --weight -1 (a commit of nothing), --graph-nodes 3 (a stack of -1 components),
+    a --registry the relay cannot split or reach (ValueError in its thread, or every connection dropped) and an
+    --out that is a file (FileExistsError at the end). Each is refused by argparse's error (exit 2) before
+    anything starts (here: starting anything is a failure of the unit tests' guard)."""
+    from bench import bench_rebuild
+
+    (tmp_path / "FILE").write_text("x")
+    argv = [str(tmp_path / a) if a == "FILE" else a for a in argv]
+    with pytest.raises(SystemExit) as info:
+        bench_rebuild.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kind", ["deep", "list", "fifo"])
+def test_bench_report_of_a_file_that_is_no_result_is_said_so(tmp_path: Path, kind: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench_rebuild.py --report FILE` of 100,000 '[' ended in RecursionError, of a JSON list in a TypeError
+    (tracebacks), and of a FIFO waited forever; each is "not a result file of this bench" (exit 1)."""
+    from bench import bench_rebuild
+
+    report = tmp_path / "r.json"
+    if kind == "fifo":
+        os.mkfifo(report)
+    else:
+        report.write_text("[" * 100_000 if kind == "deep" else "[]")
+    with unblocking(report) as opened:
+        assert bench_rebuild.main(["--report", str(report)]) == 1
+    assert opened == []
+    assert f"bench: error: {report}: not a result file of this bench" in capsys.readouterr().err
