@@ -388,6 +388,13 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
             compile_cache = CompileCache.parse(raw_cc)
         except ValueError as exc:
             raise fail("compile_cache", str(exc)) from None
+        if compile_cache.folder is not None:  # made (mkdir) and mounted by the first compile: a file is no folder
+            place = compile_cache.folder
+            while not place.exists() and not place.is_symlink() and place.parent != place:
+                place = place.parent
+            if not place.is_dir():
+                raise fail("compile_cache", f"{raw_cc!r} " + ("is not a folder" if place == compile_cache.folder
+                                                             else f"is below {place}, which is not a folder"))
     return Config(
         path=path,
         default_stack=string("default_stack") or "deepseek-v3-gb200",

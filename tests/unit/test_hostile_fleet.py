@@ -127,6 +127,23 @@ def test_builders_that_are_fine(tmp_path: Path, endpoint: str) -> None:
     assert config.builders_by_platform == {"linux/amd64": (endpoint,)}
 
 
+@pytest.mark.parametrize("below", [False, True])
+def test_a_compile_cache_folder_that_is_a_file_is_refused_at_load(tmp_path: Path, below: bool) -> None:
+    """compile_cache = "/path/to/a/file" (or a folder below one) was taken: the first compile's compilecache.setup
+    ended in FileExistsError (NotADirectoryError), a traceback, once the nodes before it were built. It is refused
+    where the configuration is read (exit 3), from the file and from BUILDCTL_COMPILE_CACHE."""
+    (tmp_path / "file").write_text("x")
+    value = str(tmp_path / "file" / "ccache") if below else str(tmp_path / "file")
+    said = f"is below {tmp_path / 'file'}, which is not a folder" if below else "is not a folder"
+    with pytest.raises(ManifestError, match=re.escape(said)) as info:
+        load_config(_config(tmp_path, f'compile_cache = "{value}"\n'))
+    assert (info.value.location.key, info.value.location.line) == ("compile_cache", 1)
+    with pytest.raises(ManifestError, match=re.escape(said)):
+        load_config({"BUILDCTL_CONFIG": "/dev/null", "HOME": str(tmp_path), "BUILDCTL_COMPILE_CACHE": value})
+    fine = load_config(_config(tmp_path, f'compile_cache = "{tmp_path / "new" / "ccache"}"\n'))
+    assert fine.compile_cache.folder == tmp_path / "new" / "ccache" and not (tmp_path / "new").exists()
+
+
 # ------------------------------------------------------------------------------ compile statistics (/out)
 
 
