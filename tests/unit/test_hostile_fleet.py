@@ -21,6 +21,7 @@ import pytest
 from buildctl.build import compilecache
 from buildctl.build.steps import keep_wheel
 from buildctl.config import load_config
+from buildctl.engine import buildkit
 from buildctl.errors import BuildFailed, ManifestError, ManifestErrors, UnreachableError, UsageError
 from buildctl.graph.records import NodeRecord, RecordStore
 from buildctl.manifest import pins
@@ -243,6 +244,31 @@ def test_a_record_of_another_shape_is_no_record(tmp_path: Path, data: object) ->
         assert got is None
     path.write_text(json.dumps(GOOD_RECORD))
     assert store.load("t", "v", "wheel:x") == NodeRecord.from_json(GOOD_RECORD)
+
+
+# -------------------------------------------------------------------------- the docker CLI's memo (buildkit)
+
+
+def test_the_docker_cli_memo_is_read_as_an_untrusted_cache_file(tmp_path: Path) -> None:
+    """<cache>/docker-cli.json remembers which docker CLI drives BuildKit: a FIFO there made a buildkit build wait
+    in open() forever, 100,000 '[' ended it in json's RecursionError, and a memo whose stamp matched but whose
+    "path" was another program had that program run as the docker CLI. Each is no memo (the CLI is asked again)."""
+    cli = tmp_path / "docker"
+    cli.write_text("#!/bin/sh\n")
+    stamp = buildkit._stamp([str(cli)])
+    memo = tmp_path / "docker-cli.json"
+    good = {"candidates": stamp, "path": str(cli), "version": "20.10.24", "buildx": False}
+    memo.write_text(json.dumps(good))
+    assert buildkit._recall(memo, stamp) == buildkit.Cli(path=str(cli), version="20.10.24", buildx=False)
+    memo.write_text(json.dumps({**good, "path": "/tmp/not-a-candidate"}))
+    assert buildkit._recall(memo, stamp) is None
+    memo.write_text("[" * 100_000)
+    assert buildkit._recall(memo, stamp) is None
+    memo.unlink()
+    os.mkfifo(memo)
+    with unblocking(memo) as opened:
+        assert buildkit._recall(memo, stamp) is None
+    assert opened == []
 
 
 # ----------------------------------------------------------------------------------- earlier nightly reports
