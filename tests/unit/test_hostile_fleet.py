@@ -145,6 +145,31 @@ def test_a_compile_cache_folder_that_is_a_file_is_refused_at_load(tmp_path: Path
     assert fine.compile_cache.folder == tmp_path / "new" / "ccache" and not (tmp_path / "new").exists()
 
 
+# ---------------------------------------------------------------------------------- a component's build:
+
+
+DEMO = Path(__file__).resolve().parents[2] / "pins" / "demo.yaml"
+
+
+@pytest.mark.parametrize(("line", "value"), [
+    pytest.param("      memory_per_job_gib: 1", "9" * 400, id="memory-400-digits"),
+    pytest.param("      memory_per_job_gib: 1", "-" + "9" * 309, id="memory-minus-309-digits"),
+    pytest.param("      - {number: 7, head:", "9" * 400, id="pr-number-400-digits")])
+def test_an_integer_past_floats_range_is_a_manifest_error(line: str, value: str) -> None:
+    """`memory_per_job_gib: 999...` (309 to 4,300 digits: more is the int limit's own error) ended `pins check`,
+    plan and build in float()'s OverflowError (a float field given an integer, or an integer field with bounds such
+    as a pull request's number); it is an error at that line naming the key (exit 3)."""
+    text = DEMO.read_text()
+    assert line in text
+    old = line.rsplit(" ", 1)[-1] if "memory" in line else "7"
+    mutated = text.replace(line, line.replace(old, value) if "memory" in line else line.replace("number: 7", f"number: {value}"))
+    n = text[:text.index(line)].count("\n") + 1
+    with pytest.raises(ManifestErrors) as info:
+        pins.load_text(mutated, str(DEMO), base_dir=DEMO.parent)
+    found = [e for e in info.value.errors if e.location.line == n]
+    assert found and f"got a number of {len(value.lstrip('-'))} digits" in found[0].detail, [str(e) for e in info.value.errors]
+
+
 # ------------------------------------------------------------------------------ compile statistics (/out)
 
 
