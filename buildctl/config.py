@@ -325,6 +325,11 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
             problem = value_rule(x)
             if problem:
                 raise fail(key, f"{x!r} {problem}", entry=str(k))
+            if key in ("download_mirrors", "git_mirrors") and str(k).endswith("/") and not x.endswith(("/", ":")):
+                # the rest of the URL is appended to the mirror: "https://mirror.example" would make the host
+                # mirror.examplecompute of https://x/compute/...
+                raise fail(key, f"{x!r} does not end with '/' as its prefix {k!r} does: the rest of each URL is "
+                                f"appended to it (write {x + '/'!r})", entry=str(k))
             out[str(k)] = x
         return out
 

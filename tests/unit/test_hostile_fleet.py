@@ -87,6 +87,23 @@ def test_a_manifest_download_url_urllib_cannot_fetch_is_a_manifest_error() -> No
         pins.load_text(text, "pins/t.yaml")
 
 
+@pytest.mark.parametrize(("key", "mirror"), [("download_mirrors", "https://mirror.example"),
+                                             ("download_mirrors", "https://mirror.example/nvidia"),
+                                             ("git_mirrors", "file:///srv/git-mirrors")])
+def test_a_mirror_that_would_join_the_rest_of_the_url_to_its_host_is_refused(tmp_path: Path, key: str,
+                                                                            mirror: str) -> None:
+    """download_mirrors = {"https://developer.download.nvidia.com/" = "https://mirror.example"}: the rest of each URL
+    is appended to the mirror, so https://developer.download.nvidia.com/compute/x went to the host
+    mirror.examplecompute (and a git mirror's to /srv/git-mirrorsorg/repo). A mirror whose prefix ends with '/' must
+    end with '/' too (or ':', git@host: for git); refused at load naming the entry (exit 3)."""
+    prefix = "https://developer.download.nvidia.com/"
+    with pytest.raises(ManifestError, match=f"does not end with '/' as its prefix {re.escape(repr(prefix))} does") as info:
+        load_config(_config(tmp_path, f'{key} = {{ "{prefix}" = "{mirror}" }}\n'))
+    assert info.value.location.key == f"{key}.{prefix}"
+    assert load_config(_config(tmp_path, f'{key} = {{ "{prefix}" = "{mirror}/" }}\n'))
+    assert load_config(_config(tmp_path, 'git_mirrors = { "https://github.com/" = "git@mirror.example:" }\n'))
+
+
 @pytest.mark.parametrize("url", ["https://mirror.example/", "http://[::1]:8080/m/", "https://u:token@m.example/",
                                  "file:///srv/mirror/", "file://localhost/srv/mirror/"])
 def test_mirror_urls_that_are_fine(tmp_path: Path, url: str) -> None:
