@@ -25,7 +25,7 @@ from buildctl.engine import buildkit
 from buildctl.errors import BuildFailed, ManifestError, ManifestErrors, UnreachableError, UsageError
 from buildctl.graph.records import NodeRecord, RecordStore
 from buildctl.manifest import pins
-from buildctl.services import nightly, wiring
+from buildctl.services import nightly, noop, wiring
 from tests.unit.hostile_project import MANIFEST, make_project, run
 from tests.unit.test_hostile_leftovers import unblocking
 
@@ -311,6 +311,44 @@ def test_the_docker_cli_memo_is_read_as_an_untrusted_cache_file(tmp_path: Path) 
     with unblocking(memo) as opened:
         assert buildkit._recall(memo, stamp) is None
     assert opened == []
+
+
+# --------------------------------------------------------------------------- the no-op build's memo (build)
+
+
+def test_a_no_op_memo_that_is_deep_or_no_regular_file_is_no_memo(project: Path) -> None:
+    """`build` first asks the memo of an earlier build of the same request (<cache>/state/noop/<digest>.json):
+    100,000 '[' there ended every such build in json's RecursionError (a traceback), and a FIFO there made it
+    wait in open() forever. Either is no memo: the build goes the full way."""
+    env = {"DOCKER_HOST": "unix:///nonexistent.sock"}
+    config = load_config({"BUILDCTL_CONFIG": "/dev/null", "HOME": str(project), "BUILDCTL_CACHE": str(project / "cache")})
+    req = noop.request(project, {"stack": "t"}, engine=None, env=env)
+    memo = noop.memo_path(config, noop._request_digest(req, config))
+    memo.parent.mkdir(parents=True)
+    memo.write_text("[" * 100_000)
+    assert noop.cached(req, config, env) is None
+    memo.unlink()
+    os.mkfifo(memo)
+    with unblocking(memo) as opened:
+        assert noop.cached(req, config, env) is None
+    assert opened == []
+
+
+def test_a_file_the_memo_hashes_that_became_a_fifo_is_not_opened(project: Path) -> None:
+    """The memo hashes every file the target was made from before anything else: a manifest replaced by a FIFO
+    (or a link to one; a link to /dev/zero, which a pull request can hold, was read without end) made `build` wait
+    in open() before the manifest's loader could refuse it. Such a file hashes as none: the memo does not hold."""
+    manifest = project / "pins" / "t.yaml"
+    digest = noop._file_digest(str(manifest))
+    assert digest is not None and len(digest) == 64
+    manifest.unlink()
+    os.mkfifo(manifest)
+    with unblocking(manifest) as opened:
+        assert noop._file_digest(str(manifest)) is None
+    assert opened == []
+    manifest.unlink()
+    manifest.symlink_to("/dev/zero")
+    assert noop._file_digest(str(manifest)) is None
 
 
 # ----------------------------------------------------------------------------------- earlier nightly reports
