@@ -18,11 +18,18 @@ from typing import NoReturn
 
 import pytest
 
-from buildctl.build import compilecache
+from buildctl.build import compilecache, smoke
 from buildctl.build.steps import keep_wheel
 from buildctl.config import load_config
 from buildctl.engine import buildkit
-from buildctl.errors import BuildFailed, ManifestError, ManifestErrors, UnreachableError, UsageError
+from buildctl.errors import (
+    BuildFailed,
+    ManifestError,
+    ManifestErrors,
+    SmokeFailed,
+    UnreachableError,
+    UsageError,
+)
 from buildctl.graph.records import NodeRecord, RecordStore
 from buildctl.manifest import pins
 from buildctl.services import nightly, noop, wiring
@@ -349,6 +356,28 @@ def test_a_file_the_memo_hashes_that_became_a_fifo_is_not_opened(project: Path) 
     manifest.unlink()
     manifest.symlink_to("/dev/zero")
     assert noop._file_digest(str(manifest)) is None
+
+
+# ----------------------------------------------------------------------- the smoke gate's saved report (push)
+
+
+@pytest.mark.parametrize("kind", ["deep", "list", "no-report", "exit-code-infinite", "fifo"])
+def test_a_saved_gate_report_of_another_shape_is_a_smoke_error_not_a_traceback(tmp_path: Path, kind: str) -> None:
+    """`push` attaches the smoke gate's saved report (<cache>/reports/smoke/.../<id>.build.json) as the image's
+    evidence when the registry has none: 100,000 '[' there ended it in json's RecursionError, a JSON list or a
+    report without "report" in a TypeError or KeyError, "exit_code": Infinity in an OverflowError (tracebacks),
+    and a FIFO made it wait in open() forever. Each is the smoke error a saved file that is not JSON already was."""
+    image_id = "sha256:" + "a" * 64
+    path = tmp_path / f"{smoke.report_stem(image_id, 'build')}.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text({"deep": "[" * 100_000, "list": "[]", "no-report": '{"image": "x", "exit_code": 0}',
+                         "exit-code-infinite": '{"report": {}, "image": "x", "exit_code": Infinity}'}[kind])
+    with unblocking(path) as opened, pytest.raises(SmokeFailed, match=re.escape(f"no usable report for {image_id}: {path}")):
+        smoke.recorded(tmp_path, image_id, "build")
+    assert opened == []
+    assert smoke.recorded(tmp_path, "sha256:" + "b" * 64, "build") is None  # none saved: none
 
 
 # ----------------------------------------------------------------------------------- earlier nightly reports
