@@ -395,9 +395,13 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
             raise fail("compile_cache", str(exc)) from None
         if compile_cache.folder is not None:  # made (mkdir) and mounted by the first compile: a file is no folder
             place = compile_cache.folder
-            while not place.exists() and not place.is_symlink() and place.parent != place:
-                place = place.parent
-            if not place.is_dir():
+            try:
+                while not place.exists() and not place.is_symlink() and place.parent != place:
+                    place = place.parent
+                usable = place.is_dir()
+            except OSError as exc:  # a parent this user may not search (EACCES): no folder can be made there
+                raise fail("compile_cache", f"{raw_cc!r} cannot be used as a folder: {exc.strerror or exc}") from None
+            if not usable:
                 raise fail("compile_cache", f"{raw_cc!r} " + ("is not a folder" if place == compile_cache.folder
                                                              else f"is below {place}, which is not a folder"))
     return Config(
