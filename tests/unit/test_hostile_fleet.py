@@ -1,9 +1,10 @@
 """Hostile input, fourth pass: what came after the first three, the fleet's settings and the compiler cache's
 reports. The configuration's compile_cache, builders (flat and by platform), download and git mirrors read from
-config.toml and the environment; the records and compile statistics `plan` and `build` read back from the cache
-and from a compile's /out; the bench scripts' own arguments. Each defect a scripted run found (a Python traceback,
-a hang, a value refused only where it was used, after work was done) is reproduced here and refused where it is
-loaded instead.
+config.toml and the environment; a component's build: numbers; what a compile leaves in /out (its stats file and
+its wheel); the files `plan`, `build`, `push` and `nightly` read back from the cache (node records, the no-op
+memo, the docker CLI's memo, the gate's saved report, earlier nightly reports); the bench scripts' own arguments.
+Each defect a scripted run found (a Python traceback, a hang, a host file taken for a wheel, a value refused only
+where it was used, after work was done) is reproduced here and refused where it is loaded instead.
 
 Every test makes its own files under tmp_path; nothing reaches an engine, a registry or the network.
 """
