@@ -62,6 +62,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import itertools
 import json
 import os
 import shutil
@@ -99,10 +100,11 @@ from bench.engine2 import SecondEngineError, second_engine  # noqa: E402
 from bench.figures import machine, markdown, spread, summary, table, uptime  # noqa: E402
 from bench.project import SIX_BUMPS, fastmath_repo, lock_all, manifests  # noqa: E402
 from bench.runner import Bench  # noqa: E402
+from buildctl import safepath, syntax, untrusted  # noqa: E402
 from buildctl.build import wheelhouse  # noqa: E402
 from buildctl.config import load_config  # noqa: E402
 from buildctl.engine.engine import Engine  # noqa: E402
-from buildctl.errors import BuildctlError  # noqa: E402
+from buildctl.errors import BuildctlError, UsageError  # noqa: E402
 from buildctl.lock.pinsteps import Bisection  # noqa: E402
 from buildctl.services import target  # noqa: E402
 
@@ -402,22 +404,15 @@ def main(argv: list[str] | None = None) -> int:
                     "builds nothing")
     args = ap.parse_args(argv)
     if args.report:
-        try:
-            print(markdown(json.loads(args.report.read_text())))
-        except (OSError, ValueError, KeyError) as exc:
+        try:  # a result file is JSON of this bench's shape; anything else (a FIFO, 100,000 '[', a list) is said so
+            print(markdown(untrusted.obj(untrusted.loads(untrusted.read_regular(args.report, REPORT_MAX)), "result")))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             print(f"bench: error: {args.report}: not a result file of this bench ({exc!r})", file=sys.stderr)
             return 1
         return 0
     if args.quick:
         args.reps, args.weight, args.sizes, args.graph_nodes, args.bisect = 1, 0, "2,4", 0, min(args.bisect, 2)
-    try:
-        sizes = [int(s) for s in args.sizes.split(",") if s]
-    except ValueError:
-        ap.error(f"--sizes takes counts separated by commas, not {args.sizes!r}")
-    if not 1 <= args.reps <= len(SIX_BUMPS):
-        ap.error(f"--reps must be 1 to {len(SIX_BUMPS)}")
-    if not 0 <= args.bisect <= 64:
-        ap.error("--bisect must be 0 to 64")
+    sizes = check_options(ap, args)
     if not Path(DOCKER).exists():
         print(f"bench: error: {DOCKER} (Debian's docker.io client, which can use BuildKit) is missing",
               file=sys.stderr)
@@ -435,6 +430,39 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: interrupted", file=sys.stderr)
         return 130
     return 1
+
+
+REPORT_MAX = 64 << 20  # bytes of a result file --report reads at most (a full run's is about 100 KB)
+
+
+def check_options(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[int]:
+    """The growth sizes, once every option is checked (ap.error, exit 2: a value found wrong only after an hour of
+    builds, or a traceback then, is worse). Returns the sizes of --sizes."""
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s]
+    except ValueError:
+        ap.error(f"--sizes takes counts separated by commas, not {args.sizes!r}")
+    if not sizes or sizes[0] < 1 or any(b <= a for a, b in itertools.pairwise(sizes)):
+        # name_growth divides by the step between two sizes, and fits a line through them
+        ap.error(f"--sizes takes increasing component counts of at least 1 (10,50,200), not {args.sizes!r}")
+    if not 1 <= args.reps <= len(SIX_BUMPS):
+        ap.error(f"--reps must be 1 to {len(SIX_BUMPS)}")
+    if not 0 <= args.bisect <= 64:
+        ap.error("--bisect must be 0 to 64")
+    if args.weight < 0:
+        ap.error(f"--weight must be 0 or more generated C files, not {args.weight}")
+    if args.graph_nodes != 0 and args.graph_nodes < 6:
+        ap.error(f"--graph-nodes must be 0 (no graph) or at least 6 (the 4 fixed nodes and one component's 2), "
+                 f"not {args.graph_nodes}")
+    host, colon, port = args.registry.rpartition(":")
+    if not colon or not port.isdigit() or host.startswith("[") or syntax.host_port(args.registry):
+        # the registry relay (bench/regproxy.py) connects to HOST and PORT
+        ap.error(f"--registry must be HOST:PORT (a name or an IPv4 address), not {args.registry!r}")
+    try:
+        safepath.usable_folder(args.out, "--out")
+    except UsageError as exc:
+        ap.error(exc.what)
+    return sizes
 
 
 def _main(args: argparse.Namespace, sizes: list[int]) -> int:

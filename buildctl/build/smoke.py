@@ -160,6 +160,9 @@ def render_junit(report: SmokeReport) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
 
 
+SAVED_MAX = 64 << 20  # bytes of a saved report read at most (a suite's report is tens of KiB)
+
+
 def report_stem(image_id: str, tier: Tier) -> str:
     return f"{image_id.removeprefix('sha256:')[:12]}.{tier}"
 
@@ -167,14 +170,18 @@ def report_stem(image_id: str, tier: Tier) -> str:
 def recorded(report_dir: Path, image_id: str, tier: Tier) -> SmokeReport | None:
     """The saved report of ``tier`` for an image id (promotion asks this for the GPU tier), or None."""
     path = report_dir / f"{report_stem(image_id, tier)}.json"
-    try:
-        saved = json.loads(path.read_text())
+    try:  # a file of the cache: a regular one of bounded size and depth, of the shape save_report writes
+        saved = untrusted.obj(untrusted.loads(untrusted.read_regular(path, SAVED_MAX)), "the saved report")
+        text, image, exit_code = json.dumps(saved["report"]), str(saved["image"]), int(saved["exit_code"])
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise _bad_report(f"{path} cannot be read", image_id, exc.strerror or str(exc)) from exc
     except json.JSONDecodeError as exc:
         raise _bad_report(f"{path} is not JSON", image_id, exc.msg) from exc
-    report = parse_report(json.dumps(saved["report"]), image=saved["image"], image_id=image_id,
-                          exit_code=int(saved["exit_code"]))
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Malformed too: a FIFO, too large or deep
+        raise _bad_report(f"{path} is not a saved smoke report", image_id, f"{type(exc).__name__}: {exc}") from exc
+    report = parse_report(text, image=image, image_id=image_id, exit_code=exit_code)
     return replace(report, report_path=path)
 
 

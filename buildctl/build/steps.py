@@ -11,6 +11,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 import time
@@ -405,11 +406,20 @@ class Steps:
 def keep_wheel(final: Path, made: Path) -> Path:
     """Put the wheel ``made`` alone in the folder ``final`` (wheels/<component>/<key>/), whole or not at all: it is
     copied into a folder of this run beside it (swept by a later run if this one dies), which then replaces
-    ``final``. A copy that fails (a full disk: DiskFull naming the wheel) leaves no part of it behind."""
+    ``final``. A copy that fails (a full disk: DiskFull naming the wheel) leaves no part of it behind.
+
+    ``made`` is what the compile container left in /out, a folder it writes: it must be a regular file, never a
+    link (copy2 followed one: a link to a host file such as ~/.docker/config.json became the wheel, its image and
+    its push), a FIFO (shutil's SpecialFileError, a traceback) or a folder."""
+    kind = _not_regular(made)
+    if kind:
+        raise BuildFailed(f"{made.name} is {kind}, not a wheel file: not kept",
+                          why="a compile's /out is the container's to write, and is not trusted to name host files",
+                          fix="make the build command write the wheel itself into /out (pip wheel -w /out)")
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"run-{runs.owner()}-", dir=final.parent))
     try:
-        shutil.copy2(made, tmp / made.name)
+        shutil.copy2(made, tmp / made.name, follow_symlinks=False)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         full = disk_full(final / made.name, exc) if isinstance(exc, OSError) else None
@@ -419,6 +429,19 @@ def keep_wheel(final: Path, made: Path) -> Path:
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return final / made.name
+
+
+def _not_regular(path: Path) -> str | None:
+    """What ``path`` is, itself and not what it links to, when that is not a regular file (None: it is one)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as exc:
+        return f"a file that cannot be read ({exc.strerror or exc})"
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link (to {os.readlink(path)!r})"
+    if not stat.S_ISREG(mode):
+        return "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a special file"
+    return None
 
 
 def compile_jobs(*, cores: int, memory_gib: float, per_job_gib: float, concurrent: int) -> int:

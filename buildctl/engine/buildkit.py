@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from buildctl import untrusted
 from buildctl.errors import EngineError
 
 ENV_OFF = ("DOCKER_CONTEXT",)  # a context would override DOCKER_HOST: the endpoint is ours to name
@@ -102,12 +103,20 @@ def _stamp(candidates: list[str]) -> list[list[object]]:
     return out
 
 
+MEMO_MAX = 64 << 10  # bytes of the memo read at most (it holds a few paths)
+
+
 def _recall(memo: Path | None, stamp: list[list[object]]) -> Cli | None:
+    """The CLI the memo names for these candidates. The memo is a cache file, read as untrusted: a regular file
+    (a FIFO made every buildkit build wait in open), bounded in size and depth (100,000 '[' was json's
+    RecursionError), and its CLI one of the candidates (another path there was run as the docker CLI)."""
     if memo is None or not stamp:
         return None
     try:
-        data = json.loads(memo.read_text())
-        if data.get("candidates") != stamp:
+        data = untrusted.loads(untrusted.read_regular(memo, MEMO_MAX))
+        if not isinstance(data, dict) or data.get("candidates") != stamp:
+            return None
+        if data["path"] not in [c[0] for c in stamp]:
             return None
         return Cli(path=str(data["path"]), version=str(data["version"]), buildx=bool(data["buildx"]))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from buildctl import untrusted
 from buildctl.config import CacheLayout
 from buildctl.safepath import write_atomic
 
@@ -68,7 +69,20 @@ class NodeRecord:
 
 
 def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63 else None
+
+
+RECORD_MAX = 16 << 20  # bytes of one record read at most (a node's inputs: a few KiB, a Dockerfile's text at most)
+
+
+def _well_typed(data: Mapping[str, Any]) -> bool:
+    """Whether a record's fields have the types NodeRecord and the plan's reasons take (strings, a map of parent
+    names to keys, an object of inputs); the counts are checked by ``_count``."""
+    texts = all(isinstance(data.get(k), str) for k in ("node", "kind", "key", "template")) and all(
+        isinstance(data.get(k, ""), str) for k in ("built_at", "engine", "backend"))
+    parents = data.get("parents")
+    return (texts and isinstance(data.get("inputs"), dict) and isinstance(parents, dict)
+            and all(isinstance(v, str) for v in parents.values()))
 
 
 class RecordStore:
@@ -79,10 +93,15 @@ class RecordStore:
         return self.root / stack / variant / f"{node.replace(':', '-')}.json"
 
     def load(self, stack: str, variant: str, node: str) -> NodeRecord | None:
-        """The record, or None when there is none (or it cannot be read: it only explains, never decides)."""
+        """The record, or None when there is none (or it cannot be read: it only explains, never decides).
+
+        Read as untrusted (a hand-edited or damaged cache): a regular file of at most RECORD_MAX bytes, opened
+        without blocking (a FIFO there made `plan` wait forever), JSON bounded in depth (100,000 '[' was
+        json's RecursionError, a traceback), each field of its type (``"parents": {"a": 5}`` ended the plan's
+        reasons in a TypeError)."""
         try:
-            data = json.loads(self.path(stack, variant, node).read_text())
-            if data.get("schema") != SCHEMA:
+            data = untrusted.loads(untrusted.read_regular(self.path(stack, variant, node), RECORD_MAX))
+            if not isinstance(data, dict) or data.get("schema") != SCHEMA or not _well_typed(data):
                 return None
             return NodeRecord.from_json(data)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):

@@ -235,7 +235,7 @@ class Loader:
                 return self.number(node, key, value, field)
         elif tp is float:
             if isinstance(value, int | float) and not isinstance(value, bool):
-                return self.number(node, key, float(value), field)
+                return self.number(node, key, value, field, as_float=True)
         elif tp is str:
             if isinstance(value, int | float) and not isinstance(value, bool):
                 # The text as written: YAML would read 9.10 as 9.1, 0755 as 493 and an all-digit SHA as a number.
@@ -257,13 +257,20 @@ class Loader:
             return self.error(node, key, f"{shown!r} {problem}")
         return value
 
-    def number(self, node: yaml.Node, key: str, value: float, field: tuple[str, str] | None) -> Any:
+    def number(self, node: yaml.Node, key: str, value: float, field: tuple[str, str] | None, *,
+               as_float: bool = False) -> Any:
         bounds = NUMBER_RULES.get(field) if field else None
-        if isinstance(value, float) or bounds:
+        if isinstance(value, float) or bounds or as_float:
             low, high = bounds or (-1e18, 1e18)
-            problem = syntax.finite(float(value), low=low, high=high)
+            try:
+                as_number = float(value)
+            except OverflowError:  # an integer past float's range (309 digits or more): float() cannot take it
+                digits = len(str(abs(int(value))))
+                return self.error(node, key, f"must be more than {low:g} and at most {high:g}, got a number of {digits} digits")
+            problem = syntax.finite(as_number, low=low, high=high)
             if problem:
                 return self.error(node, key, problem)
+            return as_number if as_float else value
         return value
 
     @staticmethod

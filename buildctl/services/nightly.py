@@ -315,12 +315,12 @@ def _usable(run: object) -> bool:
 
 def previous_runs(report_dir: Path) -> dict[tuple[str, str], Mapping[str, Any]]:
     """The newest earlier nightly result of each (stack, variant), from the saved reports (read through the
-    bounded reader: the folder may be any --report-dir, and a file there anything)."""
+    bounded reader: the folder may be any --report-dir, and a file there anything: a FIFO is passed over unopened)."""
     found: dict[tuple[str, str], Mapping[str, Any]] = {}
     for path in sorted(report_dir.glob("2*.json")):
         try:
-            data = untrusted.loads(untrusted.read_capped(path, REPORT_MAX))
-        except (OSError, ValueError):  # not readable, too large or deep, not UTF-8, not JSON
+            data = untrusted.loads(untrusted.read_regular(path, REPORT_MAX))
+        except (OSError, ValueError):  # not a regular file, not readable, too large or deep, not UTF-8, not JSON
             continue
         runs = data.get("runs") if isinstance(data, dict) else None
         for run in runs if isinstance(runs, list) else ():

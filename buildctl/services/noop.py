@@ -21,11 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from buildctl import untrusted
 from buildctl.config import Config
 from buildctl.engine import peek
 from buildctl.graph.records import RecordStore, state_root
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from buildctl.services.target import Target
 
 SCHEMA = 1
+MEMO_MAX = 16 << 20  # bytes of a memo read at most (it names a stack's files and labels: a few KiB)
 _PACKAGE = Path(__file__).resolve().parents[1]  # buildctl/
 
 
@@ -99,11 +102,24 @@ def memo_path(config: Config, digest: str) -> Path:
 
 
 def _file_digest(path: str) -> str | None:
+    """sha256 of the regular file at ``path`` (None: gone, unreadable, or no regular file). It is opened without
+    blocking and checked on what was opened: a manifest replaced by a FIFO (or a link to one, or to /dev/zero: a
+    pull request can hold such a link) made a `build` with a memo wait in open forever, or read without end,
+    before the manifest's own loader could refuse it."""
     try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        h = hashlib.sha256()
+        try:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        except OSError:
+            return None
+        return h.hexdigest()
 
 
 def input_files(project: Path, t: Target) -> list[Path]:
@@ -140,8 +156,8 @@ def remember(req: Request, config: Config, t: Target, report: Report, *, engine:
 
 def cached(req: Request, config: Config, env: Mapping[str, str]) -> Cached | None:
     """The no-op answer when the memo of ``req`` holds and the engine confirms it; None: go the full way."""
-    try:
-        data = json.loads(memo_path(config, _request_digest(req, config)).read_text())
+    try:  # a cache file: a regular one of bounded size and depth (100,000 '[' was json's RecursionError), or none
+        data = untrusted.loads(untrusted.read_regular(memo_path(config, _request_digest(req, config)), MEMO_MAX))
     except (OSError, ValueError):
         return None
     try:
