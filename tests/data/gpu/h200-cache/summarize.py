@@ -1,11 +1,11 @@
-"""Host: results.json from what the six device leases brought back (lease1/ - lease6/: job.sh's
+"""Host: results.json from what the seven device leases brought back (lease1/ - lease7/: job.sh's
 results.jsonl, job.log, tails.txt, logs.tar.gz as poll.sh left them in $OUT), trees.json (prepare_cache.py)
 and the rendered script that each lease ran (leases 1-2: wheel-transformer-engine.sh here; lease 3, rendered
 after 1616287: lease3/wheel-transformer-engine.sh with its own lease3/trees.json; leases 4 and 5 the same file,
 each with its own trees.json). tests/unit/test_h200_cache.py reads results.json and checks it against the raw lines.
 Lease 4's logs carry each line's seconds since its run began (job.sh's "+12.3s "): `phases` below reads them
 out of lease4/logs.tar.gz into each run's breakdown (pip metadata, build_py, CMake configure, ninja, torch's
-extension and link, install and zip). Lease 5 ran without PIP_VERBOSE, so its logs hold pip's own lines alone:
+extension and link, install and zip); leases 6 and 7's (PIP_VERBOSE=1) the same way. Lease 5 ran without PIP_VERBOSE, so its logs hold pip's own lines alone:
 `coarse_phases` cuts them into pip's start and metadata, the wheel's build (setup.py: configure, both compiles,
 install and zip together) and pip's end.
 
@@ -66,6 +66,18 @@ LEASE6_CALLS = [
 # session after it against 1108.5 s after lease 5 (470 s, the machine's start included), 214 s left after the
 # give-back; no failed calls
 LEASE6_HELD_S = 474
+# Lease 7: tree D on the folder that tree A's cold run filled (the issue's case), with tree D cold and a second tree A
+# cold on new folders of their own, one machine: does tree D on A's folder pay for the cache's lookup on a miss?
+LEASE7_CALLS = [
+    "export PIP_VERBOSE=1 RUNS='a-cold:A:ccache:ccacheA d-onA:D:ccache:ccacheA d-cold:D:ccache:ccacheD "
+    "a-cold2:A:ccache:ccacheA2'; WAIT_S=555 bash .devcarry/gcache/start.sh",
+    "WAIT_S=540 bash .devcarry/gcache/poll.sh",
+    "WAIT_S=580 bash .devcarry/gcache/poll.sh",
+]
+# device time that lease 7 took (a session of its own, 1800 s before the first call): three calls of 561.3 s,
+# 541.2 s and 441.1 s of wall (the third found the job done); held 588.0 s, 1136.3 s and 1586.0 s after each,
+# the machine's start included; 212 s left after the give-back; no failed calls
+LEASE7_HELD_S = 1588
 
 # What each lease ran: the device calls, as made (the device tool's `run`, carry [".devcarry/gcache"]).
 LEASES: dict[str, dict[str, Any]] = {
@@ -147,6 +159,20 @@ LEASES: dict[str, dict[str, Any]] = {
         "held_s": LEASE6_HELD_S,
         "script": {"file": "lease3/wheel-transformer-engine.sh", "trees": "lease6/trees.json",
                    "rendered": "the pack of leases 4-5 carried again (.devcarry/gcache/pack, its trees.json byte "
+                               "for byte lease4/trees.json): the same file as lease 3's"},
+    },
+    "lease7": {
+        "date": "2026-12-06",
+        "calls": LEASE7_CALLS,
+        "machine": "an H100 again (the call named no kind): NVIDIA H100 80GB HBM3, the same image as leases 3-6: "
+                   "driver 580.159.04, 16 cores, 125 GiB, nvcc 13.0.88, cmake 4.4.3, Python 3.12.3, "
+                   "torch 2.11.0+cu130; the job's machine fact",
+        "environment": "the machine's own: CC=/opt/gcc/bin/gcc CXX=/opt/gcc/bin/g++ CUDAHOSTCXX=/opt/gcc/bin/g++ "
+                       "(job.sh's env_compilers fact); PIP_VERBOSE=1; ccache only; tree A cold on a new folder, "
+                       "tree D on that folder, tree D cold on a second new folder, tree A cold on a third",
+        "held_s": LEASE7_HELD_S,
+        "script": {"file": "lease3/wheel-transformer-engine.sh", "trees": "lease7/trees.json",
+                   "rendered": "the pack of leases 4-6 carried again (.devcarry/gcache/pack, its trees.json byte "
                                "for byte lease4/trees.json): the same file as lease 3's"},
     },
 }
@@ -260,6 +286,17 @@ for _name, _run, _kind, _target, _bases in (
 # entry involved (no target of the issue's: it tells what lease 5's c4 against c1 compared)
 COMPARISONS.append(("lease6", "tree without #2150 cold, against tree A cold (both empty folders)", "a-cold", "d-cold",
                     "slowdown", None))
+# Lease 7: tree D on tree A's folder (the issue's case) against both cold runs of tree A and their mean (target
+# <= 1.05), and against tree D cold on its own folder (no target: what the folder's lookup on a miss costs, the
+# tree the same); tree D cold against the mean of A's (no target: the spread of cold runs on this machine)
+_MEAN7 = mean_of("a-cold", "a-cold2")
+for _base in ("a-cold", "a-cold2", _MEAN7):
+    COMPARISONS.append(("lease7", f"tree without #2150 on tree A's folder, against {_base}", _base, "d-onA",
+                        "slowdown", 1.05))
+COMPARISONS.append(("lease7", "tree without #2150 on tree A's folder, against tree D cold (its own folder)", "d-cold",
+                    "d-onA", "slowdown", None))
+COMPARISONS.append(("lease7", "tree without #2150 cold, against the mean of tree A's cold runs (all empty folders)",
+                    _MEAN7, "d-cold", "slowdown", None))
 
 
 def nonzero(stats: dict[str, Any]) -> dict[str, Any]:
@@ -334,10 +371,10 @@ def main() -> None:
             out["leases"][lease]["phases"] = lease_phases(lease, runs)
         if lease == "lease5":
             out["leases"][lease]["phases"] = lease_phases(lease, runs, coarse_phases)
-        if lease == "lease6":
+        if lease in ("lease6", "lease7"):
             out["leases"][lease]["phases"] = lease_phases(lease, runs)
     onefile = next(json.loads(x) for x in (HERE / "lease1" / "job.log").read_text().splitlines() if x.startswith('{"from"'))
-    for lease in ("lease3", "lease4", "lease5", "lease6"):  # variant.py onefile is deterministic: the same tree C in every lease
+    for lease in ("lease3", "lease4", "lease5", "lease6", "lease7"):  # variant.py onefile is deterministic: the same tree C in every lease
         again = next(json.loads(x) for x in (HERE / lease / "job.log").read_text().splitlines() if x.startswith('{"from"'))
         assert again == onefile, lease
     out["trees"]["C"] = {"made_by": "variant.py onefile on the device: tree B plus one line of code appended to one "
