@@ -233,6 +233,41 @@ def mirror_url(url: str, mirrors: Mapping[str, str]) -> str:
 CONFIG_MAX = 1 << 20  # bytes of a configuration file read at most (a few hundred is usual)
 
 
+# Folders never mounted read-write into a compile container (which runs a pull request's code): the system's, and
+# the home folder's that hold credentials. The home folder itself, and any folder above it, are refused too.
+_SYSTEM_FOLDERS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
+                   "/sys", "/usr", "/var/lib", "/var/run")
+_CREDENTIAL_FOLDERS = (".ssh", ".docker", ".gnupg", ".aws", ".kube", ".config")
+
+
+def _cache_folder_problem(folder: Path, env: Mapping[str, str]) -> str | None:
+    """Why ``folder`` cannot be the compiler cache's local folder (None: it can). The first compile makes it and
+    mounts it read-write into every compile container: it must be a folder or one still to be made below a folder
+    (a file there ended the first compile in FileExistsError), and not one whose contents no compile may write
+    (``/``, a system folder, the home folder or one above it, or a home folder's credentials)."""
+    place = folder
+    try:
+        while not place.exists() and not place.is_symlink() and place.parent != place:
+            place = place.parent
+        usable = place.is_dir()
+    except OSError as exc:  # a parent this user may not search (EACCES): no folder can be made there
+        return f"cannot be used as a folder: {exc.strerror or exc}"
+    if not usable:
+        return "is not a folder" if place == folder else f"is below {place}, which is not a folder"
+    real = Path(os.path.realpath(folder))
+    home = Path(os.path.realpath(env.get("HOME") or Path.home()))
+    why = "compile containers, which run the code they compile, would write into it: give a folder of its own"
+    system = next((f for f in _SYSTEM_FOLDERS if real == Path(f) or Path(f) in real.parents), None)
+    if real == Path("/") or system:
+        return f"is {'the root folder' if system is None else f'in the system folder {system}'}: {why}"
+    if real == home or real in home.parents:
+        return f"is {'the home folder' if real == home else f'{real}, above the home folder {home}'}: {why}"
+    kept = next((home / c for c in _CREDENTIAL_FOLDERS if real == home / c or home / c in real.parents), None)
+    if kept is not None:
+        return f"is in {kept}, where credentials and settings are kept: {why}"
+    return None
+
+
 def load_config(env: Mapping[str, str] | None = None) -> Config:
     """The configuration file with its environment overrides, every value checked (exit 3 naming the file,
     line and key, or the environment variable)."""
@@ -393,17 +428,9 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
             compile_cache = CompileCache.parse(raw_cc)
         except ValueError as exc:
             raise fail("compile_cache", str(exc)) from None
-        if compile_cache.folder is not None:  # made (mkdir) and mounted by the first compile: a file is no folder
-            place = compile_cache.folder
-            try:
-                while not place.exists() and not place.is_symlink() and place.parent != place:
-                    place = place.parent
-                usable = place.is_dir()
-            except OSError as exc:  # a parent this user may not search (EACCES): no folder can be made there
-                raise fail("compile_cache", f"{raw_cc!r} cannot be used as a folder: {exc.strerror or exc}") from None
-            if not usable:
-                raise fail("compile_cache", f"{raw_cc!r} " + ("is not a folder" if place == compile_cache.folder
-                                                             else f"is below {place}, which is not a folder"))
+        problem = _cache_folder_problem(compile_cache.folder, env) if compile_cache.folder is not None else None
+        if problem:
+            raise fail("compile_cache", f"{raw_cc!r} {problem}")
     return Config(
         path=path,
         default_stack=string("default_stack") or "deepseek-v3-gb200",

@@ -170,6 +170,28 @@ def test_a_compile_cache_folder_that_is_a_file_is_refused_at_load(tmp_path: Path
     assert fine.compile_cache.folder == tmp_path / "new" / "ccache" and not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize(("value", "said"), [
+    ("/", "is the root folder"), ("/etc/ccache", "is in the system folder /etc"),
+    ("/usr/local/ccache", "is in the system folder /usr"), ("/var/lib/docker/x", "is in the system folder /var/lib"),
+    ("{home}", "is the home folder"), ("{top}", "above the home folder"),
+    ("{home}/.ssh/ccache", "is in {home}/.ssh, where credentials"), ("{home}/.docker", "is in {home}/.docker, where"),
+    ("{link}/ccache", "is in {home}/.ssh, where credentials")])
+def test_a_compile_cache_folder_no_compile_may_write_is_refused(tmp_path: Path, value: str, said: str) -> None:
+    """The folder is mounted read-write into every compile container, which runs the code it compiles (a pull
+    request's): compile_cache = "/", a system folder, the home folder or one above it, or a folder among the
+    home folder's credentials (through a link too) was taken. Refused where read, naming the key (exit 3)."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(home / ".ssh")
+    value, said = (x.format(home=home, link=tmp_path / "link", top=tmp_path) for x in (value, said))
+    env = {"BUILDCTL_CONFIG": "/dev/null", "HOME": str(home), "BUILDCTL_COMPILE_CACHE": value}
+    with pytest.raises(ManifestError, match=re.escape(said)) as info:
+        load_config(env)
+    assert info.value.location.key == "compile_cache" and info.value.exit_code == 3
+    for fine in (home / ".cache" / "buildctl" / "ccache", tmp_path / "ccache", home / "ccache"):
+        assert load_config({**env, "BUILDCTL_COMPILE_CACHE": str(fine)}).compile_cache.folder == fine
+
+
 # ---------------------------------------------------------------------------------- a component's build:
 
 
