@@ -302,6 +302,24 @@ def diff_records(old: BaseRecord, new: BaseRecord) -> tuple[Change, ...]:
     return tuple(changes)
 
 
+RECORD_MAX = 1 << 20  # bytes of one base record read at most (its env, labels and probe: a few KiB)
+
+
+def _texts(v: object) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+
+
+def _record_shape(d: object) -> bool:
+    """Whether ``d`` has the shape BaseRecord.to_json writes (what from_json and the comparisons take)."""
+    if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in ("ref", "digest", "platform")):
+        return False
+    probe = d.get("probe")
+    probe_ok = probe is None or (isinstance(probe, dict) and _texts(probe.get("errors") or {}) and all(
+        probe.get(k) is None or isinstance(probe.get(k), str)
+        for k in ("python", "torch", "torch_cuda", "cudnn", "cuda_home", "nvcc")))
+    return _texts(d.get("env")) and _texts(d.get("labels")) and isinstance(d.get("recorded_at", ""), str) and probe_ok
+
+
 class RecordStore:
     """``<cache>/reports/bases/<digest hex>.json``: one small record per verified base digest."""
 
@@ -312,12 +330,15 @@ class RecordStore:
         return self.root / (digest.removeprefix("sha256:") + ".json")
 
     def get(self, digest: str) -> BaseRecord | None:
+        """The record of ``digest``, or None. A file of the cache, read as untrusted: a regular file of at most
+        RECORD_MAX bytes opened without blocking (a FIFO there made `verify` wait forever), JSON bounded in depth
+        (100,000 '[' was json's RecursionError), each field of its type (a list as ``env`` was a ValueError). A
+        damaged record is as good as none: it is rewritten by the next verify."""
         try:
-            return BaseRecord.from_json(json.loads(self._path(digest).read_text()))
-        except FileNotFoundError:
+            data = untrusted.loads(untrusted.read_regular(self._path(digest), RECORD_MAX))
+        except (OSError, ValueError):
             return None
-        except (json.JSONDecodeError, KeyError, TypeError):
-            return None  # a damaged record is as good as none: it is rewritten by the next verify
+        return BaseRecord.from_json(data) if _record_shape(data) else None
 
     def put(self, record: BaseRecord) -> Path:
         path = self._path(record.digest)

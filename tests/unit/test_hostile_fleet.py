@@ -34,6 +34,7 @@ from buildctl.errors import (
 from buildctl.graph.records import NodeRecord, RecordStore
 from buildctl.manifest import pins
 from buildctl.services import nightly, noop, wiring
+from buildctl.ship import verify
 from tests.unit.hostile_project import MANIFEST, make_project, run
 from tests.unit.test_hostile_leftovers import unblocking
 
@@ -501,3 +502,45 @@ def test_bench_report_of_a_file_that_is_no_result_is_said_so(tmp_path: Path, kin
         assert bench_rebuild.main(["--report", str(report)]) == 1
     assert opened == []
     assert f"bench: error: {report}: not a result file of this bench" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ verify's base records
+
+BASE_RECORD = {"schema": 1, "ref": "127.0.0.1:5000/b:1", "digest": "sha256:" + "a" * 64, "platform": "linux/amd64",
+               "env": {"PATH": "/usr/bin"}, "labels": {}, "probe": None, "recorded_at": "2026-12-06T00:00:00Z"}
+
+
+def test_a_base_record_that_is_a_fifo_is_passed_over_unopened(tmp_path: Path) -> None:
+    """`<cache>/reports/bases/<hex>.json` made a FIFO: `verify` waited forever in open (get, and latest_for's walk
+    over every record). It is no record now, never opened."""
+    store = verify.RecordStore(tmp_path)
+    store.root.mkdir()
+    fifo = store.root / ("b" * 64 + ".json")
+    os.mkfifo(fifo)
+    with unblocking(fifo) as opened:
+        assert store.get("sha256:" + "b" * 64) is None
+        assert store.latest_for("127.0.0.1:5000/b", other_than="sha256:" + "c" * 64) is None
+    assert opened == []
+
+
+@pytest.mark.parametrize("data", [
+    pytest.param("[" * 100_000, id="deep"), pytest.param([1], id="a-list"),
+    pytest.param({**BASE_RECORD, "env": [["PATH", "/usr/bin"]]}, id="env-a-list-of-pairs"),
+    pytest.param({**BASE_RECORD, "env": ["PATH"]}, id="env-a-list"),
+    pytest.param({**BASE_RECORD, "labels": {"a": 5}}, id="label-a-number"),
+    pytest.param({**BASE_RECORD, "recorded_at": 5}, id="time-a-number"),
+    pytest.param({**BASE_RECORD, "ref": None}, id="ref-null"),
+    pytest.param({**BASE_RECORD, "probe": {"python": 3}}, id="probe-python-a-number"),
+    pytest.param({**BASE_RECORD, "probe": {"errors": ["x"]}}, id="probe-errors-a-list")])
+def test_a_base_record_of_another_shape_is_none(tmp_path: Path, data: object) -> None:
+    """A damaged record is as good as none (the docstring always said so): a deep one was json's RecursionError,
+    a list env a ValueError, a number among the labels or as the time a TypeError in the comparisons."""
+    store = verify.RecordStore(tmp_path)
+    store.root.mkdir()
+    (store.root / ("a" * 64 + ".json")).write_text(data if isinstance(data, str) else json.dumps(data))
+    assert store.get("sha256:" + "a" * 64) is None
+    assert store.latest_for("127.0.0.1:5000/b", other_than="sha256:" + "c" * 64) is None
+    (store.root / ("a" * 64 + ".json")).write_text(json.dumps(BASE_RECORD))
+    good = store.get("sha256:" + "a" * 64)
+    assert good is not None and good.env == {"PATH": "/usr/bin"}
+    assert store.latest_for("127.0.0.1:5000/b", other_than="sha256:" + "c" * 64) == good
