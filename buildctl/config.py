@@ -222,6 +222,7 @@ _MAP_RULES: Mapping[str, tuple[syntax.Rule, syntax.Rule]] = {
                          lambda v: syntax.url(v, ("https", "http", "file"))),
 }
 NETWORK_TIMEOUT_MAX = 3600.0
+NETWORK_TIMEOUT_MIN = 0.1  # seconds: below this no connection completes, not even on loopback
 
 
 def mirror_url(url: str, mirrors: Mapping[str, str]) -> str:
@@ -393,6 +394,9 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
             problem = _VALUE_RULES[key](x)
             if problem:
                 raise fail(key, f"{x!r} {problem}")
+        twice = next((x for i, x in enumerate(items) if x in items[:i]), None)
+        if twice is not None:  # two builders of one endpoint: two clients of one engine, each given half the nodes
+            raise fail(key, f"{twice!r} is listed twice: name each {'URL' if key == 'pip_extra_index_urls' else 'builder'} once")
         return items
 
     extras = words("pip_extra_index_urls")
@@ -410,6 +414,9 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
         problem = syntax.finite(value, low=0.0, high=NETWORK_TIMEOUT_MAX)
         if problem:
             raise fail(key, f"{raw!r}: {problem}")
+        if value < NETWORK_TIMEOUT_MIN:  # 1e-300 passed: every connection then timed out (exit 6), said as unreachable
+            raise fail(key, f"{raw!r}: must be at least {NETWORK_TIMEOUT_MIN:g} s (no connection completes in less; "
+                            f"the default is {default:g} s)")
         return value
 
     timeout = seconds("network_timeout", 10.0)

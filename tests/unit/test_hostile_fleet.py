@@ -544,3 +544,32 @@ def test_a_base_record_of_another_shape_is_none(tmp_path: Path, data: object) ->
     good = store.get("sha256:" + "a" * 64)
     assert good is not None and good.env == {"PATH": "/usr/bin"}
     assert store.latest_for("127.0.0.1:5000/b", other_than="sha256:" + "c" * 64) == good
+
+
+# ----------------------------------------------------------------- timeouts too short, builders named twice
+
+
+@pytest.mark.parametrize(("key", "value"), [("network_timeout", "1e-300"), ("network_timeout", "0.05"),
+                                            ("stall_timeout", "0.01")])
+def test_a_timeout_no_connection_can_meet_is_refused(tmp_path: Path, key: str, value: str) -> None:
+    """network_timeout = 1e-300 was taken: every connection then timed out and was reported as an unreachable
+    registry or engine (exit 6), far from its cause. At least 0.1 s, from the file (its line) and the variable."""
+    with pytest.raises(ManifestError, match=r"must be at least 0\.1 s") as info:
+        load_config(_config(tmp_path, f"{key} = {value}\n"))
+    assert (info.value.location.key, info.value.location.line) == (key, 1)
+    with pytest.raises(ManifestError, match=r"must be at least 0\.1 s"):
+        load_config({"BUILDCTL_CONFIG": "/dev/null", "HOME": str(tmp_path), f"BUILDCTL_{key.upper()}": value})
+    assert getattr(load_config(_config(tmp_path, f"{key} = 0.1\n")), key) == 0.1
+
+
+def test_a_builder_named_twice_is_refused(tmp_path: Path, project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--builder local --builder local` (or builders = ["local", "local"]) made two clients of one engine, each
+    given part of the nodes as if it were a builder of its own. Refused: the flag a usage error (exit 2), the
+    configuration an error naming the key (exit 3)."""
+    with pytest.raises(ManifestError, match="'local' is listed twice") as info:
+        load_config(_config(tmp_path, 'builders = ["local", "tcp://10.0.0.5:2376", "local"]\n'))
+    assert info.value.location.key == "builders"
+    with pytest.raises(ManifestError, match="listed twice"):
+        load_config({"BUILDCTL_CONFIG": "/dev/null", "HOME": str(tmp_path), "BUILDCTL_BUILDERS": "local, local"})
+    assert run(DEMO.parents[1], "plan", "demo", "--builder", "local", "--builder", "local") == 2
+    assert "--builder 'local' is given twice" in capsys.readouterr().err
