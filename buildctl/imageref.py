@@ -74,11 +74,14 @@ def local_problem(ref: str) -> str | None:
     return None if _IMAGE_ID_RE.match(ref) else problem(ref)
 
 
-def checked_local(value: str, what: str = "IMAGE") -> str:
-    """A command's local IMAGE argument (a reference or an image id), checked before an engine is asked: a malformed
-    one is a usage error naming it (exit 2), never the engine's refusal or an engine that cannot be reached."""
-    bad = local_problem(value)
+def checked(value: str, what: str = "IMAGE", *, local_id: bool = False) -> str:
+    """A command's IMAGE argument, checked before an engine or registry is asked: a malformed one is a usage error
+    naming it (exit 2), never the engine's or registry's refusal (a digest of no hex was the registry's 'not found',
+    exit 11) or an engine that cannot be reached. ``local_id``: a local image's id is one too (``local_problem``:
+    smoke, bom, provenance and diff take either; evidence needs a registry reference)."""
+    bad = local_problem(value) if local_id else problem(value)
     if bad:
         raise UsageError(f"{what} {value!r} {bad}",
-                         fix="give a local image's tag or id, or [HOST[:PORT]/]REPOSITORY[:TAG][@sha256:<64 hex>]")
+                         fix="give a local image's tag or id, or [HOST[:PORT]/]REPOSITORY[:TAG][@sha256:<64 hex>]"
+                         if local_id else "give HOST[:PORT]/REPOSITORY:TAG or HOST[:PORT]/REPOSITORY@sha256:<64 hex>")
     return value

@@ -35,21 +35,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=handle)
 
 
-def _image(value: str) -> str:
-    """IMAGE, checked before a registry is asked (a malformed digest was the registry's 'not found', exit 11)."""
-    problem = imageref.problem(value)
-    if problem:
-        raise UsageError(f"IMAGE {value!r} {problem}",
-                         fix="give HOST[:PORT]/REPOSITORY:TAG or HOST[:PORT]/REPOSITORY@sha256:<64 hex>")
-    return value
-
-
 def handle(args: argparse.Namespace, ctx: Context) -> int:
     words = list(args.words)
     if words[0] == "attach":
         if len(words) != 3:
             raise UsageError("`buildctl evidence attach` takes an image and a report file", fix=f"usage: {USAGE}")
-        _image(words[1])
+        imageref.checked(words[1])
         image, e = evidencing.attach_report(ctx.config, words[1], Path(words[2]))
         if args.json:
             ctx.ui.json({"image": image, **{k: v for k, v in e.to_json().items() if k != "report"},
@@ -59,7 +50,7 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     if len(words) != 1:
         raise UsageError(f"`buildctl evidence` takes one image, got {len(words)} words", fix=f"usage: {USAGE}")
-    listing = evidencing.list_evidence(ctx.config, _image(words[0]))
+    listing = evidencing.list_evidence(ctx.config, imageref.checked(words[0]))
     if args.json:
         ctx.ui.json(listing.to_json())
         return 0

@@ -125,7 +125,7 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_bom(args: argparse.Namespace, ctx: Context) -> int:
-    imageref.checked_local(args.image)
+    imageref.checked(args.image, local_id=True)
     with _engine(ctx) as engine:
         result = bom.collect(engine, args.image)
     if args.format == "cyclonedx":
@@ -146,7 +146,7 @@ def cmd_bom(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_provenance(args: argparse.Namespace, ctx: Context) -> int:
-    imageref.checked_local(args.image)
+    imageref.checked(args.image, local_id=True)
     if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
         # before the engine is asked: a folder here ended in IsADirectoryError once the statement was made
         raise UsageError(f"--out {args.out} " + ("is a folder" if args.out.is_dir() else "is in no folder that exists"),
@@ -180,8 +180,8 @@ def _manifest_for(ctx: Context, stacks: list[str | None]) -> Manifest | None:
 
 
 def cmd_diff(args: argparse.Namespace, ctx: Context) -> int:
-    imageref.checked_local(args.a, "IMAGE_A")
-    imageref.checked_local(args.b, "IMAGE_B")
+    imageref.checked(args.a, "IMAGE_A", local_id=True)
+    imageref.checked(args.b, "IMAGE_B", local_id=True)
     with _engine(ctx) as engine:
         a, b = bom.collect(engine, args.a), bom.collect(engine, args.b)
     if args.stack:

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     )
 
     _check_options(args)
-    imageref.checked_local(args.image)  # before an engine is asked
+    imageref.checked(args.image, local_id=True)  # before an engine is asked
     expect = _expectation(args, ctx)
     engine = Engine()
     try:
