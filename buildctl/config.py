@@ -394,7 +394,7 @@ def _build(values: Mapping[str, object], path: Path | None, env: Mapping[str, st
             problem = _VALUE_RULES[key](x)
             if problem:
                 raise fail(key, f"{x!r} {problem}")
-        twice = next((x for i, x in enumerate(items) if x in items[:i]), None)
+        twice = syntax.repeated(items)
         if twice is not None:  # two builders of one endpoint: two clients of one engine, each given half the nodes
             raise fail(key, f"{twice!r} is listed twice: name each {'URL' if key == 'pip_extra_index_urls' else 'builder'} once")
         return items

@@ -15,7 +15,7 @@ import math
 import posixpath
 import re
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 Rule = Callable[[str], "str | None"]
 
@@ -276,6 +276,11 @@ def interpreter(value: str) -> str | None:
     if not re.match(r"^(/[A-Za-z0-9_.+-]+)*/?[A-Za-z0-9_.+-]+\Z", value) or value.startswith("-"):
         return "is not an interpreter name or absolute path such as python3 or /usr/bin/python3.12"
     return None
+
+
+def repeated(items: Sequence[str]) -> str | None:
+    """The first of ``items`` that is listed again after it (None: each is listed once)."""
+    return next((x for i, x in enumerate(items) if x in items[:i]), None)
 
 
 def finite(value: float, *, low: float, high: float) -> str | None:

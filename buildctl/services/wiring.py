@@ -78,7 +78,7 @@ def choose_builders(config: Config, *, backend: str | None = None, engines: Sequ
             raise UsageError(f"--builder {b!r} {problem}",
                              fix="e.g. --builder local, --builder unix:///var/run/docker.sock, "
                                  "--builder tcp://10.0.0.5:2376, --builder ssh://builder@host")
-    twice = next((b for i, b in enumerate(builders) if b in builders[:i]), None)
+    twice = syntax.repeated(builders)
     if twice is not None:  # two clients of one engine, each given part of the nodes: one builder, named once
         raise UsageError(f"--builder {twice!r} is given twice", fix="name each builder once")
     if backend is not None and backend not in BACKENDS:
