@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buildctl import hostaddr, syntax, untrusted
+from buildctl import hostaddr, safepath, syntax, untrusted
 from buildctl.errors import Location, ManifestError
 
 CONFIG_KEYS = {
@@ -246,15 +246,9 @@ def _cache_folder_problem(folder: Path, env: Mapping[str, str]) -> str | None:
     mounts it read-write into every compile container: it must be a folder or one still to be made below a folder
     (a file there ended the first compile in FileExistsError), and not one whose contents no compile may write
     (``/``, a system folder, the home folder or one above it, or a home folder's credentials)."""
-    place = folder
-    try:
-        while not place.exists() and not place.is_symlink() and place.parent != place:
-            place = place.parent
-        usable = place.is_dir()
-    except OSError as exc:  # a parent this user may not search (EACCES): no folder can be made there
-        return f"cannot be used as a folder: {exc.strerror or exc}"
-    if not usable:
-        return "is not a folder" if place == folder else f"is below {place}, which is not a folder"
+    unusable = safepath.folder_problem(folder)
+    if unusable:
+        return unusable
     real = Path(os.path.realpath(folder))
     home = Path(os.path.realpath(env.get("HOME") or Path.home()))
     why = "compile containers, which run the code they compile, would write into it: give a folder of its own"

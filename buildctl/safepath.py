@@ -93,15 +93,28 @@ def _write_fd(fd: int, text: str, path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def usable_folder(path: Path, named_by: str) -> Path:
-    """``path`` checked, before any work is done there, for being a folder or a place where one can be made (a
-    missing path whose nearest existing parent is a folder); nothing is made, so a run that stops early leaves
-    nothing behind. Otherwise a UsageError naming ``named_by`` (the option that gave it)."""
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` can be neither a folder nor a place where one can be made (a missing path whose nearest existing
+    parent is a folder), or None; nothing is made. The reason reads after "it": "is not a folder", "is below X,
+    which is not a folder", or "cannot be searched (...)" where a parent may not be searched by this user."""
     place = path
-    while not place.exists() and not place.is_symlink() and place.parent != place:
-        place = place.parent
-    if not place.is_dir():
-        what = "is not a folder" if place == path else f"is below {place}, which is not a folder"
+    try:
+        while not place.exists() and not place.is_symlink() and place.parent != place:
+            place = place.parent
+        usable = place.is_dir()
+    except OSError as exc:  # EACCES on a parent: Path.exists raises it
+        return f"cannot be searched ({exc.strerror or exc})"
+    if not usable:
+        return "is not a folder" if place == path else f"is below {place}, which is not a folder"
+    return None
+
+
+def usable_folder(path: Path, named_by: str) -> Path:
+    """``path`` checked, before any work is done there, for being a folder or a place where one can be made
+    (``folder_problem``); nothing is made, so a run that stops early leaves nothing behind. Otherwise a UsageError
+    naming ``named_by`` (the option that gave it)."""
+    what = folder_problem(path)
+    if what:
         raise UsageError(f"{named_by} {path}: cannot use it as a folder: it {what}",
                          fix=f"give {named_by} a folder, or a path where one can be made")
     return path
