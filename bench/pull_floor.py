@@ -23,7 +23,6 @@ import argparse
 import datetime
 import gzip
 import json
-import re
 import shutil
 import statistics
 import subprocess
@@ -40,7 +39,7 @@ if str(ROOT) not in sys.path:
 from bench.common import say  # noqa: E402
 from bench.engine2 import second_engine  # noqa: E402
 from bench.figures import uptime  # noqa: E402
-from buildctl import safepath, syntax  # noqa: E402
+from buildctl import imageref, safepath  # noqa: E402
 from buildctl.errors import BuildctlError, UsageError  # noqa: E402
 from buildctl.registry.registry import RegistryClient  # noqa: E402
 
@@ -62,8 +61,9 @@ def split_ref(ref: str) -> tuple[str, str, str]:
     host, _, rest = ref.partition("/")
     repo, _, tag = rest.rpartition(":")
     name, _, port = host.partition(":")
-    if not (name in ("127.0.0.1", "localhost") and port.isdigit() and syntax.host_port(host) is None
-            and repo and syntax.repository(repo) is None and re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z", tag)):
+    # the grammar is imageref.problem's (docker's, as the commands check IMAGE); here also: loopback, a port, a tag
+    if not (name in ("127.0.0.1", "localhost") and port.isdigit() and repo and tag and "@" not in ref
+            and imageref.problem(ref) is None):
         raise FloorError(f"not an image of a registry on this machine: {ref!r} (give 127.0.0.1:PORT/REPO:TAG)")
     return host, repo, tag
 
