@@ -245,15 +245,23 @@ def load_summarize() -> Any:
     return load_script("h200_cache_summarize", DATA / "summarize.py")
 
 
-def test_lease4_breakdown_is_the_stamped_logs_reading_and_adds_up() -> None:
+def check_phases(lease: str, markers: str = "PHASE_MARKERS", reader: str | None = None) -> None:
+    """results.json's breakdown of ``lease`` is summarize.lease_phases of its runs (``reader``: summarize's reader
+    of the logs, when not the default), and each run's phases are the markers' in order, start in order, none
+    negative, and add up to the run's seconds."""
     summarize = load_summarize()
-    four = RESULTS["leases"]["lease4"]
-    assert four["phases"] == summarize.lease_phases("lease4", four["runs"])
-    for name, r in runs("lease4").items():
-        ph = four["phases"][name]["phases"]
-        assert [p[0] for p in ph] == [m[0] for m in summarize.PHASE_MARKERS], name
+    lease_res = RESULTS["leases"][lease]
+    extra = (getattr(summarize, reader),) if reader else ()
+    assert lease_res["phases"] == summarize.lease_phases(lease, lease_res["runs"], *extra)
+    for name, r in runs(lease).items():
+        ph = lease_res["phases"][name]["phases"]
+        assert [p[0] for p in ph] == [m[0] for m in getattr(summarize, markers)], name
         assert all(p[2] >= 0 for p in ph) and [p[1] for p in ph] == sorted(p[1] for p in ph), name
         assert abs(sum(p[2] for p in ph) - r["seconds"]) < 0.1 * len(ph), name
+
+
+def test_lease4_breakdown_is_the_stamped_logs_reading_and_adds_up() -> None:
+    check_phases("lease4")
 
 
 # Lease 5 (2026-12-06, an H100 of the same image): a second pair of warm runs on a second cold cache. c1-cold,
@@ -303,14 +311,7 @@ def test_lease5_against_issue_34s_targets(run: str, base: str) -> None:
 
 
 def test_lease5_breakdown_is_the_stamped_logs_reading_and_adds_up() -> None:
-    summarize = load_summarize()
-    five = RESULTS["leases"]["lease5"]
-    assert five["phases"] == summarize.lease_phases("lease5", five["runs"], summarize.coarse_phases)
-    for name, r in runs("lease5").items():
-        ph = five["phases"][name]["phases"]
-        assert [p[0] for p in ph] == [m[0] for m in summarize.COARSE_MARKERS], name
-        assert all(p[2] >= 0 for p in ph) and [p[1] for p in ph] == sorted(p[1] for p in ph), name
-        assert abs(sum(p[2] for p in ph) - r["seconds"]) < 0.1 * len(ph), name
+    check_phases("lease5", "COARSE_MARKERS", "coarse_phases")
 
 
 # Lease 6 (2026-12-06, an H100 of the same image): tree A, then tree D (the lock without #2150), each cold on a new
@@ -397,13 +398,8 @@ def test_lease7_comparisons_without_target_and_breakdown() -> None:
         row = f"| 7 | {run} | {base} | {c['value']:.2f}"
         assert any(line.startswith(row) and line.rstrip(" |").endswith("no target") for line in readme.splitlines()), row
     section = readme.split("\n## Lease 7\n", 1)[1].split("\n## ", 1)[0].splitlines()
-    summarize = load_summarize()
+    check_phases("lease7")
     seven = RESULTS["leases"]["lease7"]
-    assert seven["phases"] == summarize.lease_phases("lease7", seven["runs"])
-    for name, r in runs("lease7").items():
-        ph = seven["phases"][name]["phases"]
-        assert [p[0] for p in ph] == [m[0] for m in summarize.PHASE_MARKERS], name
-        assert abs(sum(p[2] for p in ph) - r["seconds"]) < 0.1 * len(ph), name
     # the README's breakdown rows are these figures, in the runs' order
     by = {n: {p[0]: p[2] for p in seven["phases"][n]["phases"]} for n in runs("lease7")}
     for phase in ("CMake configure", "ninja (libtransformer_engine, CMake)", "torch extension units (ninja)"):
