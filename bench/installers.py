@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import LOCAL_BASE  # noqa: E402
-from buildctl.build import compilecache, wheelhouse  # noqa: E402
+from buildctl.builder import compilecache, wheelhouse  # noqa: E402
 from buildctl.config import load_config  # noqa: E402
 from buildctl.engine.engine import Engine  # noqa: E402
 from buildctl.engine.values import Mount  # noqa: E402

@@ -17,12 +17,12 @@ from pathlib import Path
 from bench import baselines
 from bench.common import BASE_PATH, BUILDKIT, BenchError, Fig, Quiet, delete_repositories, docker, say
 from bench.project import States
-from buildctl.build import pipeline, wheelhouse
+from buildctl.builder import pipeline, wheelhouse
 from buildctl.config import Config, load_config
 from buildctl.engine.engine import Engine
 from buildctl.errors import BuildctlError
 from buildctl.graph.specs import CompileEnvNodeSpec, PipPin, PythonNodeSpec
-from buildctl.services import building, target
+from buildctl.services import build, target
 from buildctl.services.target import Target
 from buildctl.sources.sources import Sources
 
@@ -154,9 +154,9 @@ class Bench:
             config = self.config(cache)
             progress = Quiet()
             start = time.monotonic()
-            report = building.build_target(t, engines=[eng], config=config, progress=progress, project=self.project,
-                                           sources=Sources.from_config(config, base_dir=self.project / "pins"),
-                                           options=pipeline.Options(jobs=2, skip_smoke=True, nocache=nocache))
+            report = build.build_target(t, engines=[eng], config=config, progress=progress, project=self.project,
+                                        sources=Sources.from_config(config, base_dir=self.project / "pins"),
+                                        options=pipeline.BuildOptions(jobs=2, skip_smoke=True, nocache=nocache))
             seconds = time.monotonic() - start
             built = report.built
             compile_s = sum(n.seconds for n in report.nodes if n.name.startswith("wheel:") and n.outcome == "built")
@@ -240,7 +240,7 @@ class Bench:
         t = self.target(cache, None)
         assert t.vlock is not None
         sources = Sources.from_config(config, base_dir=self.project / "pins")
-        prepared = building.LockedSources(t.manifest, t.vlock, sources)  # as buildctl's build prepares them
+        prepared = build.LockedSources(t.manifest, t.vlock, sources)  # as buildctl's build prepares them
         trees = {c.name: prepared.export(c.name) for c in t.manifest.components}
         # the pip wheels buildctl downloaded for the state (runtime and build requirements) go in the wheelhouse
         wheelhouse.link_tree(self.wheelhouse_dir,

@@ -1,7 +1,8 @@
 """The command line: argparse, and the one place that maps errors to exit codes.
 
 Each feature module registers its own subcommands through ``register(sub)``; their handlers take
-``(args, ctx)`` and return an exit status. Library code raises; only ``main`` exits.
+``(args, ctx)`` (buildctl/commands/context.py) and return an exit status. Library code raises; only
+``main`` exits.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
 from buildctl import __version__, safepath
-from buildctl.config import Config, load_config
+from buildctl.commands.context import Context, Handler
+from buildctl.config import load_config
 from buildctl.errors import BuildctlError, Interrupted, UsageError, disk_full
 from buildctl.ui import UI
 
@@ -28,7 +29,7 @@ from buildctl.ui import UI
 COMMAND_MODULES = (
     "buildctl.commands.pins",
     "buildctl.commands.lock",
-    "buildctl.commands.lint_args",
+    "buildctl.commands.lintargs",
     "buildctl.commands.build",
     "buildctl.commands.smoke",
     "buildctl.commands.ship",
@@ -43,7 +44,7 @@ COMMAND_MODULES = (
 COMMANDS = {
     "pins": "buildctl.commands.pins",
     "lock": "buildctl.commands.lock",
-    "lint-args": "buildctl.commands.lint_args",
+    "lint-args": "buildctl.commands.lintargs",
     "plan": "buildctl.commands.build",
     "build": "buildctl.commands.build",
     "smoke": "buildctl.commands.smoke",
@@ -58,20 +59,6 @@ COMMANDS = {
     "bump": "buildctl.commands.bump",
     "bisect": "buildctl.commands.bisect",
 }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Context:
-    project: Path
-    config: Config
-    ui: UI
-
-    @property
-    def pins_dir(self) -> Path:
-        return self.project / "pins"
-
-
-Handler = Callable[[argparse.Namespace, Context], int]
 
 
 def find_project(start: Path) -> Path:

@@ -77,7 +77,7 @@ class CacheLayout:
 
 @dataclass(frozen=True, kw_only=True)
 class CompileCache:
-    """Where compile nodes keep their compiler cache (config ``compile_cache``, build/compilecache.py): unset, the
+    """Where compile nodes keep their compiler cache (config ``compile_cache``, builder/compilecache.py): unset, the
     local folder ``<cache>/ccache``; an absolute path, that folder; ``redis://HOST:PORT``, that server (a fleet's)
     with the local folder as the first level; ``off``, no cache."""
 

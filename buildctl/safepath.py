@@ -83,10 +83,10 @@ def _stage(path: Path) -> tuple[int, str]:
     return tempfile.mkstemp(prefix=f".{path.name}.{runs.owner()}.", suffix=".tmp", dir=path.parent)
 
 
-def _write_fd(fd: int, text: str, path: Path) -> None:
+def _write_fd(descriptor: int, text: str, path: Path) -> None:
     """``text`` as UTF-8 with its line ends as they are, the file given the mode a plain write of ``path`` would
     leave (``_mode_for``)."""
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+    with os.fdopen(descriptor, "w", encoding="utf-8", newline="") as f:
         os.fchmod(f.fileno(), _mode_for(path))
         f.write(text)
         f.flush()

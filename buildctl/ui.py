@@ -21,8 +21,8 @@ if TYPE_CHECKING:  # rich is imported when first used: a quiet no-op build print
     from rich.table import Table
 
 
-def _escape_char(c: str) -> str:
-    n = ord(c)
+def _escape_char(char: str) -> str:
+    n = ord(char)
     return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
@@ -139,8 +139,8 @@ class NodeProgress:
 
     FINAL = ("cached", "pulled", "built", "failed", "skipped")
 
-    def __init__(self, ui: UI, nodes: Sequence[str]) -> None:
-        self.ui = ui
+    def __init__(self, terminal: UI, nodes: Sequence[str]) -> None:
+        self.ui = terminal
         self._lock = threading.Lock()
         self._rows: dict[str, list[Any]] = {n: ["waiting", None, None, ""] for n in nodes}  # state, start, end, last
         self._live: Live | None = None
@@ -153,10 +153,10 @@ class NodeProgress:
             self._live.__enter__()
         return self
 
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc_value: BaseException | None, traceback: TracebackType | None) -> None:
         if self._live is not None:
             self._live.update(self._render())
-            self._live.__exit__(et, e, tb)
+            self._live.__exit__(exc_type, exc_value, traceback)
             self._live = None
 
     def node(self, name: str, state: str, detail: str = "") -> None:

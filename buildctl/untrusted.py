@@ -120,8 +120,8 @@ def _no_duplicates(items: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _finite(v: Any) -> None:
-    stack = [v]
+def _finite(value: Any) -> None:
+    stack = [value]
     while stack:
         x = stack.pop()
         if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
@@ -135,40 +135,40 @@ def _finite(v: Any) -> None:
 COUNT_MAX = (1 << 63) - 1  # a count past this is no compile's or build's (and no int64 JSON reader's integer)
 
 
-def count(v: Any) -> int | None:
-    """``v`` when it is a count: an integer (not a boolean) of 0 to COUNT_MAX; else None."""
-    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= COUNT_MAX else None
+def count(value: Any) -> int | None:
+    """``value`` when it is a count: an integer (not a boolean) of 0 to COUNT_MAX; else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= COUNT_MAX else None
 
 
-def _kind(v: Any) -> str:
+def _kind(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
-            float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
-def obj(v: Any, where: str) -> dict[str, Any]:
-    """``v`` when it is a JSON object, else Malformed (``where``: the key path, for the message)."""
-    if not isinstance(v, dict):
-        raise Malformed(f"{where}: expected an object, got {_kind(v)}")
-    return v
+def obj(value: Any, where: str) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else Malformed (``where``: the key path, for the message)."""
+    if not isinstance(value, dict):
+        raise Malformed(f"{where}: expected an object, got {_kind(value)}")
+    return value
 
 
-def array(v: Any, where: str) -> list[Any]:
-    if not isinstance(v, list):
-        raise Malformed(f"{where}: expected a list, got {_kind(v)}")
-    return v
+def array(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise Malformed(f"{where}: expected a list, got {_kind(value)}")
+    return value
 
 
-def text(v: Any, where: str) -> str:
-    if not isinstance(v, str):
-        raise Malformed(f"{where}: expected a string, got {_kind(v)}")
-    return v
+def text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise Malformed(f"{where}: expected a string, got {_kind(value)}")
+    return value
 
 
-def str_map(v: Any, where: str) -> dict[str, str]:
+def str_map(value: Any, where: str) -> dict[str, str]:
     """A JSON object of strings (image labels, annotations); null is an empty one."""
-    if v is None:
+    if value is None:
         return {}
-    d = obj(v, where)
+    d = obj(value, where)
     for k, x in d.items():
         text(x, f"{where}.{k}")
     return dict(d)

@@ -162,7 +162,7 @@ def run_mutations(a: argparse.Namespace) -> int:
     sys.path.insert(0, str(PROJECT))
     from buildctl.graph import smoke_expect
     from buildctl.manifest import pins
-    from buildctl.megatron import argslint, mutations
+    from buildctl.megatron import lintargs, mutations
 
     muts = mutations.parse(yaml.safe_load(a.mutations.read_text(encoding="utf-8")), str(a.mutations))
     manifests: dict[str, Any] = {}
@@ -176,8 +176,8 @@ def run_mutations(a: argparse.Namespace) -> int:
         script = next((w for w in m.entrypoint.command if w.endswith(".py")), "pretrain_gpt.py")
         prof = next(p for p in smoke_expect.megatron_profiles(m, v) if p["name"] == mutations.MUTATION)
         res = probe(a, m, v, prof, script)
-        report = argslint.lint(m, v, a.megatron, mutations.MUTATION)
-        lint_errors = [f for f in report.errors if f.check not in argslint.HARDWARE_CHECKS]
+        report = lintargs.lint(m, v, a.megatron, mutations.MUTATION)
+        lint_errors = [f for f in report.errors if f.check not in lintargs.HARDWARE_CHECKS]
         real = "accept" if res.get("ok") else "refuse"
         lint = "refuse" if lint_errors else "accept"
         rows.append({"id": mu.id, "launch": f"{mu.stack}/{mu.variant}/{mu.profile}", "edit": mu.edit,
@@ -230,7 +230,7 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(PROJECT))
     from buildctl.graph import smoke_expect
     from buildctl.manifest import pins
-    from buildctl.megatron import argslint
+    from buildctl.megatron import lintargs
 
     rows = []
     for path in a.manifest or [PROJECT / "pins" / f"{stack}.yaml" for stack in STACKS]:
@@ -241,18 +241,18 @@ def main(argv: list[str]) -> int:
         script = next((w for w in m.entrypoint.command if w.endswith(".py")), "pretrain_gpt.py")
         for v in m.variants:
             for prof in smoke_expect.megatron_profiles(m, v):
-                report = argslint.lint(m, v, a.megatron, prof["name"])
+                report = lintargs.lint(m, v, a.megatron, prof["name"])
                 res = probe(a, m, v, prof, script)
                 real_ok = bool(res.get("ok"))
                 # What the hardware refuses (TE's recipes, HybridEP's domain) is beyond validate_args.
-                megatron_errors = [f for f in report.errors if f.check not in argslint.HARDWARE_CHECKS]
+                megatron_errors = [f for f in report.errors if f.check not in lintargs.HARDWARE_CHECKS]
                 lint_ok = not megatron_errors
                 rows.append({
                     "stack": stack, "variant": v.name, "profile": prof["name"], "world_size": prof["world_size"],
                     "upstream_defect": bool(prof["upstream_defect"]),
                     "lint_errors": [f"{f.check}: {f.message}" for f in megatron_errors],
                     "hardware_errors": [f"{f.check}: {f.message}" for f in report.errors
-                                        if f.check in argslint.HARDWARE_CHECKS],
+                                        if f.check in lintargs.HARDWARE_CHECKS],
                     "validate_ok": real_ok, "validate_stage": res.get("stage"),
                     "validate_error": res.get("argparse_error") or (res.get("error") or {}).get("text"),
                     "answered": sorted(set(res.get("answered", []))), "agree": real_ok == lint_ok,

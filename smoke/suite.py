@@ -2,7 +2,7 @@
 
 - ``suite_hash``: sha256 over the suite's own Python files (``smoke/**/*.py``, sorted by their path
   relative to the suite's folder; each entry ``<path> NUL <length> NUL <bytes>``). It is what
-  buildctl.build.smoke.suite_hash computes over the files it copies into a container, so that evidence
+  buildctl.builder.smoke.suite_hash computes over the files it copies into a container, so that evidence
   names the suite that made it and a report made by another suite is told apart.
 - ``driver_version``: the NVIDIA kernel driver's version from ``/proc/driver/nvidia/version`` (present on
   a GPU host and in a container run with ``--gpus``), the GPU tier's record of the driver.

@@ -1,4 +1,4 @@
-"""`buildctl bisect STACK --good REF --bad REF --check CHECK`: parse, run buildctl.services.bisecting, print."""
+"""`buildctl bisect STACK --good REF --bad REF --check CHECK`: parse, run buildctl.services.bisect, print."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildctl.errors import UsageError
-from buildctl.services import bisecting
+from buildctl.services import bisect
 
 if TYPE_CHECKING:
-    from buildctl.cli import Context
+    from buildctl.commands.context import Context
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,8 +38,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def handle_bisect(args: argparse.Namespace, ctx: Context) -> int:
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    report = bisecting.bisect(ctx.project, ctx.config, args.stack, good=args.good, bad=args.bad, check=args.check,
-                              variant=args.variant, jobs=args.jobs, ui=ctx.ui, cwd=Path.cwd())
+    report = bisect.bisect(ctx.project, ctx.config, args.stack, good=args.good, bad=args.bad, check=args.check,
+                           variant=args.variant, jobs=args.jobs, terminal=ctx.ui, cwd=Path.cwd())
     if args.json:
         ctx.ui.json(report.to_json())
     else:

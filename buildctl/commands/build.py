@@ -18,42 +18,42 @@ from buildctl.errors import UsageError
 from buildctl.services import noop
 
 if TYPE_CHECKING:
-    from buildctl.cli import Context
+    from buildctl.commands.context import Context
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("stack", metavar="STACK")
-    p.add_argument("--variant", help="variant (default: the stack's first)")
-    p.add_argument("--registry", help="registry that shares node images (default: config `registry`, then the "
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stack", metavar="STACK")
+    parser.add_argument("--variant", help="variant (default: the stack's first)")
+    parser.add_argument("--registry", help="registry that shares node images (default: config `registry`, then the "
                                       "manifest's push.registry)")
-    p.add_argument("--local", action="store_true", help="use no registry: nodes live in the engine only")
-    p.add_argument("--profile", metavar="P",
-                   help="the launch script's default profile, used when BUILDCTL_PROFILE is unset at run time "
+    parser.add_argument("--local", action="store_true", help="use no registry: nodes live in the engine only")
+    parser.add_argument("--profile", metavar="P",
+                        help="the launch script's default profile, used when BUILDCTL_PROFILE is unset at run time "
                         "(default: the entrypoint's default_profile; every profile is in the script)")
 
 
-def _backend(p: argparse.ArgumentParser, *, several: bool) -> None:
-    p.add_argument("--backend", choices=BACKENDS,
-                   help="how node images are built: classic (the engine's classic builder, through docker-py) or "
+def _backend(parser: argparse.ArgumentParser, *, several: bool) -> None:
+    parser.add_argument("--backend", choices=BACKENDS,
+                        help="how node images are built: classic (the engine's classic builder, through docker-py) or "
                         "buildkit (the engine's own BuildKit, through a docker CLI). Default: config `backend`, "
                         "else buildkit when builders are named, else classic")
-    p.add_argument("--builder", action="append", default=[], metavar="ENDPOINT",
-                   help=("BuildKit builder to build on: local, unix:///PATH, tcp://HOST:PORT or ssh://[USER@]HOST"
-                         "[:PORT] (repeat to spread one build over several; they share nodes and compiles "
-                         "through the registry). Implies --backend buildkit. Default: config `builders`")
-                   if several else "BuildKit builder to ask (the first a build would use); implies --backend buildkit")
+    parser.add_argument("--builder", action="append", default=[], metavar="ENDPOINT",
+                        help=("BuildKit builder to build on: local, unix:///PATH, tcp://HOST:PORT or ssh://[USER@]HOST"
+                              "[:PORT] (repeat to spread one build over several; they share nodes and compiles "
+                              "through the registry). Implies --backend buildkit. Default: config `builders`")
+                        if several else "BuildKit builder to ask (the first a build would use); implies --backend buildkit")
 
 
-def _emulate(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--emulate", action="store_true",
-                   help="with no builder of the variant's platform, build its nodes under QEMU on a builder whose host "
+def _emulate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--emulate", action="store_true",
+                        help="with no builder of the variant's platform, build its nodes under QEMU on a builder whose host "
                         "emulates it (binfmt_misc); compiles (wheel:*) are refused all the same: under QEMU they take "
                         "many times longer. Default: such a variant's nodes to build are refused")
 
 
-def _no_load(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--no-load", action="store_true",
-                   help="a builder's run: when the registry already has the final image, leave it there instead of "
+def _no_load(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-load", action="store_true",
+                        help="a builder's run: when the registry already has the final image, leave it there instead of "
                         "pulling it into this engine (nothing is pulled that no build needs; the run names the "
                         "registry's ref). Needs a registry")
 
@@ -109,7 +109,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
-    from buildctl.services import building, lintargs, target, wiring
+    from buildctl.services import build, lintargs, target, wiring
 
     wiring.check_registry_arg(args.registry)
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
@@ -120,9 +120,9 @@ def handle_plan(args: argparse.Namespace, ctx: Context) -> int:
     routed = wiring.route(ctx.config, chosen, t.variant.platform, emulate=args.emulate)
     try:
         engine = routed.engines[0]
-        p = building.plan_for(t, engine, ctx.config, load=not args.no_load,
-                              emulation=wiring.emulation_registered(engine.address, t.variant.platform),
-                              route=routed.route)
+        p = build.plan_for(t, engine, ctx.config, load=not args.no_load,
+                           emulation=wiring.emulation_registered(engine.address, t.variant.platform),
+                           route=routed.route)
     finally:
         routed.close()
     notes = list(p.notes)
@@ -187,8 +187,8 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
         ctx.ui.line(f"{done.stack}/{done.variant}: {done.ref}")
         ctx.ui.line(f"  built 0 node(s), smoke {done.smoke}, {time.monotonic() - started:.1f}s")
         return 0
-    from buildctl.build import pipeline
-    from buildctl.services import building, lintargs, target, wiring
+    from buildctl.builder import pipeline
+    from buildctl.services import build, lintargs, target, wiring
 
     wiring.check_registry_arg(args.registry)  # (a no-op run above found it in a request that built: checked then)
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry, local_only=args.local,
@@ -198,12 +198,12 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     if args.dry_run:
         out = args.out or ctx.config.cache.root / "dry-run" / t.graph.stack / t.graph.variant
         safepath.usable_folder(out, "--out" if args.out else "the dry run's folder")  # before sources are prepared
-        for line in building.prepare_sources(t, wiring.sources(ctx.config, base_dir=t.manifest_path.parent)):
+        for line in build.prepare_sources(t, wiring.sources(ctx.config, base_dir=t.manifest_path.parent)):
             ctx.ui.print(line)
         # the plan first (what `build` would do, as `buildctl plan` says), then what each node is built from
         routed = wiring.route(ctx.config, chosen, t.variant.platform, emulate=args.emulate)
         try:
-            p = building.plan_for(t, routed.engines[0], ctx.config, load=not args.no_load, route=routed.route)
+            p = build.plan_for(t, routed.engines[0], ctx.config, load=not args.no_load, route=routed.route)
         finally:
             routed.close()
         for n in p.nodes:
@@ -230,15 +230,15 @@ def handle_build(args: argparse.Namespace, ctx: Context) -> int:
     with wiring.registry_credentials(t.registry, os.environ):
         routed = wiring.route(ctx.config, chosen, t.variant.platform, emulate=args.emulate)
         engines = list(routed.engines)
-        options = pipeline.Options(jobs=args.jobs, skip_smoke=args.skip_smoke, load=not args.no_load,
-                                   emulation=wiring.emulation_registered(engines[0].address, t.variant.platform),
-                                   emulated=routed.emulated)
+        options = pipeline.BuildOptions(jobs=args.jobs, skip_smoke=args.skip_smoke, load=not args.no_load,
+                                        emulation=wiring.emulation_registered(engines[0].address, t.variant.platform),
+                                        emulated=routed.emulated)
         try:
             with NodeProgress(ctx.ui, t.graph.names()) as progress:
-                report = building.build_target(t, engines=engines, config=ctx.config, progress=progress,
-                                               project=ctx.project, options=options,
-                                               smoke_gate=wiring.smoke_gate(ctx.config, t.graph.stack, t.graph.variant,
-                                                                            t.registry), route=routed.route)
+                report = build.build_target(t, engines=engines, config=ctx.config, progress=progress,
+                                            project=ctx.project, options=options,
+                                            smoke_gate=wiring.smoke_gate(ctx.config, t.graph.stack, t.graph.variant,
+                                                                         t.registry), route=routed.route)
         finally:
             routed.close()
     if len(engines) == 1:

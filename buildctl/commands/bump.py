@@ -1,4 +1,4 @@
-"""`buildctl bump STACK [COMPONENT...]`: parse, run buildctl.services.bumping, print its report."""
+"""`buildctl bump STACK [COMPONENT...]`: parse, run buildctl.services.bump, print its report."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import argparse
 from typing import TYPE_CHECKING
 
 from buildctl.errors import UsageError
-from buildctl.services import bumping, wiring
+from buildctl.services import bump, wiring
 
 if TYPE_CHECKING:
-    from buildctl.cli import Context
+    from buildctl.commands.context import Context
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,8 +36,8 @@ def handle_bump(args: argparse.Namespace, ctx: Context) -> int:
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     wiring.check_registry_arg(args.registry)
-    report = bumping.bump(ctx.project, ctx.config, args.stack, args.components, registry=args.registry,
-                          jobs=args.jobs, push=not args.no_push, ui=ctx.ui)
+    report = bump.bump(ctx.project, ctx.config, args.stack, args.components, registry=args.registry,
+                       jobs=args.jobs, push=not args.no_push, terminal=ctx.ui)
     if args.json:
         ctx.ui.json(report.to_json())
     else:

@@ -1,4 +1,4 @@
-"""`buildctl evidence IMAGE` and `buildctl evidence attach IMAGE REPORT`: parse, call services/evidencing.py, print."""
+"""`buildctl evidence IMAGE` and `buildctl evidence attach IMAGE REPORT`: parse, call services/evidence.py, print."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from buildctl import imageref
 from buildctl.errors import UsageError
-from buildctl.services import evidencing
+from buildctl.services import evidence
 
 if TYPE_CHECKING:
-    from buildctl.cli import Context
+    from buildctl.commands.context import Context
 
 USAGE = "buildctl evidence [--json] IMAGE | buildctl evidence attach [--json] IMAGE REPORT"
 
@@ -41,7 +41,7 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
         if len(words) != 3:
             raise UsageError("`buildctl evidence attach` takes an image and a report file", fix=f"usage: {USAGE}")
         imageref.checked(words[1])
-        image, e = evidencing.attach_report(ctx.config, words[1], Path(words[2]))
+        image, e = evidence.attach_report(ctx.config, words[1], Path(words[2]))
         if args.json:
             ctx.ui.json({"image": image, **{k: v for k, v in e.to_json().items() if k != "report"},
                          "artifact": e.artifact})
@@ -50,7 +50,7 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     if len(words) != 1:
         raise UsageError(f"`buildctl evidence` takes one image, got {len(words)} words", fix=f"usage: {USAGE}")
-    listing = evidencing.list_evidence(ctx.config, imageref.checked(words[0]))
+    listing = evidence.list_evidence(ctx.config, imageref.checked(words[0]))
     if args.json:
         ctx.ui.json(listing.to_json())
         return 0

@@ -11,7 +11,7 @@ from buildctl.errors import UsageError
 from buildctl.services import nightly, wiring
 
 if TYPE_CHECKING:
-    from buildctl.cli import Context
+    from buildctl.commands.context import Context
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,9 +53,9 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
     steps = nightly.RealSteps(project=ctx.project, config=ctx.config, ui=ctx.ui, registry=args.registry, jobs=args.jobs,
                               routes=routes, backend=backend)
 
-    def said(r: nightly.VariantRun) -> None:
-        state = "ok" if r.ok else "FAILED at " + next(s.stage for s in r.stages if s.status == "failed")
-        ctx.ui.info(f"nightly {r.stack}/{r.variant}: {state}")
+    def said(run: nightly.VariantRun) -> None:
+        state = "ok" if run.ok else "FAILED at " + next(s.stage for s in run.stages if s.status == "failed")
+        ctx.ui.info(f"nightly {run.stack}/{run.variant}: {state}")
 
     unknown = sorted(set(args.bump) - {stack for stack, _v, _d in todo})
     if unknown:

@@ -13,7 +13,7 @@ from buildctl.manifest import pins
 from buildctl.manifest.model import Change, Download, Manifest, Variant
 
 if TYPE_CHECKING:
-    from buildctl.cli import Context
+    from buildctl.commands.context import Context
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,10 +31,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(func=show)
 
 
-def _error_json(e: ManifestError) -> dict[str, Any]:
-    loc = e.location
+def _error_json(error: ManifestError) -> dict[str, Any]:
+    loc = error.location
     return {"file": loc.file, "line": loc.line, "column": loc.column, "key": loc.key,
-            "message": e.detail, "fix": e.fix}
+            "message": error.detail, "fix": error.fix}
 
 
 def check(args: argparse.Namespace, ctx: Context) -> int:
@@ -79,13 +79,13 @@ def _lock_for(path: Path) -> tuple[dict[str, Any] | None, lockfile.LockHandEdite
     return data, None
 
 
-def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None,
+def describe(manifest: Manifest, variant: Variant, lock: dict[str, Any] | None,
              manifest_sha256: str | None = None) -> dict[str, Any]:
     """Everything that goes into the image of one variant, lock values where there are any."""
-    locked = (lock or {}).get("variants", {}).get(v.name, {})
-    cudnn = m.cudnn_for(v)
+    locked = (lock or {}).get("variants", {}).get(variant.name, {})
+    cudnn = manifest.cudnn_for(variant)
     comps = []
-    for c in m.components:
+    for c in manifest.components:
         lc = locked.get("components", {}).get(c.name, {})
         locked_changes: list[dict[str, Any]] = list(lc.get("changes", []))
         locked_prs = {x["number"]: x for x in locked_changes if x.get("kind") == "pr"}
@@ -107,18 +107,18 @@ def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None,
             "build_pip_locked": locked.get("build_pip", {}).get(c.name, []),
             "build_apt_locked": locked.get("build_apt", {}).get(c.name, {}),
             "install": c.install.kind.value + (f" at {c.install.path}" if c.install.path else ""),
-            "build_env": m.component_env(c, v),
+            "build_env": manifest.component_env(c, variant),
             "build_requires": [r.text for r in c.build.requires],
         })
     lpip = {p["name"]: p for p in locked.get("pip", [])}
     lapt = locked.get("apt", {})
     ldl = locked.get("downloads", {})
     return {
-        "stack": m.stack,
-        "variant": v.name,
-        "description": v.description or m.description,
-        "base": {"alias": m.base.alias, "image": v.image, "digest": locked.get("base", {}).get("digest"),
-                 "platform": v.platform, "cuda": v.cuda, "gpu_archs": list(v.gpu_archs), "python": v.python},
+        "stack": manifest.stack,
+        "variant": variant.name,
+        "description": variant.description or manifest.description,
+        "base": {"alias": manifest.base.alias, "image": variant.image, "digest": locked.get("base", {}).get("digest"),
+                 "platform": variant.platform, "cuda": variant.cuda, "gpu_archs": list(variant.gpu_archs), "python": variant.python},
         "locked": lock is not None and bool(locked),
         "missing": dict(locked.get("missing", {})),
         "lock": None if not locked else {
@@ -128,72 +128,72 @@ def describe(m: Manifest, v: Variant, lock: dict[str, Any] | None,
             else (lock or {}).get("manifest_sha256") == manifest_sha256},
         "cudnn": None if cudnn is None else {"package": cudnn.package, "version": cudnn.version,
                                              "apt_version": lapt.get(cudnn.package, cudnn.apt_version or None)},
-        "apt": [{"name": p.name, "version": lapt.get(p.name, p.version)} for p in m.apt.packages],
-        "downloads": [_download(d, v.platform, ldl.get(d.name, {})) for d in m.downloads],
-        "pip": {"constraint": m.pip.constraint.value,
+        "apt": [{"name": p.name, "version": lapt.get(p.name, p.version)} for p in manifest.apt.packages],
+        "downloads": [_download(d, variant.platform, ldl.get(d.name, {})) for d in manifest.downloads],
+        "pip": {"constraint": manifest.pip.constraint.value,
                 "requirements": [{"requirement": r.text,
-                                  "locked": lpip.get(r.name, {}).get("version")} for r in m.pip.requirements],
+                                  "locked": lpip.get(r.name, {}).get("version")} for r in manifest.pip.requirements],
                 # every pinned distribution (dependencies included), as the lock recorded it
                 "locked": [{"name": p["name"], "version": p["version"], "in_base": p.get("in_base", False),
                             "hashes": len(p.get("hashes", []))} for p in locked.get("pip", [])]},
-        "remove": {"pip": list(m.remove.pip), "paths": list(m.remove.paths)},
-        "protect": {"packages": list(m.protect.packages), "replace": list(m.protect.replace)},
+        "remove": {"pip": list(manifest.remove.pip), "paths": list(manifest.remove.paths)},
+        "protect": {"packages": list(manifest.protect.packages), "replace": list(manifest.protect.replace)},
         "components": comps,
-        "env": m.env_for(v),
-        "entrypoint": None if m.entrypoint is None else _entrypoint_info(m, v),
-        "smoke": {"required": list(m.smoke.required), "gpu_tier": m.smoke.gpu_tier.value},
+        "env": manifest.env_for(variant),
+        "entrypoint": None if manifest.entrypoint is None else _entrypoint_info(manifest, variant),
+        "smoke": {"required": list(manifest.smoke.required), "gpu_tier": manifest.smoke.gpu_tier.value},
     }
 
 
-def _change(ch: Change, locked: list[dict[str, Any]]) -> dict[str, Any]:
+def _change(change: Change, locked: list[dict[str, Any]]) -> dict[str, Any]:
     """One manifest change with what the lock recorded for it (the exact commits of a PR)."""
-    if ch.commit is not None:
-        return {"kind": "commit", "sha": ch.commit}
-    if ch.patch is not None:
-        return {"kind": "patch", "file": ch.patch, "sha256": ch.sha256}
-    lk = next((x for x in locked if x.get("kind") == "pr" and x.get("number") == ch.pr), None)
-    out: dict[str, Any] = {"kind": "pr", "number": ch.pr, "head": (lk or {}).get("head", ch.head),
-                           "apply": ch.apply, "target": ch.target, "locked": lk is not None}
+    if change.commit is not None:
+        return {"kind": "commit", "sha": change.commit}
+    if change.patch is not None:
+        return {"kind": "patch", "file": change.patch, "sha256": change.sha256}
+    lk = next((x for x in locked if x.get("kind") == "pr" and x.get("number") == change.pr), None)
+    out: dict[str, Any] = {"kind": "pr", "number": change.pr, "head": (lk or {}).get("head", change.head),
+                           "apply": change.apply, "target": change.target, "locked": lk is not None}
     if lk is not None:
         out.update(commits=lk.get("commits", []), skipped_merges=lk.get("skipped_merges", []),
                    empty=lk.get("empty", []), merged_upstream=lk.get("merged_upstream"))
     return out
 
 
-def _change_text(ch: dict[str, Any]) -> str:
-    if ch["kind"] == "commit":
-        return f"cherry-pick {ch['sha']}"
-    if ch["kind"] == "patch":
-        return f"patch {ch['file']}"
-    text = f"PR #{ch['number']} {ch['head'] or '(head resolved by lock)'}"
-    if ch["apply"] == "merge":
+def _change_text(change: dict[str, Any]) -> str:
+    if change["kind"] == "commit":
+        return f"cherry-pick {change['sha']}"
+    if change["kind"] == "patch":
+        return f"patch {change['file']}"
+    text = f"PR #{change['number']} {change['head'] or '(head resolved by lock)'}"
+    if change["apply"] == "merge":
         text += " (apply: merge)"
-    if ch.get("locked"):
-        text += (f"\n  {len(ch['commits'])} own commit(s)" + (" merged" if ch["apply"] == "merge" else " picked")
-                 + (f", {len(ch['skipped_merges'])} merge(s) of {ch['target']} skipped" if ch["skipped_merges"] else ""))
-        mu = ch.get("merged_upstream")
+    if change.get("locked"):
+        text += (f"\n  {len(change['commits'])} own commit(s)" + (" merged" if change["apply"] == "merge" else " picked")
+                 + (f", {len(change['skipped_merges'])} merge(s) of {change['target']} skipped" if change["skipped_merges"] else ""))
+        mu = change.get("merged_upstream")
         if mu:
             text += f"\n  merged upstream ({mu['how']}{' ' + mu['commit'][:12] if mu.get('commit') else ''})"
-        if ch["empty"]:
-            text += f"\n  {len(ch['empty'])} pick(s) changed nothing (already in the base)"
+        if change["empty"]:
+            text += f"\n  {len(change['empty'])} pick(s) changed nothing (already in the base)"
     return text
 
 
-def _entrypoint_info(m: Manifest, v: Variant) -> dict[str, Any]:
+def _entrypoint_info(manifest: Manifest, variant: Variant) -> dict[str, Any]:
     from buildctl.graph.entrypoint import default_launch, launches
 
-    assert m.entrypoint is not None
-    choices = launches(m, v)
-    return {"launcher": m.entrypoint.launcher.kind, "command": list(m.entrypoint.command),
-            "args": len(choices[default_launch(m, v)].args), "profiles": list(m.entrypoint.profiles),
-            "default_profile": default_launch(m, v),
+    assert manifest.entrypoint is not None
+    choices = launches(manifest, variant)
+    return {"launcher": manifest.entrypoint.launcher.kind, "command": list(manifest.entrypoint.command),
+            "args": len(choices[default_launch(manifest, variant)].args), "profiles": list(manifest.entrypoint.profiles),
+            "default_profile": default_launch(manifest, variant),
             "launches": {name: {"gpus": c.gpus, "nodes": c.nodes, "upstream_defect": c.defect or None}
                          for name, c in choices.items()}}
 
 
-def _download(d: Download, platform: str, locked: dict[str, Any]) -> dict[str, Any]:
-    u = d.for_platform(platform)
-    return {"name": d.name, "dest": d.dest, "install": d.install,
+def _download(download: Download, platform: str, locked: dict[str, Any]) -> dict[str, Any]:
+    u = download.for_platform(platform)
+    return {"name": download.name, "dest": download.dest, "install": download.install,
             "url": locked.get("url") or (u.url if u else None),
             "sha256": locked.get("sha256") or (u.sha256 if u else None)}
 

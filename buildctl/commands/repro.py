@@ -7,15 +7,16 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from buildctl.build import pipeline
+from buildctl.builder import pipeline
 from buildctl.config import BACKENDS
 from buildctl.errors import ReproFailed, UsageError
-from buildctl.repro import audit, repro
-from buildctl.services import reprorun, target, wiring
+from buildctl.repro import audit
+from buildctl.repro import repro as comparison
+from buildctl.services import repro, target, wiring
 from buildctl.ui import UI, NodeProgress
 
 if TYPE_CHECKING:
-    from buildctl.cli import Context
+    from buildctl.commands.context import Context
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,18 +54,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 class CliProgress:
-    def __init__(self, ui: UI) -> None:
-        self.ui = ui
+    def __init__(self, terminal: UI) -> None:
+        self.ui = terminal
 
     def step(self, text: str) -> None:
         self.ui.info(text)
 
-    def build(self, side: str, nodes: Sequence[str]) -> AbstractContextManager[pipeline.Progress]:
+    def build(self, side: str, nodes: Sequence[str]) -> AbstractContextManager[pipeline.BuildProgress]:
         return NodeProgress(self.ui, nodes)
 
 
 def _audit_lines(findings: Sequence[dict[str, Any]]) -> list[str]:
-    """The audit in words (findings as Finding.to_json() gives them, which is also how reports keep them)."""
+    """The audit in words (findings as AuditFinding.to_json() gives them, which is also how reports keep them)."""
     floating = [f for f in findings if f["status"] == "floating"]
     locked = [f for f in findings if f["status"] == "locked"]
     lines = []
@@ -91,11 +92,11 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
         return _audit_only(args, ctx)
     engine = wiring.engine(ctx.config, args.engine, backend=args.backend)
     try:
-        outcome = reprorun.run(
+        outcome = repro.run(
             project=ctx.project, config=ctx.config, stack=args.stack, variant=args.variant, engine=engine,
             progress=CliProgress(ctx.ui), resolvers=wiring.resolvers,
-            options=reprorun.Options(mode="relock" if args.relock else "lock", jobs=args.jobs, keep=args.keep,
-                                     lock_check=not args.no_lock_check, cold_compiles=args.cold_compiles))
+            options=repro.ReproOptions(mode="relock" if args.relock else "lock", jobs=args.jobs, keep=args.keep,
+                                       lock_check=not args.no_lock_check, cold_compiles=args.cold_compiles))
     finally:
         engine.close()
     report = outcome.report
@@ -109,31 +110,31 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def _print(ui: UI, report: repro.Report, outcome: reprorun.Outcome) -> None:
+def _print(terminal: UI, report: comparison.ReproReport, outcome: repro.Outcome) -> None:
     mode = "its lock" if report.mode == "lock" else "the manifest, locked afresh for each build"
-    ui.table(f"{report.stack}/{report.variant}: two builds from {mode}, nothing shared, backend {report.backend}",
-             ("node", "declared", "result", "cause / what differs"),
-             [(n.node, n.level.value if n.level else "-", n.verdict.value + ("" if n.meets_level else "  (FAILS)"),
-               ", ".join(c.value for c in n.causes) if n.verdict is repro.Verdict.DIFFERENT
-               else "; ".join(n.metadata_summary()) if n.verdict is repro.Verdict.SEMANTIC else "")
-              for n in report.nodes])
-    details = [line for n in report.nodes if n.verdict is not repro.Verdict.BIT
-               for line in repro.render_text(repro.Report(stack=report.stack, variant=report.variant,
-                                                          mode=report.mode, nodes=(n,)))]
+    terminal.table(f"{report.stack}/{report.variant}: two builds from {mode}, nothing shared, backend {report.backend}",
+                   ("node", "declared", "result", "cause / what differs"),
+                   [(n.node, n.level.value if n.level else "-", n.verdict.value + ("" if n.meets_level else "  (FAILS)"),
+                     ", ".join(c.value for c in n.causes) if n.verdict is comparison.Verdict.DIFFERENT
+                     else "; ".join(n.metadata_summary()) if n.verdict is comparison.Verdict.SEMANTIC else "")
+                    for n in report.nodes])
+    details = [line for n in report.nodes if n.verdict is not comparison.Verdict.BIT
+               for line in comparison.render_text(comparison.ReproReport(stack=report.stack, variant=report.variant,
+                                                                         mode=report.mode, nodes=(n,)))]
     for line in details:
-        ui.print(line)
+        terminal.print(line)
     for line in _audit_lines(report.audit):
-        ui.print(line)
+        terminal.print(line)
     if report.compiles:
-        ui.print(f"compiles: {report.compiles}")
+        terminal.print(f"compiles: {report.compiles}")
     for note in report.notes:
-        ui.print(f"note: {note}")
-    ui.print(f"report: {outcome.report_file}")
+        terminal.print(f"note: {note}")
+    terminal.print(f"report: {outcome.report_file}")
     if outcome.refs and outcome.run_dir.exists():
-        ui.print(f"kept: images {', '.join(sorted(outcome.refs['a'].values())[:1])} ... and {outcome.run_dir}")
+        terminal.print(f"kept: images {', '.join(sorted(outcome.refs['a'].values())[:1])} ... and {outcome.run_dir}")
 
 
-def _raise_failures(report: repro.Report) -> None:
+def _raise_failures(report: comparison.ReproReport) -> None:
     failed = report.failures
     if not failed:
         return
@@ -154,10 +155,10 @@ def _audit_only(args: argparse.Namespace, ctx: Context) -> int:
             notes.append(f"no lock to check: run `buildctl lock {t.graph.stack}`")
         else:
             ctx.ui.info("checking the lock (buildctl lock --check)")
-            drift, why = reprorun.lock_check(t, wiring.resolvers(ctx.config), ctx.config)
+            drift, why = repro.lock_check(t, wiring.resolvers(ctx.config), ctx.config)
             if why:
                 notes.append(why)
-    findings = reprorun.audit_target(t, drift=drift)
+    findings = repro.audit_target(t, drift=drift)
     if args.json:
         ctx.ui.json({"stack": t.graph.stack, "variant": t.graph.variant, "inputs_pinned": audit.inputs_level_met(findings),
                      "findings": [f.to_json() for f in findings], "notes": notes})

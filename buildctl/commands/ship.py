@@ -18,11 +18,11 @@ from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
 from buildctl.registry import credentials
 from buildctl.safepath import write_atomic
-from buildctl.services import publishing, target, wiring
+from buildctl.services import ship, target, wiring
 from buildctl.ship import bom, provenance, push, verify
 
 if TYPE_CHECKING:
-    from buildctl.cli import Context
+    from buildctl.commands.context import Context
     from buildctl.engine.engine import Engine
 
 
@@ -106,7 +106,7 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
         result = verify.verify(
             alias=args.base, stack=manifest.stack, variant=variant, contract=manifest.contract_for(variant),
             lock=vlock, engine=engine, mirrors=ctx.config.registry_mirrors,
-            store=verify.RecordStore(ctx.config.cache.reports),
+            store=verify.BaseRecords(ctx.config.cache.reports),
         )
     if args.json:
         ctx.ui.json(result.to_json())
@@ -199,8 +199,8 @@ def cmd_diff(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_push(args: argparse.Namespace, ctx: Context) -> int:
     wiring.check_registry_arg(args.registry)
     t = target.load(ctx.project, ctx.config, args.stack, args.variant, registry=args.registry)
-    t, report = publishing.publish(ctx.project, ctx.config, t, registry_arg=args.registry, say=ctx.ui.info,
-                                   warn=ctx.ui.warn, moving=("latest",) if args.promote else (),
+    t, report = ship.publish(ctx.project, ctx.config, t, registry_arg=args.registry, say=ctx.ui.info,
+                             warn=ctx.ui.warn, moving=("latest",) if args.promote else (),
                         promote=args.promote, attest_kinds=tuple(dict.fromkeys(args.attest)))
     if args.json:
         ctx.ui.json(report.to_json())

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildctl import imageref, syntax
-from buildctl.build import smoke as smoke_mod
+from buildctl.builder import smoke as smoke_mod
 from buildctl.errors import UsageError, disk_full
 from buildctl.graph import smoke_expect
 from buildctl.lock import lockfile
 from buildctl.manifest import pins
 
 if TYPE_CHECKING:
-    from buildctl.cli import Context
+    from buildctl.commands.context import Context
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,7 +70,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from buildctl.engine.engine import (
-        Engine,  # only here: the rest of buildctl.build.smoke takes any SmokeEngine
+        Engine,  # only here: the rest of buildctl.builder.smoke takes any SmokeEngine
     )
 
     _check_options(args)

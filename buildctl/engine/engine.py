@@ -3,7 +3,7 @@
 buildctl.engine is the ONLY package that imports docker. Engine is assembled from client.py (the
 connection, cancel, docker's errors mapped to ours), images.py (local images) and transfer.py (push,
 pull, registry lookups); values.py has what they hand out. Everything leaving the package is ours: frozen
-dataclasses (ImageInfo, RunResult, Mount, Progress) and BuildctlError subclasses that say what failed,
+dataclasses (ImageInfo, RunResult, Mount, TransferProgress) and BuildctlError subclasses that say what failed,
 why, and what to do. No docker ``attrs`` dict and no docker exception travels past it.
 
 Facts this module relies on (measured, see shared/reference/ENGINE.md):
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from buildctl.engine import buildkit, lazy
 from buildctl.engine.client import _explanation
 from buildctl.engine.transfer import Transfers
-from buildctl.engine.values import PART_REPOSITORY, RUN_LABEL, Mount, Progress, RunResult, split_ref
+from buildctl.engine.values import PART_REPOSITORY, RUN_LABEL, Mount, RunResult, TransferProgress, split_ref
 from buildctl.errors import (
     BuildFailed,
     Cancelled,
@@ -288,7 +288,7 @@ class Engine(Transfers):
                     emit(text)
                 elif "status" in chunk and not (chunk.get("progressDetail") or {}).get("current"):
                     # A base pulled during the build: its state changes, not every progress tick.
-                    emit(str(Progress(status=str(chunk["status"]), layer=str(chunk.get("id", "")))) + "\n")
+                    emit(str(TransferProgress(status=str(chunk["status"]), layer=str(chunk.get("id", "")))) + "\n")
                 aux = chunk.get("aux")
                 if isinstance(aux, dict) and "ID" in aux:
                     image_id = str(aux["ID"])
@@ -476,26 +476,26 @@ class Engine(Transfers):
                               fix="check the engine at that endpoint (`docker -H ENDPOINT info`)")
         return int(cpus), int(memory) / (1 << 30)
 
-    def _copy_in(self, cid: str, m: Mount) -> None:
+    def _copy_in(self, cid: str, mount: Mount) -> None:
         """The host folder ``m.source`` into the created container at ``m.target`` (tar over the engine's API,
         spooled on disk: a source tree can be large)."""
         with tempfile.TemporaryFile(prefix="buildctl-copy-in-") as spool:
             with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tf:
-                tf.add(str(m.source), arcname=m.target.strip("/"), recursive=True)  # symlinks stay links
+                tf.add(str(mount.source), arcname=mount.target.strip("/"), recursive=True)  # symlinks stay links
             spool.seek(0)
             self._api(self.stream_timeout).put_archive(cid, "/", spool)
 
-    def _copy_out(self, cid: str, m: Mount) -> None:
+    def _copy_out(self, cid: str, mount: Mount) -> None:
         """The container's folder ``m.target`` back into the host folder ``m.source``: its folders and plain
         files only (a link, device or path that would leave the folder is skipped: the container's content is
         not trusted to name host paths)."""
-        stream, _stat = self._api(self.stream_timeout).get_archive(cid, m.target)
+        stream, _stat = self._api(self.stream_timeout).get_archive(cid, mount.target)
         with tempfile.TemporaryFile(prefix="buildctl-copy-out-") as spool:
             for chunk in stream:
                 spool.write(chunk)
             spool.seek(0)
-            top = Path(m.target).name
-            dest = Path(m.source)
+            top = Path(mount.target).name
+            dest = Path(mount.source)
             with tarfile.open(fileobj=spool, mode="r:") as tf:
                 for member in tf:
                     parts = member.name.split("/")

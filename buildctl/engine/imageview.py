@@ -46,7 +46,7 @@ class RunOutcome(Protocol):
 
 
 class ProgressView(Protocol):
-    """One push progress event (engine.Progress): a layer's status, or an overall message."""
+    """One push progress event (engine.TransferProgress): a layer's status, or an overall message."""
 
     @property
     def status(self) -> str: ...

@@ -11,7 +11,7 @@ from buildctl import retrying
 from buildctl.engine import lazy
 from buildctl.engine.client import _cut, _explanation
 from buildctl.engine.images import Images
-from buildctl.engine.values import ATTEMPT_AGAIN, Progress, registry_host, split_ref
+from buildctl.engine.values import ATTEMPT_AGAIN, TransferProgress, registry_host, split_ref
 from buildctl.errors import (
     BuildctlError,
     Cancelled,
@@ -61,7 +61,7 @@ _AUTH_MARKERS = ("unauthorized", "denied", "authentication required", "no basic 
 class Transfers(Images):
     """Pushes and pulls of images between the engine and registries, and registry lookups."""
 
-    def push(self, ref: str, *, on_progress: Callable[[Progress], None] | None = None) -> str:
+    def push(self, ref: str, *, on_progress: Callable[[TransferProgress], None] | None = None) -> str:
         """Push ``ref``; return its manifest digest, confirmed by asking the registry afterwards.
 
         An attempt during which no byte moves for ``stall_timeout`` seconds is abandoned and retried;
@@ -88,7 +88,7 @@ class Transfers(Images):
         return digest
 
     def _transfer(self, verb: str, ref: str, host: str, once: Callable[[], str],
-                  on_progress: Callable[[Progress], None] | None) -> str:
+                  on_progress: Callable[[TransferProgress], None] | None) -> str:
         """``once()`` up to ``attempts`` times while it stalls; a stall after the last attempt is an error."""
         for attempt in range(1, self.attempts + 1):
             try:
@@ -107,7 +107,7 @@ class Transfers(Images):
                             "a full disk on the registry, a saturated link), then run the command again",
                     ) from None
                 if on_progress is not None:
-                    on_progress(Progress(status=f"{verb} stalled ({what}, no bytes for {self.stall_timeout:g} s): "
+                    on_progress(TransferProgress(status=f"{verb} stalled ({what}, no bytes for {self.stall_timeout:g} s): "
                                                 f"attempt {attempt + 1} of {self.attempts}"))
                 if self._cancelled.wait(min(2.0 ** attempt, 10.0)):
                     raise Cancelled(f"{verb} of {ref}: cancelled", why="the build was interrupted") from None
@@ -153,7 +153,7 @@ class Transfers(Images):
         if watch.stalled:  # the cut ended the stream cleanly
             raise _Stalled(watch.active())
 
-    def _push_once(self, ref: str, host: str, on_progress: Callable[[Progress], None] | None) -> str:
+    def _push_once(self, ref: str, host: str, on_progress: Callable[[TransferProgress], None] | None) -> str:
         repo, tag = split_ref(ref)
         digest = ""
         watch = _Watch(self.stall_timeout)
@@ -184,7 +184,7 @@ class Transfers(Images):
                 ) from exc
         return digest
 
-    def _retried(self, what: str, call: Callable[[], T], on_progress: Callable[[Progress], None] | None, *,
+    def _retried(self, what: str, call: Callable[[], T], on_progress: Callable[[TransferProgress], None] | None, *,
                  host: str = "") -> T:
         """``call()`` under the one retry policy of every registry call (retrying.py): a transient failure (a 5xx
         or 429 the registry answered, a reset or cut connection, a timeout) is tried again with backoff, bounded
@@ -193,7 +193,7 @@ class Transfers(Images):
 
         def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
             if on_progress is not None:
-                on_progress(Progress(status=f"{ATTEMPT_AGAIN} ({what}) in {wait:.3g} s: attempt {attempt} of "
+                on_progress(TransferProgress(status=f"{ATTEMPT_AGAIN} ({what}) in {wait:.3g} s: attempt {attempt} of "
                                             f"{policy.attempts} failed ({_error_text(exc)[:200]})"))
 
         def wait(seconds: float) -> None:
@@ -247,7 +247,7 @@ class Transfers(Images):
         return str(digest) if digest else None
 
     def pull(self, ref: str, platform: str | None = None, *,
-             on_progress: Callable[[Progress], None] | None = None) -> str:
+             on_progress: Callable[[TransferProgress], None] | None = None) -> str:
         """Pull ``ref`` (tag or digest); return the local image id. Stalls are retried as in push()."""
         host = registry_host(ref)
         self._retried(f"pull of {ref}", lambda: self._transfer(
@@ -371,11 +371,11 @@ def _registry_fix(host: str, text: str) -> str:
     )
 
 
-def _progress(chunk: Mapping[str, Any]) -> Progress:
+def _progress(chunk: Mapping[str, Any]) -> TransferProgress:
     detail = chunk.get("progressDetail") or {}
     current = detail.get("current") if isinstance(detail, dict) else None
     total = detail.get("total") if isinstance(detail, dict) else None
-    return Progress(
+    return TransferProgress(
         status=str(chunk.get("status", "")),
         layer=str(chunk.get("id", "")),
         current=int(current) if isinstance(current, int) else None,

@@ -1,4 +1,4 @@
-"""What the engine package hands out: frozen values (Mount, RunResult, ImageInfo, Progress), image-ref
+"""What the engine package hands out: frozen values (Mount, RunResult, ImageInfo, TransferProgress), image-ref
 helpers, and the labels and tag names it puts on what it makes."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ ATTEMPT_AGAIN = "Retrying the whole transfer"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Progress:
+class TransferProgress:
     """One progress event of a push or pull (a layer's status, or an overall message)."""
 
     status: str

@@ -194,19 +194,19 @@ def _satisfies(version: str, specifier: str) -> bool:
         return False
 
 
-def _download_pin(d: Download, platform: str, vl: VariantLock | None) -> tuple[PipPin, str | None]:
-    w = download_wheel(d, platform)
-    assert w is not None and d.for_platform(platform) is not None
+def _download_pin(download: Download, platform: str, variant_lock: VariantLock | None) -> tuple[PipPin, str | None]:
+    w = download_wheel(download, platform)
+    assert w is not None and download.for_platform(platform) is not None
     name, version, filename, url = w
-    u = d.for_platform(platform)
+    u = download.for_platform(platform)
     assert u is not None
     sha = u.sha256 if u.sha256 != "compute" else None
-    ld = vl.downloads.get(d.name) if vl else None
+    ld = variant_lock.downloads.get(download.name) if variant_lock else None
     if sha is None and ld is not None and ld.url == url:
         sha = ld.sha256
-    pin = PipPin(name=name, version=version, hashes=(f"sha256:{sha}",) if sha else (), download=d.name,
+    pin = PipPin(name=name, version=version, hashes=(f"sha256:{sha}",) if sha else (), download=download.name,
                  filename=filename, url=url)
-    return pin, None if sha else f"download {d.name} sha256"
+    return pin, None if sha else f"download {download.name} sha256"
 
 
 def _pip_pins(reqs: Iterable[PipRequirement], locked: tuple[LockedPip, ...] | None, *,
@@ -238,38 +238,38 @@ def _pip_pins(reqs: Iterable[PipRequirement], locked: tuple[LockedPip, ...] | No
     return tuple(pins[n] for n in sorted(pins)), unlocked
 
 
-def _file(d: Download, platform: str, vl: VariantLock | None) -> tuple[FileSpec | None, str | None]:
-    u = d.for_platform(platform)
+def _file(download: Download, platform: str, variant_lock: VariantLock | None) -> tuple[FileSpec | None, str | None]:
+    u = download.for_platform(platform)
     if u is None:
         return None, None
-    mode = d.mode if d.mode.startswith("0") else "0" + d.mode
+    mode = download.mode if download.mode.startswith("0") else "0" + download.mode
     if u.sha256 != "compute":
-        return FileSpec(name=d.name, dest=d.dest, mode=mode, sha256=u.sha256, url=u.url), None
-    ld = vl.downloads.get(d.name) if vl else None
+        return FileSpec(name=download.name, dest=download.dest, mode=mode, sha256=u.sha256, url=u.url), None
+    ld = variant_lock.downloads.get(download.name) if variant_lock else None
     if ld is not None and ld.url == u.url:
-        return FileSpec(name=d.name, dest=d.dest, mode=mode, sha256=ld.sha256, url=u.url), None
-    return FileSpec(name=d.name, dest=d.dest, mode=mode, sha256=None, url=u.url), f"download {d.name} sha256"
+        return FileSpec(name=download.name, dest=download.dest, mode=mode, sha256=ld.sha256, url=u.url), None
+    return FileSpec(name=download.name, dest=download.dest, mode=mode, sha256=None, url=u.url), f"download {download.name} sha256"
 
 
-def _source(c: Component, lc: LockedComponent | None) -> tuple[SourceSpec, str | None]:
-    if lc is not None and lc.tree and _lock_matches(c, lc):
-        return SourceSpec(tree=lc.tree), None
-    if len(c.commit) == 40 and not c.steps:
-        return SourceSpec(tree=c.commit), None  # nothing to apply: the tree is the commit itself
-    prs = tuple(f"{pr.number}@{pr.head}" if pr.head else str(pr.number) for pr in c.prs)
-    patches = tuple(f"{p.file}@{p.sha256}" for p in c.patches)
-    what = f"source {c.name} (commit {c.commit}"
-    what += f" + {', '.join(ch.label() for ch in c.steps)})" if c.steps else ")"
-    return SourceSpec(tree=None, repo=c.repo, commit=c.commit, prs=prs, patches=patches), what
+def _source(component: Component, locked: LockedComponent | None) -> tuple[SourceSpec, str | None]:
+    if locked is not None and locked.tree and _lock_matches(component, locked):
+        return SourceSpec(tree=locked.tree), None
+    if len(component.commit) == 40 and not component.steps:
+        return SourceSpec(tree=component.commit), None  # nothing to apply: the tree is the commit itself
+    prs = tuple(f"{pr.number}@{pr.head}" if pr.head else str(pr.number) for pr in component.prs)
+    patches = tuple(f"{p.file}@{p.sha256}" for p in component.patches)
+    what = f"source {component.name} (commit {component.commit}"
+    what += f" + {', '.join(ch.label() for ch in component.steps)})" if component.steps else ")"
+    return SourceSpec(tree=None, repo=component.repo, commit=component.commit, prs=prs, patches=patches), what
 
 
-def _lock_matches(c: Component, lc: LockedComponent) -> bool:
+def _lock_matches(component: Component, locked: LockedComponent) -> bool:
     """Whether a locked component still describes what the manifest asks for."""
-    if not lc.commit.startswith(c.commit) or lc.repo != c.repo:
+    if not locked.commit.startswith(component.commit) or locked.repo != component.repo:
         return False
-    if len(lc.changes) != len(c.steps):
+    if len(locked.changes) != len(component.steps):
         return False
-    for mc, ch in zip(c.steps, lc.changes, strict=True):
+    for mc, ch in zip(component.steps, locked.changes, strict=True):
         if isinstance(ch, LockedPick):
             if mc.commit != ch.sha:
                 return False
@@ -452,32 +452,32 @@ class _Builder:
                 continue
             self._compile(c, source, src_why)
 
-    def _compile(self, c: Component, source: SourceSpec, src_why: str | None) -> None:
+    def _compile(self, component: Component, source: SourceSpec, src_why: str | None) -> None:
         m, lock = self.manifest, self.lock
         has_cudnn = self.below_system == "cudnn"
-        parent = "cudnn" if c.build.needs_cudnn and has_cudnn else "base"
-        if c.build.needs_cudnn and not has_cudnn:
-            self.warnings.append(f"component {c.name} needs cuDNN, but variant {self.variant.name} pins none: "
+        parent = "cudnn" if component.build.needs_cudnn and has_cudnn else "base"
+        if component.build.needs_cudnn and not has_cudnn:
+            self.warnings.append(f"component {component.name} needs cuDNN, but variant {self.variant.name} pins none: "
                                  "its compile uses the base image's cuDNN")
         env_sources = (tuple(s for s in self.all_sources if s is not self.cudnn_source or parent != "cudnn")
-                       if c.build.apt else ())
+                       if component.build.apt else ())
         env_files = _keyrings(env_sources, self.files)
-        bapt = [_apt_pin(p, lock.build_apt.get(c.name, {}) if lock else {}) for p in c.build.apt]
-        bpins, bpip_unlocked = _pip_pins(c.build.requires, lock.build_pip.get(c.name) if lock else None)
-        env_name = f"compile-env:{c.name}"
+        bapt = [_apt_pin(p, lock.build_apt.get(component.name, {}) if lock else {}) for p in component.build.apt]
+        bpins, bpip_unlocked = _pip_pins(component.build.requires, lock.build_pip.get(component.name) if lock else None)
+        env_name = f"compile-env:{component.name}"
         self.add(env_name, "compile-env", (parent,), CompileEnvNodeSpec(
-            component=c.name, files=env_files, sources=env_sources,
+            component=component.name, files=env_files, sources=env_sources,
             apt=tuple(sorted((p for p, _ in bapt), key=lambda p: p.name)), python=self.python_exe,
             constraint=m.pip.constraint, pins=bpins, cleanup=self.cleanup),
             [*(w for _, w in bapt), *bpip_unlocked, *(self.file_unlocked.get(f.name) for f in env_files)],
-            component=c.name)
-        self.add(f"wheel:{c.name}", "wheel", (env_name,), WheelNodeSpec(
-            component=c.name, source=source, env=m.component_env(c, self.variant), command=c.build.command,
-            parallel_env=c.build.parallel_env, memory_per_job_gib=c.build.memory_per_job_gib,
-            compile_cache=c.build.compile_cache),
-            [src_why], component=c.name)
-        self.wheel_nodes.append(f"wheel:{c.name}")
-        self.wheels.append(WheelInstall(component=c.name, dist=c.install.dist))
+            component=component.name)
+        self.add(f"wheel:{component.name}", "wheel", (env_name,), WheelNodeSpec(
+            component=component.name, source=source, env=m.component_env(component, self.variant), command=component.build.command,
+            parallel_env=component.build.parallel_env, memory_per_job_gib=component.build.memory_per_job_gib,
+            compile_cache=component.build.compile_cache),
+            [src_why], component=component.name)
+        self.wheel_nodes.append(f"wheel:{component.name}")
+        self.wheels.append(WheelInstall(component=component.name, dist=component.install.dist))
 
     def assemble(self) -> None:
         """Wheels, source trees, runtime environment, what the image says about itself."""

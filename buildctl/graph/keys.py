@@ -33,10 +33,10 @@ def key_inputs(spec: Any) -> Any:
     return spec
 
 
-def _without_name(d: Any) -> Any:
-    if isinstance(d, dict):
-        return {k: v for k, v in d.items() if k != "name"}
-    return d
+def _without_name(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: v for k, v in data.items() if k != "name"}
+    return data
 
 def node_key(kind: str, parent_keys: Iterable[str], inputs: Any, template: str) -> str:
     data = {"kind": kind, "parents": list(parent_keys), "inputs": inputs, "template": template}

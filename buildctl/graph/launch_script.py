@@ -60,14 +60,14 @@ def manifest_name(manifest: Manifest) -> str:
     return "pins/" + (posixpath.basename(manifest.path.replace("\\", "/")) or f"{manifest.stack}.yaml")
 
 
-def _word(text: str, paths: Mapping[str, object], where: Arg | None, e: Entrypoint) -> str:
+def _word(text: str, paths: Mapping[str, object], where: Arg | None, entrypoint: Entrypoint) -> str:
     """One shell word for ``text``: literal pieces quoted, ``${NAME}`` of a site path expanded."""
     pieces: list[str] = []
     pos = 0
     for m in PATH_REF.finditer(text):
         name = m.group(1)
         if name not in paths:
-            at = where.at if where is not None else e.at
+            at = where.at if where is not None else entrypoint.at
             known = ", ".join(sorted(paths)) or "none"
             match = difflib.get_close_matches(name, list(paths), n=1)
             raise ManifestError(at, f"{text!r} refers to ${{{name}}}, which entrypoint.paths does not declare",

@@ -281,9 +281,9 @@ def _arch_check(graph: Graph, engine: EngineState | None, *, emulation: bool | N
         return None, f"engine not reachable: {exc.what}"
 
 
-def _is_trusted(n: Node, trusted: Callable[[Node], bool] | None) -> bool:
-    """A local tag of ``n`` may be used: the base always, any node when nothing says otherwise, else its record."""
-    return n.kind == "base" or trusted is None or trusted(n)
+def _is_trusted(node: Node, trusted: Callable[[Node], bool] | None) -> bool:
+    """A local tag of ``node`` may be used: the base always, any node when nothing says otherwise, else its record."""
+    return node.kind == "base" or trusted is None or trusted(node)
 
 
 @dataclass(kw_only=True)
@@ -396,29 +396,29 @@ class _Decisions:
             for p in n.parents:
                 self._visit(p)
 
-    def _decide(self, n: Node) -> tuple[Action, str]:
+    def _decide(self, node: Node) -> tuple[Action, str]:
         """One node's action: have it, pull it, build it, or unknown; the first that holds, in this order."""
-        name = n.name
+        name = node.name
         local = self.where.is_local(name)
-        if n.kind == "base":
+        if node.kind == "base":
             return (("have", "in the engine") if local else ("pull", "not in the engine: pulled")
                     if local is False else ("unknown", "the engine could not be asked"))
-        if n.kind == "wheel" and self.wheels is not None:
-            found = self.wheels.find(n)
+        if node.kind == "wheel" and self.wheels is not None:
+            found = self.wheels.find(node)
             if found is not None:
                 self.kept[name] = found
                 return ("have", f"the wheel is in the wheel cache ({found.name})" + self._publish_check(name))
         if local is None:
             return ("unknown", "the engine could not be asked")
-        usable = local and _is_trusted(n, self.trusted)
-        if usable and n.kind != "wheel":
+        usable = local and _is_trusted(node, self.trusted)
+        if usable and node.kind != "wheel":
             return ("have", "in the engine" + self._publish_check(name))
         if not usable and not self.load and name == self.graph.final.name and self.where.in_registry(name):
             self.remote.add(name)
             return ("have", "in the registry: left there (--no-load)")
         if usable or self.where.in_registry(name):
             where = "in the engine" if usable else "in the registry"
-            return ("pull", f"{where}: the wheel is taken out of its image" if n.kind == "wheel"
+            return ("pull", f"{where}: the wheel is taken out of its image" if node.kind == "wheel"
                     else f"{where}: pulled")
         if self.where.registry_of.get(name, False) is None:
             return ("unknown", "the registry could not be asked")
@@ -445,50 +445,50 @@ class _Decisions:
                                         "needed only if a later node is missing, and whether it is could not be asked")
 
 
-def _node_plan(graph: Graph, n: Node, where: _Presence, decisions: _Decisions, record: NodeRecord | None, *,
+def _node_plan(graph: Graph, node: Node, where: _Presence, decisions: _Decisions, record: NodeRecord | None, *,
                trusted: Callable[[Node], bool] | None, full: bool) -> NodePlan:
     """One node's row: where it is, why (for one to build), and what the walk decided for it."""
-    state, note, untrusted = _state(n, where, trusted=trusted, full=full)
-    action, because = decisions.action(n.name)
-    return NodePlan(node=n, ref=where.refs[n.name], state=state, provisional=graph.provisional(n.name),
-                    why=_why(graph, n, record, state=state, untrusted=untrusted), note=note,
-                    waits_for=graph.waits_for(n.name), action=action, because=because,
-                    publish=n.name in decisions.publish, untrusted=untrusted, wheel=decisions.kept.get(n.name),
-                    remote=n.name in decisions.remote, compile_cache=_compile_counts(n, record))
+    state, note, untrusted = _state(node, where, trusted=trusted, full=full)
+    action, because = decisions.action(node.name)
+    return NodePlan(node=node, ref=where.refs[node.name], state=state, provisional=graph.provisional(node.name),
+                    why=_why(graph, node, record, state=state, untrusted=untrusted), note=note,
+                    waits_for=graph.waits_for(node.name), action=action, because=because,
+                    publish=node.name in decisions.publish, untrusted=untrusted, wheel=decisions.kept.get(node.name),
+                    remote=node.name in decisions.remote, compile_cache=_compile_counts(node, record))
 
 
-def _state(n: Node, where: _Presence, *, trusted: Callable[[Node], bool] | None,
+def _state(node: Node, where: _Presence, *, trusted: Callable[[Node], bool] | None,
            full: bool) -> tuple[NodeState, str, bool]:
     """(state, note, untrusted): where the node is, why that is unknown, and whether its local tag lacks the record
     of a completed build (then it counts as not local). Without ``full`` only what the walk asked is known."""
-    asked = full or n.name in where.local_of
-    local = where.is_local(n.name) if asked else None
+    asked = full or node.name in where.local_of
+    local = where.is_local(node.name) if asked else None
     state: NodeState = "unknown"
     note = "" if asked else "not asked: a later node is present"
-    untrusted = bool(local) and not _is_trusted(n, trusted)
+    untrusted = bool(local) and not _is_trusted(node, trusted)
     if local is None:
         note = note or where.engine_note
     elif local and not untrusted:
         state = "local"
-    elif where.asks_registry(n.name) and (full or n.name in where.registry_of):
-        there = where.in_registry(n.name)
+    elif where.asks_registry(node.name) and (full or node.name in where.registry_of):
+        there = where.in_registry(node.name)
         state = "unknown" if there is None else "registry" if there else "missing"
-        note = where.reg_note.get(n.name, "")
-    elif where.asks_registry(n.name):
+        note = where.reg_note.get(node.name, "")
+    elif where.asks_registry(node.name):
         note = "not asked: the build does not need it"
     else:
         state = "missing"
     return state, note, untrusted
 
 
-def _why(graph: Graph, n: Node, record: NodeRecord | None, *, state: NodeState,
+def _why(graph: Graph, node: Node, record: NodeRecord | None, *, state: NodeState,
          untrusted: bool) -> tuple[str, ...]:
     """Why a node is not present: an untrusted tag, or what changed since the recorded build of its previous key."""
     if untrusted:
         return ("tagged in the engine, but no record says a build of this key completed (an interrupted run, or "
                 "an older buildctl that tagged before normalising): not trusted, it will be built again",)
     if state == "missing":
-        return (reasons(graph, n, record) if n.kind != "base"
+        return (reasons(graph, node, record) if node.kind != "base"
                 else ("the base image is neither in the engine nor in its registry",))
     return ()
 
@@ -520,17 +520,17 @@ def _lock_notes(graph: Graph, missing: Mapping[str, str] | None, *, provisional:
     return []
 
 
-def _routed(p: Plan, route: Route) -> Plan:
+def _routed(plan: Plan, route: Route) -> Plan:
     """The plan with each node's builder, what cannot be built on the route's builders, and the route's notes."""
-    names = for_nodes(route, [(n.node.name, n.node.kind, n.action) for n in p.nodes])
-    refused = refusal(route, [(n.node.name, n.node.kind) for n in p.nodes if n.action == "build"])
-    notes = [*p.notes, *route.notes]
+    names = for_nodes(route, [(n.node.name, n.node.kind, n.action) for n in plan.nodes])
+    refused = refusal(route, [(n.node.name, n.node.kind) for n in plan.nodes if n.action == "build"])
+    notes = [*plan.notes, *route.notes]
     if route.emulated:
-        notes.append(f"--emulate: {p.graph.platform} nodes run under QEMU on {route.label()} ({route.missing}); "
+        notes.append(f"--emulate: {plan.graph.platform} nodes run under QEMU on {route.label()} ({route.missing}); "
                      "compiles are refused")
     if refused is not None:
         notes.append(f"refused: {refused[0]} ({refused[1]})")
-    return replace(p, nodes=tuple(replace(n, builder=names[n.node.name]) for n in p.nodes), route=route,
+    return replace(plan, nodes=tuple(replace(n, builder=names[n.node.name]) for n in plan.nodes), route=route,
                    refused=refused, notes=tuple(notes))
 
 
@@ -587,8 +587,8 @@ def diff_inputs(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _short(v: Any) -> str:
-    if isinstance(v, str) and "\n" in v:
-        return f"<{v.count(chr(10))} lines, sha256 {hashlib.sha256(v.encode()).hexdigest()[:12]}>"
-    text = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+def _short(value: Any) -> str:
+    if isinstance(value, str) and "\n" in value:
+        return f"<{value.count(chr(10))} lines, sha256 {hashlib.sha256(value.encode()).hexdigest()[:12]}>"
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return text if len(text) <= 80 else text[:77] + "..."

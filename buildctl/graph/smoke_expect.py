@@ -3,7 +3,7 @@
 ``expect_for(manifest, lock, variant)`` computes smoke/README.md's expect.json (schema 1); the graph
 records it in the assemble image under ``EXPECT_LABEL`` (canonical JSON; base64 of it is read too), with
 the interpreter the training runs with under ``PYTHON_LABEL``, so that an image can be smoked anywhere
-without its manifest (``buildctl.build.smoke`` runs it).
+without its manifest (``buildctl.builder.smoke`` runs it).
 """
 
 from __future__ import annotations
@@ -154,10 +154,10 @@ def _section_versions(manifest: Manifest, lock: VariantLock | None) -> dict[str,
     return {"distributions": dists, "components": comps}
 
 
-def _unlocked_why(c: Component) -> str:
-    on_top = ([f"cherry-pick {ch.commit[:12]}" for ch in c.steps if ch.commit is not None]
-              + [f"PR #{p.number}" for p in c.prs] + ([f"{len(c.patches)} patch(es)"] if c.patches else []))
-    return (f"the manifest pins {c.commit[:12]} with {', '.join(on_top)} on top; the commit of the prepared tree "
+def _unlocked_why(component: Component) -> str:
+    on_top = ([f"cherry-pick {ch.commit[:12]}" for ch in component.steps if ch.commit is not None]
+              + [f"PR #{p.number}" for p in component.prs] + ([f"{len(component.patches)} patch(es)"] if component.patches else []))
+    return (f"the manifest pins {component.commit[:12]} with {', '.join(on_top)} on top; the commit of the prepared tree "
             "is known only once `buildctl lock` has prepared it")
 
 

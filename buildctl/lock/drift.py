@@ -71,10 +71,10 @@ class Drift:
                 "new": self.new, "message": self.message()}
 
 
-def _pip_text(p: LockedPip | None) -> str:
-    if p is None:
+def _pip_text(pip: LockedPip | None) -> str:
+    if pip is None:
         return NONE
-    return f"{p.version} (in base)" if p.in_base else p.version
+    return f"{pip.version} (in base)" if pip.in_base else pip.version
 
 
 def _diff_pips(variant: str, kind: DriftKind, prefix: str, old: Iterable[LockedPip], new: Iterable[LockedPip]
@@ -101,30 +101,30 @@ def _diff_map(variant: str, kind: DriftKind, prefix: str, old: Mapping[str, str]
             for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
 
 
-def _diff_component(variant: str, name: str, a: LockedComponent, b: LockedComponent) -> list[Drift]:
+def _diff_component(variant: str, name: str, old: LockedComponent, new: LockedComponent) -> list[Drift]:
     c = f"component {name}"
     out: list[Drift] = []
-    if a.repo != b.repo:
-        out.append(Drift(variant=variant, kind="component", subject=name, old=f"repo {a.repo}", new=f"repo {b.repo}"))
-    if a.commit != b.commit:
-        out.append(Drift(variant=variant, kind="commit", subject=c, old=a.commit, new=b.commit))
-    if a.branch_head != b.branch_head:
-        out.append(Drift(variant=variant, kind="branch", subject=f"{c}: branch", old=a.branch_head or NONE,
-                         new=b.branch_head or NONE))
-    if a.picks != b.picks:
+    if old.repo != new.repo:
+        out.append(Drift(variant=variant, kind="component", subject=name, old=f"repo {old.repo}", new=f"repo {new.repo}"))
+    if old.commit != new.commit:
+        out.append(Drift(variant=variant, kind="commit", subject=c, old=old.commit, new=new.commit))
+    if old.branch_head != new.branch_head:
+        out.append(Drift(variant=variant, kind="branch", subject=f"{c}: branch", old=old.branch_head or NONE,
+                         new=new.branch_head or NONE))
+    if old.picks != new.picks:
         out.append(Drift(variant=variant, kind="pick", subject=f"{c}: cherry-picks",
-                         old=", ".join(x[:12] for x in a.picks) or NONE, new=", ".join(x[:12] for x in b.picks) or NONE))
-    out += _diff_map(variant, "pr", f"{c}: PR #", a.prs, b.prs)
-    for number, head in b.prs.items():
-        pa, pb = a.pr(int(number)), b.pr(int(number))
+                         old=", ".join(x[:12] for x in old.picks) or NONE, new=", ".join(x[:12] for x in new.picks) or NONE))
+    out += _diff_map(variant, "pr", f"{c}: PR #", old.prs, new.prs)
+    for number, head in new.prs.items():
+        pa, pb = old.pr(int(number)), new.pr(int(number))
         if pa is not None and pb is not None and pa.head == head and (pa.mode, pa.commits) != (pb.mode, pb.commits):
             out.append(Drift(variant=variant, kind="pr", subject=f"{c}: PR #{number} commits applied",
                              old=f"{pa.mode}: {len(pa.commits)} commit(s)", new=f"{pb.mode}: {len(pb.commits)} commit(s)"))
-    out += _diff_map(variant, "patch", f"{c}: patch ", a.patches, b.patches)
-    out += _diff_map(variant, "submodule", f"{c}: submodule ", a.submodules, b.submodules)
+    out += _diff_map(variant, "patch", f"{c}: patch ", old.patches, new.patches)
+    out += _diff_map(variant, "submodule", f"{c}: submodule ", old.submodules, new.submodules)
     # The tree follows from commit, PRs and patches; report it only when nothing above explains it.
-    if a.tree != b.tree and not out:
-        out.append(Drift(variant=variant, kind="tree", subject=c, old=a.tree, new=b.tree))
+    if old.tree != new.tree and not out:
+        out.append(Drift(variant=variant, kind="tree", subject=c, old=old.tree, new=new.tree))
     return out
 
 

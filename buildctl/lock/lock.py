@@ -72,16 +72,16 @@ def _now() -> datetime:
 GROUPS = ("base", "git", "downloads", "packages")
 
 
-def _sections_of_packages(m: Manifest, v: Variant) -> list[str]:
+def _sections_of_packages(manifest: Manifest, variant: Variant) -> list[str]:
     """The lock sections the in-base probe fills for this variant."""
     out = []
-    if m.apt.packages or m.cudnn_for(v) is not None:
+    if manifest.apt.packages or manifest.cudnn_for(variant) is not None:
         out.append("apt")
-    if any(c.build.apt for c in m.components):
+    if any(c.build.apt for c in manifest.components):
         out.append("build_apt")
-    if m.pip.requirements:
+    if manifest.pip.requirements:
         out.append("pip")
-    if any(c.build.requires for c in m.components):
+    if any(c.build.requires for c in manifest.components):
         out.append("build_pip")
     return out
 
@@ -90,28 +90,28 @@ def _why(exc: BuildctlError) -> str:
     return exc.what + (f" ({exc.why})" if exc.why else "")
 
 
-def resolve(m: Manifest, v: Variant, resolvers: Resolvers, config: Config, *,
+def resolve(manifest: Manifest, variant: Variant, resolvers: Resolvers, config: Config, *,
             now: Callable[[], datetime] = _now, partial: bool = False, only: Iterable[str] | None = None,
             notes: list[str] | None = None) -> VariantLock:
-    """Pin every floating value of variant ``v``; raises (and returns nothing) on any failure.
+    """Pin every floating value of variant ``variant``; raises (and returns nothing) on any failure.
 
     ``partial``: a section whose host cannot be reached (UnreachableError; for the in-base probe also an
     engine that is not there) is recorded in ``missing`` with the reason instead of failing the lock.
     ``only``: resolve these groups (GROUPS) alone; the others are recorded as not asked (needs partial).
     """
-    r = _Resolution(m=m, v=v, resolvers=resolvers, config=config, partial=partial,
+    r = _Resolution(m=manifest, v=variant, resolvers=resolvers, config=config, partial=partial,
                     wanted=set(GROUPS if only is None else only), notes=notes)
     r.base()
     r.components()
     r.downloads()
-    request = probe_request(m, v, r.keyrings, r.wheels())
+    request = probe_request(manifest, variant, r.keyrings, r.wheels())
     blocked = r.probe_blocked(request.needed)
     if blocked:
-        r.missing.update({s: blocked for s in _sections_of_packages(m, v)})
+        r.missing.update({s: blocked for s in _sections_of_packages(manifest, variant)})
     elif request.needed:
         r.probe(request)
     if r.missing and not partial:
-        raise LockError(f"{m.stack}/{v.name}: --only leaves sections unlocked", fix="add --partial")
+        raise LockError(f"{manifest.stack}/{variant.name}: --only leaves sections unlocked", fix="add --partial")
     return VariantLock(base=r.locked_base, apt=r.apt, build_apt=r.build_apt, downloads=r.locked_downloads, pip=r.pip,
                        build_pip=r.build_pip, components=r.locked_components, missing=r.missing,
                        resolved_at=now().strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -252,8 +252,8 @@ class _Resolution:
 # ------------------------------------------------------------------------------------------ the file
 
 
-def _content(v: VariantLock) -> dict[str, object]:
-    data = v.to_json()
+def _content(variant_lock: VariantLock) -> dict[str, object]:
+    data = variant_lock.to_json()
     data.pop("resolved_at")
     return data
 
@@ -268,15 +268,15 @@ class LockOutcome:
     notes: tuple[str, ...] = ()  # how changes were applied, where the user must hear it (merged PRs, empty picks)
 
 
-def lock_stack(m: Manifest, manifest_sha256: str, variants: Sequence[str], resolvers: Resolvers, config: Config,
+def lock_stack(manifest: Manifest, manifest_sha256: str, variants: Sequence[str], resolvers: Resolvers, config: Config,
                existing: Lock | None, *, now: Callable[[], datetime] = _now, partial: bool = False,
                only: Iterable[str] | None = None) -> LockOutcome:
     """The new lock: ``variants`` resolved, every other variant's entry kept as it was."""
     notes: list[str] = []
-    resolved = {name: resolve(m, m.variant(name), resolvers, config, now=now, partial=partial, only=only,
+    resolved = {name: resolve(manifest, manifest.variant(name), resolvers, config, now=now, partial=partial, only=only,
                               notes=notes) for name in variants}
-    known = {v.name for v in m.variants}
-    kept = dict(existing.variants) if existing is not None and existing.stack == m.stack else {}
+    known = {v.name for v in manifest.variants}
+    kept = dict(existing.variants) if existing is not None and existing.stack == manifest.stack else {}
     dropped = tuple(sorted(n for n in kept if n not in known))
     merged = {n: v for n, v in kept.items() if n in known}
     unchanged = []
@@ -289,23 +289,23 @@ def lock_stack(m: Manifest, manifest_sha256: str, variants: Sequence[str], resol
         merged[name] = new
     stale = tuple(sorted(n for n in merged if n not in resolved and existing is not None
                          and existing.manifest_sha256 != manifest_sha256))
-    return LockOutcome(lock=Lock(stack=m.stack, manifest_sha256=manifest_sha256, variants=merged),
+    return LockOutcome(lock=Lock(stack=manifest.stack, manifest_sha256=manifest_sha256, variants=merged),
                        resolved=resolved, unchanged=tuple(unchanged), stale=stale, dropped=dropped,
                        notes=tuple(dict.fromkeys(notes)))
 
 
-def check(m: Manifest, manifest_file: str, manifest_sha256: str, variants: Sequence[str], resolvers: Resolvers,
+def check(manifest: Manifest, manifest_file: str, manifest_sha256: str, variants: Sequence[str], resolvers: Resolvers,
           config: Config, existing: Lock | None, *, now: Callable[[], datetime] = _now) -> list[Drift]:
     """What drifted between the lock and the pins resolved now (empty: the lock is current)."""
     if existing is None:
-        raise LockError(f"{m.stack} has no lock to check",
-                        fix=f"create it with `buildctl lock {m.stack}`")
+        raise LockError(f"{manifest.stack} has no lock to check",
+                        fix=f"create it with `buildctl lock {manifest.stack}`")
     drift: list[Drift] = []
     if existing.manifest_sha256 != manifest_sha256:
         drift.append(Drift(variant="", kind="manifest", subject=manifest_file, old=existing.manifest_sha256,
                            new=manifest_sha256))
     for name in variants:
-        new = resolve(m, m.variant(name), resolvers, config, now=now)
+        new = resolve(manifest, manifest.variant(name), resolvers, config, now=now)
         old = existing.variants.get(name)
         if old is None:
             drift.append(Drift(variant="", kind="variant", subject=name, old=NONE, new=NONE))

@@ -36,52 +36,52 @@ Check = Callable[[Any], "str | None"]
 
 
 def _str(rule: syntax.Rule | None = None, *, empty: bool = False) -> Check:
-    def check(v: Any) -> str | None:
-        if not isinstance(v, str):
-            return f"expected a string, got {_kind(v)}"
-        if v == "" and empty:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, str):
+            return f"expected a string, got {_kind(value)}"
+        if value == "" and empty:
             return None
-        if v == "":
+        if value == "":
             return "is empty"
-        problem = (rule or syntax.text)(v)
-        return f"{_short(v)} {problem}" if problem else None
+        problem = (rule or syntax.text)(value)
+        return f"{_short(value)} {problem}" if problem else None
     return check
 
 
-def _bool(v: Any) -> str | None:
-    return None if isinstance(v, bool) else f"expected true or false, got {_kind(v)}"
+def _bool(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"expected true or false, got {_kind(value)}"
 
 
 def _int(low: int, high: int) -> Check:
-    def check(v: Any) -> str | None:
-        if isinstance(v, bool) or not isinstance(v, int):
-            return f"expected an integer, got {_kind(v)}"
-        return None if low <= v <= high else f"must be between {low} and {high}, got {v}"
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"expected an integer, got {_kind(value)}"
+        return None if low <= value <= high else f"must be between {low} and {high}, got {value}"
     return check
 
 
 def _one_of(*values: str) -> Check:
-    def check(v: Any) -> str | None:
-        return None if v in values else f"expected one of {', '.join(map(repr, values))}, got {_short(v)}"
+    def check(value: Any) -> str | None:
+        return None if value in values else f"expected one of {', '.join(map(repr, values))}, got {_short(value)}"
     return check
 
 
-def _kind(v: Any) -> str:
-    if isinstance(v, bool):
-        return f"the boolean {json.dumps(v)}"
-    if isinstance(v, str):
-        return f"the string {_short(v)}"
-    if isinstance(v, int | float):
-        return f"the number {v!r}"
-    if isinstance(v, list):
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {json.dumps(value)}"
+    if isinstance(value, str):
+        return f"the string {_short(value)}"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if isinstance(value, list):
         return "a list"
-    if isinstance(v, dict):
+    if isinstance(value, dict):
         return "an object"
-    return "null" if v is None else type(v).__name__
+    return "null" if value is None else type(value).__name__
 
 
-def _short(v: Any) -> str:
-    text = json.dumps(v) if not isinstance(v, str) else repr(v)
+def _short(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -92,12 +92,12 @@ hex64 = _str(syntax.sha256_hex)
 digest = _str(syntax.regex(_DIGEST, "sha256:<64 hex digits>"))
 
 
-def _pep440(v: str) -> str | None:
+def _pep440(value: str) -> str | None:
     try:
-        Version(v)
+        Version(value)
     except InvalidVersion:
         return "is not a PEP 440 version"
-    return syntax.control(v) or (None if " " not in v else "is not a PEP 440 version")
+    return syntax.control(value) or (None if " " not in value else "is not a PEP 440 version")
 
 
 pip_version = _str(_pep440)

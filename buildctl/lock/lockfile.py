@@ -201,28 +201,28 @@ class LockedComponent:
                 "branch_head": self.branch_head}
 
     @staticmethod
-    def from_json(name: str, c: Mapping[str, Any]) -> LockedComponent:
+    def from_json(name: str, data: Mapping[str, Any]) -> LockedComponent:
         return LockedComponent(
-            name=name, repo=c["repo"], commit=c["base"], changes=tuple(_change_from(x) for x in c.get("changes", [])),
+            name=name, repo=data["repo"], commit=data["base"], changes=tuple(_change_from(x) for x in data.get("changes", [])),
             dragged=tuple(DraggedCommit(sha=d["sha"], subject=d.get("subject", ""), by=d.get("by", ""))
-                          for d in c.get("dragged", [])),
-            submodules=dict(c.get("submodules", {})), tree=c.get("tree", ""), branch_head=c.get("branch_head", ""))
+                          for d in data.get("dragged", [])),
+            submodules=dict(data.get("submodules", {})), tree=data.get("tree", ""), branch_head=data.get("branch_head", ""))
 
 
-def _change_from(d: Mapping[str, Any]) -> LockedChange:
-    kind = d["kind"]
+def _change_from(data: Mapping[str, Any]) -> LockedChange:
+    kind = data["kind"]
     if kind == "commit":
-        return LockedPick(sha=d["sha"])
+        return LockedPick(sha=data["sha"])
     if kind == "patch":
-        return LockedPatch(file=d["file"], sha256=d["sha256"])
+        return LockedPatch(file=data["file"], sha256=data["sha256"])
     if kind == "pr":
-        mu = d.get("merged_upstream")
-        mode = d.get("mode", "own-commits")
+        mu = data.get("merged_upstream")
+        mode = data.get("mode", "own-commits")
         if mode not in PR_MODES:
             raise TypeError(f"PR mode {mode!r}")
-        return LockedPr(number=int(d["number"]), head=d["head"], mode=mode, target=d.get("target", "main"),
-                        commits=tuple(d.get("commits", ())), skipped_merges=tuple(d.get("skipped_merges", ())),
-                        empty=tuple(d.get("empty", ())),
+        return LockedPr(number=int(data["number"]), head=data["head"], mode=mode, target=data.get("target", "main"),
+                        commits=tuple(data.get("commits", ())), skipped_merges=tuple(data.get("skipped_merges", ())),
+                        empty=tuple(data.get("empty", ())),
                         merged_upstream=MergedUpstream(how=mu["how"], commit=mu.get("commit", "")) if mu else None)
     raise TypeError(f"change kind {kind!r}")
 
@@ -293,19 +293,19 @@ class VariantLock:
         )
 
 
-def _pip_json(p: LockedPip) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": p.name, "version": p.version, "hashes": list(p.hashes), "in_base": p.in_base}
-    if p.sdist:
+def _pip_json(pip: LockedPip) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": pip.name, "version": pip.version, "hashes": list(pip.hashes), "in_base": pip.in_base}
+    if pip.sdist:
         out["sdist"] = True
     return out
 
 
-def _pip_from(d: Mapping[str, Any]) -> LockedPip:
-    sdist = d.get("sdist", False)
+def _pip_from(data: Mapping[str, Any]) -> LockedPip:
+    sdist = data.get("sdist", False)
     if not isinstance(sdist, bool):
-        raise TypeError(f"pip {d.get('name')!r}: sdist must be true or false")
-    return LockedPip(name=d["name"], version=d["version"], hashes=tuple(d.get("hashes", ())),
-                     in_base=d.get("in_base", False), sdist=sdist)
+        raise TypeError(f"pip {data.get('name')!r}: sdist must be true or false")
+    return LockedPip(name=data["name"], version=data["version"], hashes=tuple(data.get("hashes", ())),
+                     in_base=data.get("in_base", False), sdist=sdist)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,8 +44,8 @@ class PinChange:
         return {"section": self.section, "name": self.name, "old": self.old, "new": self.new, "label": self.label()}
 
 
-def _pip_text(p: LockedPip | None) -> str:
-    return NONE if p is None else p.version + (" (in base)" if p.in_base else "")
+def _pip_text(pip: LockedPip | None) -> str:
+    return NONE if pip is None else pip.version + (" (in base)" if pip.in_base else "")
 
 
 def _maps(section: Section, prefix: str, old: Mapping[str, Any], new: Mapping[str, Any],
@@ -125,22 +125,22 @@ def apply(good: VariantLock, bad: VariantLock, changes: Sequence[PinChange]) -> 
     return dataclasses.replace(v, resolved_at=bad.resolved_at if changes else good.resolved_at)
 
 
-def _drop_empty(d: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: x for k, x in d.items() if x}
+def _drop_empty(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: x for k, x in data.items() if x}
 
 
 # ------------------------------------------------------------------------------------------ bisection
 
 
 class Bisection:
-    """Binary search for the first bad of ``n`` ordered candidates: the state before candidate 0 is good and
-    candidate n-1 is bad (both known). ``next()`` is the candidate to judge (None: done), ``record`` the verdict."""
+    """Binary search for the first bad of ``count`` ordered candidates: the state before candidate 0 is good and
+    candidate count-1 is bad (both known). ``next()`` is the candidate to judge (None: done), ``record`` the verdict."""
 
-    def __init__(self, n: int) -> None:
-        if n < 1:
+    def __init__(self, count: int) -> None:
+        if count < 1:
             raise ValueError("nothing to bisect: no candidate")
         self.good = -1  # the last candidate known good (-1: the state before the first)
-        self.bad = n - 1  # the first candidate known bad
+        self.bad = count - 1  # the first candidate known bad
         self.steps: list[tuple[int, bool]] = []
 
     def next(self) -> int | None:
@@ -168,6 +168,6 @@ class Bisection:
         return self.bad
 
     @staticmethod
-    def most_steps(n: int) -> int:
-        """The most verdicts a bisection of ``n`` candidates needs: ceil(log2 n)."""
-        return math.ceil(math.log2(n)) if n > 1 else 0
+    def most_steps(count: int) -> int:
+        """The most verdicts a bisection of ``count`` candidates needs: ceil(log2 count)."""
+        return math.ceil(math.log2(count)) if count > 1 else 0

@@ -95,26 +95,26 @@ def repo_location(repo: str, base_dir: Path) -> str:
     return str((base_dir / repo).resolve())
 
 
-def _in_component(c: Component, exc: BuildctlError) -> BuildctlError:
-    what = f"component {c.name} ({c.at.file}:{c.at.line}): {exc.what}" if c.at.line else \
-        f"component {c.name}: {exc.what}"
+def _in_component(component: Component, exc: BuildctlError) -> BuildctlError:
+    what = f"component {component.name} ({component.at.file}:{component.at.line}): {exc.what}" if component.at.line else \
+        f"component {component.name}: {exc.what}"
     return type(exc)(what, why=exc.why, fix=exc.fix)
 
 
-def resolve_component(c: Component, git: GitResolver, base_dir: Path,
+def resolve_component(component: Component, git: GitResolver, base_dir: Path,
                       notes: list[str] | None = None) -> LockedComponent:
     """Lock one git component: base commit, each change exactly (a PR's commits), the resulting tree,
     what changes drag in, submodule gitlinks. ``notes`` collects what the user must hear (a PR merged
     upstream, picks that changed nothing)."""
-    repo = repo_location(c.repo, base_dir)
+    repo = repo_location(component.repo, base_dir)
     notes = notes if notes is not None else []
     try:
-        commit = git.resolve_commit(repo, c.commit, branch=c.branch)
-        branch_head = git.branch_head(repo, c.branch) if c.branch else ""
+        commit = git.resolve_commit(repo, component.commit, branch=component.branch)
+        branch_head = git.branch_head(repo, component.branch) if component.branch else ""
         changes: list[LockedChange] = []
         dragged: list[DraggedCommit] = []
         patch_paths: dict[str, Path] = {}
-        for ch in c.steps:
+        for ch in component.steps:
             if ch.commit is not None:
                 changes.append(LockedPick(sha=git.resolve_commit(repo, ch.commit)))
             elif ch.pr is not None:
@@ -136,40 +136,40 @@ def resolve_component(c: Component, git: GitResolver, base_dir: Path,
                 patch_paths[ch.patch] = path
         applied = git.apply(repo, commit, changes, patch_paths)
     except (SourceError, UnreachableError, LockError) as exc:
-        raise _in_component(c, exc) from exc
+        raise _in_component(component, exc) from exc
     final: list[LockedChange] = []
     for lc in changes:
         if isinstance(lc, LockedPr):
             empty = tuple(s for s in lc.commits if s in applied.empty)
             lc = dataclasses.replace(lc, empty=empty)
-            notes.extend(pr_notes(c.name, lc))
+            notes.extend(pr_notes(component.name, lc))
         elif isinstance(lc, LockedPick) and lc.sha in applied.empty:
-            notes.append(f"{c.name}: commit {lc.sha[:12]} changed nothing: the base has its change already")
+            notes.append(f"{component.name}: commit {lc.sha[:12]} changed nothing: the base has its change already")
         final.append(lc)
     # declared in the manifest; the placeholder itself is written by sources.export, where a mirror lacks the blob
-    notes.extend(f"{c.name}: {mo.path} (blob {mo.blob[:12]}) of {mo.repo} may be missing from its mirror: an export "
-                 f"then holds a placeholder there ({mo.why})" for mo in c.missing_objects)
-    return LockedComponent(name=c.name, repo=c.repo, commit=commit, changes=tuple(final), dragged=tuple(dragged),
-                           submodules=dict(applied.gitlinks) if c.submodules else {}, tree=applied.tree,
+    notes.extend(f"{component.name}: {mo.path} (blob {mo.blob[:12]}) of {mo.repo} may be missing from its mirror: an export "
+                 f"then holds a placeholder there ({mo.why})" for mo in component.missing_objects)
+    return LockedComponent(name=component.name, repo=component.repo, commit=commit, changes=tuple(final), dragged=tuple(dragged),
+                           submodules=dict(applied.gitlinks) if component.submodules else {}, tree=applied.tree,
                            branch_head=branch_head)
 
 
-def pr_notes(component: str, pr: LockedPr) -> list[str]:
+def pr_notes(component: str, locked_pr: LockedPr) -> list[str]:
     """What a user must be told about how a PR was applied (never silent about applying nothing)."""
     out: list[str] = []
-    where = f"{component}: PR #{pr.number}"
-    mu = pr.merged_upstream
+    where = f"{component}: PR #{locked_pr.number}"
+    mu = locked_pr.merged_upstream
     if mu is not None and mu.how == "merge":
-        out.append(f"{where} is merged into {pr.target} already (merge commit {mu.commit[:12]}): applied as its "
-                   f"{len(pr.commits)} commit(s) {mu.commit[:12]}^1..{mu.commit[:12]}^2")
+        out.append(f"{where} is merged into {locked_pr.target} already (merge commit {mu.commit[:12]}): applied as its "
+                   f"{len(locked_pr.commits)} commit(s) {mu.commit[:12]}^1..{mu.commit[:12]}^2")
     elif mu is not None:
-        out.append(f"{where} is in {pr.target} already with the same commits (fast-forward or rebase merge): "
+        out.append(f"{where} is in {locked_pr.target} already with the same commits (fast-forward or rebase merge): "
                    "it has no commits of its own, nothing is applied for it")
-    elif pr.mode == "own-commits" and not pr.commits:
-        out.append(f"{where} has no commits of its own (its head is on {pr.target}): nothing is applied for it")
-    if pr.empty and pr.mode == "own-commits":
-        all_empty = len(pr.empty) == len(pr.commits)
-        out.append(f"{where}: {'all' if all_empty else len(pr.empty)} of its {len(pr.commits)} commit(s) changed "
+    elif locked_pr.mode == "own-commits" and not locked_pr.commits:
+        out.append(f"{where} has no commits of its own (its head is on {locked_pr.target}): nothing is applied for it")
+    if locked_pr.empty and locked_pr.mode == "own-commits":
+        all_empty = len(locked_pr.empty) == len(locked_pr.commits)
+        out.append(f"{where}: {'all' if all_empty else len(locked_pr.empty)} of its {len(locked_pr.commits)} commit(s) changed "
                    "nothing: the base has their change already (merged upstream by squash or rebase?)"
                    + (" - the PR adds nothing to this tree" if all_empty else ""))
     return out
@@ -185,16 +185,16 @@ def _sha256_file(path: Path) -> str:
 # ------------------------------------------------------------------------------------------ downloads
 
 
-def resolve_downloads(m: Manifest, v: Variant, fetch: Fetcher, *, names: set[str] | None = None
+def resolve_downloads(manifest: Manifest, variant: Variant, fetch: Fetcher, *, names: set[str] | None = None
                       ) -> tuple[dict[str, LockedDownload], dict[str, bytes]]:
     """(locked downloads for the variant's platform, contents of the apt keyrings by download name)."""
-    keyrings = {r.keyring for r in m.apt.repos if r.keyring}
+    keyrings = {r.keyring for r in manifest.apt.repos if r.keyring}
     locked: dict[str, LockedDownload] = {}
     contents: dict[str, bytes] = {}
-    for d in m.downloads:
+    for d in manifest.downloads:
         if names is not None and d.name not in names:
             continue
-        pu = d.for_platform(v.platform)
+        pu = d.for_platform(variant.platform)
         if pu is None:
             continue
         compute = pu.sha256 == SHA256_COMPUTE
@@ -214,14 +214,14 @@ def resolve_downloads(m: Manifest, v: Variant, fetch: Fetcher, *, names: set[str
 # ------------------------------------------------------------------------------------------ pip + apt
 
 
-def cudnn_pattern(m: Manifest, v: Variant) -> tuple[str, str] | None:
-    spec = m.cudnn_for(v)
+def cudnn_pattern(manifest: Manifest, variant: Variant) -> tuple[str, str] | None:
+    spec = manifest.cudnn_for(variant)
     if spec is None:
         return None
     return spec.package, spec.apt_version or f"{spec.version}-*"
 
 
-def download_wheels(m: Manifest, v: Variant, downloads: Mapping[str, LockedDownload],
+def download_wheels(manifest: Manifest, variant: Variant, downloads: Mapping[str, LockedDownload],
                     mirrors: Mapping[str, str] | None = None) -> dict[str, tuple[str, str]]:
     """Canonical name -> (requirement line, sha256) of each ``install: pip`` download of the variant.
 
@@ -230,10 +230,10 @@ def download_wheels(m: Manifest, v: Variant, downloads: Mapping[str, LockedDownl
     locked with them, and checks that it installs in that base.
     """
     out: dict[str, tuple[str, str]] = {}
-    for d in m.downloads:
+    for d in manifest.downloads:
         if d.install != "pip" or d.name not in downloads:
             continue
-        w = download_wheel(d, v.platform)
+        w = download_wheel(d, variant.platform)
         if w is None:
             continue
         name, _version, _filename, url = w
@@ -242,21 +242,21 @@ def download_wheels(m: Manifest, v: Variant, downloads: Mapping[str, LockedDownl
     return out
 
 
-def probe_request(m: Manifest, v: Variant, keyrings: Mapping[str, bytes],
+def probe_request(manifest: Manifest, variant: Variant, keyrings: Mapping[str, bytes],
                   wheels: Mapping[str, tuple[str, str]] | None = None) -> ProbeRequest:
-    apt_names = [p.name for p in m.apt.packages]
-    cud = cudnn_pattern(m, v)
+    apt_names = [p.name for p in manifest.apt.packages]
+    cud = cudnn_pattern(manifest, variant)
     if cud:
         apt_names.append(cud[0])
-    for c in m.components:
+    for c in manifest.components:
         apt_names.extend(p.name for p in c.build.apt)
     sources: dict[str, str] = {}
     files: dict[str, bytes] = {}
     debs: list[str] = []
-    downloads = {d.name: d for d in m.downloads}
+    downloads = {d.name: d for d in manifest.downloads}
     if apt_names:
-        for r in m.apt.repos:
-            line = r.lines.get(v.platform) or r.lines.get("any")
+        for r in manifest.apt.repos:
+            line = r.lines.get(variant.platform) or r.lines.get("any")
             if line is None:
                 continue
             sources[r.name] = line
@@ -266,12 +266,12 @@ def probe_request(m: Manifest, v: Variant, keyrings: Mapping[str, bytes],
                 if dest.endswith(".deb"):
                     debs.append(dest)
     return ProbeRequest(
-        pip=(*(r.text for r in runtime_requirements(m)), *(line for line, _ in (wheels or {}).values())),
-        build_pip={c.name: tuple(r.text for r in c.build.requires) for c in m.components if c.build.requires},
+        pip=(*(r.text for r in runtime_requirements(manifest)), *(line for line, _ in (wheels or {}).values())),
+        build_pip={c.name: tuple(r.text for r in c.build.requires) for c in manifest.components if c.build.requires},
         apt=tuple(dict.fromkeys(apt_names)),
         apt_sources=sources, files=files, apt_debs=tuple(debs),
-        remove_pip=m.remove.pip, remove_paths=m.remove.paths,
-        unset_constraint=m.pip.constraint is PipConstraintPolicy.UNSET,
+        remove_pip=manifest.remove.pip, remove_paths=manifest.remove.paths,
+        unset_constraint=manifest.pip.constraint is PipConstraintPolicy.UNSET,
     )
 
 
@@ -317,16 +317,16 @@ def _is_sdist(url: str) -> bool:
     return bool(path) and path.endswith((".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar"))
 
 
-def check_protected(m: Manifest, installs: Iterable[PipInstall], installed: Mapping[str, str], *, where: str) -> None:
+def check_protected(manifest: Manifest, installs: Iterable[PipInstall], installed: Mapping[str, str], *, where: str) -> None:
     """A protected base package may only be replaced when the manifest says so (protect.replace)."""
-    removed = {canonicalize_name(n) for n in m.remove.pip}
-    allowed = {canonicalize_name(n) for n in m.protect.replace}
+    removed = {canonicalize_name(n) for n in manifest.remove.pip}
+    allowed = {canonicalize_name(n) for n in manifest.protect.replace}
     for i in installs:
         name = canonicalize_name(i.name)
         have = installed.get(name)
         if have is None or have == i.version or name in removed or name in allowed:
             continue
-        if any(fnmatch.fnmatchcase(name, pat) for pat in m.protect.packages):
+        if any(fnmatch.fnmatchcase(name, pat) for pat in manifest.protect.packages):
             raise LockError(
                 f"the pip requirements would replace the base's protected {name} {have} with {i.version} ({where})",
                 why="a requirement (or one of its dependencies) needs another version of a package "

@@ -32,8 +32,8 @@ class FieldRule:
     key: syntax.Rule | None = None
 
 
-def _download_sha(v: str) -> str | None:
-    return None if v == SHA256_COMPUTE else syntax.sha256_hex(v)
+def _download_sha(value: str) -> str | None:
+    return None if value == SHA256_COMPUTE else syntax.sha256_hex(value)
 
 
 # (class name, field) -> rule. A string field not named here may still hold any one-line text (no control

@@ -54,8 +54,8 @@ def _key_join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _is_dataclass_type(tp: Any) -> bool:
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+def _is_dataclass_type(hint: Any) -> bool:
+    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -67,27 +67,27 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if tp is str:
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if hint is str:
         return "a string"
-    if tp is int:
+    if hint is int:
         return "an integer"
-    if tp is bool:
+    if hint is bool:
         return "true or false"
-    if tp is float:
+    if hint is float:
         return "a number"
-    if _is_dataclass_type(tp):
+    if _is_dataclass_type(hint):
         return "a mapping"
-    if isinstance(tp, type) and issubclass(tp, Enum):
-        return "one of " + ", ".join(repr(m.value) for m in tp)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return "one of " + ", ".join(repr(m.value) for m in hint)
     if origin is typing.Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
     if origin in (tuple, list):
         return "a list"
-    if origin in (Mapping, dict) or tp is Mapping:
+    if origin in (Mapping, dict) or hint is Mapping:
         return "a mapping"
-    return str(tp)
+    return str(hint)
 
 
 class Loader:
@@ -151,13 +151,13 @@ class Loader:
 
     # -- the generic converter
 
-    def convert(self, node: yaml.Node, tp: Any, key: str, depth: int = 0, name: str | None = None,
+    def convert(self, node: yaml.Node, wanted: Any, key: str, depth: int = 0, name: str | None = None,
                 field: tuple[str, str] | None = None) -> Any:
         """``field``: (class name, field name) of the dataclass field this value is for (its syntax rule)."""
         if depth > MAX_DEPTH:
             return self.error(node, key, "nested too deeply (a recursive YAML alias?)")
-        origin = typing.get_origin(tp)
-        args = typing.get_args(tp)
+        origin = typing.get_origin(wanted)
+        args = typing.get_args(wanted)
 
         if origin in (typing.Union, types.UnionType):
             non_none = [a for a in args if a is not type(None)]
@@ -165,13 +165,13 @@ class Loader:
                 return None
             return self.convert(node, non_none[0], key, depth, name, field)
 
-        if tp is PipRequirement:
+        if wanted is PipRequirement:
             return self.requirement(node, key)
-        if tp is AptPackage:
+        if wanted is AptPackage:
             return self.apt_package(node, key, depth)
-        if tp is Arg:
+        if wanted is Arg:
             return self.arg(node, key)
-        if tp is PullRequest and isinstance(node, yaml.ScalarNode):
+        if wanted is PullRequest and isinstance(node, yaml.ScalarNode):
             n = self.scalar(node, key)
             if isinstance(n, int) and not isinstance(n, bool):
                 if not 0 < n <= PR_NUMBER_MAX:
@@ -180,8 +180,8 @@ class Loader:
             if n is INVALID:
                 return INVALID
             return self.error(node, key, f"expected a PR number or {{number: N, head: SHA}}, got {n!r}")
-        if _is_dataclass_type(tp):
-            return self.dataclass(node, tp, key, depth, name)
+        if _is_dataclass_type(wanted):
+            return self.dataclass(node, wanted, key, depth, name)
 
         if origin is tuple:
             item = args[0]
@@ -195,7 +195,7 @@ class Loader:
             out = [self.convert(n, item, _key_join(key, i), depth + 1, field=field) for i, n in enumerate(node.value)]
             return INVALID if any(v is INVALID for v in out) else tuple(out)
 
-        if origin in (Mapping, dict) or tp is Mapping:
+        if origin in (Mapping, dict) or wanted is Mapping:
             vtype = args[1] if args else str
             if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
                 return {}
@@ -221,22 +221,22 @@ class Loader:
         if origin is typing.Literal:
             if value in args:
                 return value
-            return self.error(node, key, f"expected {_type_name(tp)}, got {value!r}", fix=self._closest(value, args))
-        if isinstance(tp, type) and issubclass(tp, Enum):
-            values = [m.value for m in tp]
+            return self.error(node, key, f"expected {_type_name(wanted)}, got {value!r}", fix=self._closest(value, args))
+        if isinstance(wanted, type) and issubclass(wanted, Enum):
+            values = [m.value for m in wanted]
             if value in values:
-                return tp(value)
-            return self.error(node, key, f"expected {_type_name(tp)}, got {value!r}", fix=self._closest(value, values))
-        if tp is bool:
+                return wanted(value)
+            return self.error(node, key, f"expected {_type_name(wanted)}, got {value!r}", fix=self._closest(value, values))
+        if wanted is bool:
             if isinstance(value, bool):
                 return value
-        elif tp is int:
+        elif wanted is int:
             if isinstance(value, int) and not isinstance(value, bool):
                 return self.number(node, key, value, field)
-        elif tp is float:
+        elif wanted is float:
             if isinstance(value, int | float) and not isinstance(value, bool):
                 return self.number(node, key, value, field, as_float=True)
-        elif tp is str:
+        elif wanted is str:
             if isinstance(value, int | float) and not isinstance(value, bool):
                 # The text as written: YAML would read 9.10 as 9.1, 0755 as 493 and an all-digit SHA as a number.
                 value = str(node.value)
@@ -245,7 +245,7 @@ class Loader:
             if isinstance(value, bool):
                 return self.error(node, key, f"expected a string, got the boolean {node.value!r}",
                                   fix=f"quote it (\"{node.value}\") if you mean the text")
-        return self.error(node, key, f"expected {_type_name(tp)}, got {value!r}")
+        return self.error(node, key, f"expected {_type_name(wanted)}, got {value!r}")
 
     def string(self, node: yaml.Node, key: str, value: str, field: tuple[str, str] | None) -> Any:
         rule = FIELD_RULES.get(field, FieldRule()).value if field else None

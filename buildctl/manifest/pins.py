@@ -29,13 +29,13 @@ from buildctl.manifest.semantic import semantic_checks
 # -------------------------------------------------------------------------------------------- public
 
 
-def _normalise_changes(m: Manifest, ld: Loader) -> Manifest:
+def _normalise_changes(manifest: Manifest, loader: Loader) -> Manifest:
     """One ordered ``changes`` list per component, and prs/patches that agree with it."""
     comps = []
-    for c in m.components:
+    for c in manifest.components:
         if c.changes and (c.prs or c.patches):
-            ld.errors.append(ManifestError(c.at, f"component {c.name}: give either changes: or prs:/patches:, not both",
-                                           fix="move the PRs and patches into changes:, in the order they apply"))
+            loader.errors.append(ManifestError(c.at, f"component {c.name}: give either changes: or prs:/patches:, not both",
+                                               fix="move the PRs and patches into changes:, in the order they apply"))
             comps.append(c)
             continue
         if not c.changes:
@@ -45,21 +45,21 @@ def _normalise_changes(m: Manifest, ld: Loader) -> Manifest:
         for ch in c.changes:
             given = [k for k in ("commit", "pr", "patch") if getattr(ch, k) is not None]
             if len(given) != 1:
-                ld.errors.append(ManifestError(ch.at, f"component {c.name}: a change needs exactly one of commit, pr "
+                loader.errors.append(ManifestError(ch.at, f"component {c.name}: a change needs exactly one of commit, pr "
                                                       f"or patch (got {', '.join(given) or 'none'})"))
                 bad = True
                 continue
             if ch.pr is None and (ch.head is not None or ch.apply != "own-commits" or ch.target != "main"):
-                ld.errors.append(ManifestError(ch.at, f"component {c.name}: head, apply and target belong to a pr change"))
+                loader.errors.append(ManifestError(ch.at, f"component {c.name}: head, apply and target belong to a pr change"))
                 bad = True
             if (ch.patch is None) != (ch.sha256 is None):
-                ld.errors.append(ManifestError(ch.at, f"component {c.name}: a patch change needs patch and sha256 "
+                loader.errors.append(ManifestError(ch.at, f"component {c.name}: a patch change needs patch and sha256 "
                                                       "together (and only a patch change has sha256)"))
                 bad = True
             if ch.commit is not None and not re.fullmatch(r"[0-9a-f]{40}", ch.commit):
-                ld.errors.append(ManifestError(ch.at, f"component {c.name}: commit {ch.commit!r} to cherry-pick "
+                loader.errors.append(ManifestError(ch.at, f"component {c.name}: commit {ch.commit!r} to cherry-pick "
                                                       "must be a full 40-digit lower-case SHA",
-                                               fix="write the full SHA: a change is applied exactly as named"))
+                                                   fix="write the full SHA: a change is applied exactly as named"))
                 bad = True
         if bad:
             comps.append(c)
@@ -69,7 +69,7 @@ def _normalise_changes(m: Manifest, ld: Loader) -> Manifest:
         patches = tuple(model.Patch(file=ch.patch, sha256=ch.sha256, at=ch.at)
                         for ch in c.changes if ch.patch is not None and ch.sha256 is not None)
         comps.append(dataclasses.replace(c, prs=prs, patches=patches))
-    return dataclasses.replace(m, components=tuple(comps))
+    return dataclasses.replace(manifest, components=tuple(comps))
 
 
 def load_text(text: str, filename: str = "<string>", base_dir: Path | None = None) -> Manifest:
@@ -162,14 +162,14 @@ def find(pins_dir: Path, stack: str) -> Path:
     )
 
 
-def select_variant(m: Manifest, name: str | None) -> model.Variant:
+def select_variant(manifest: Manifest, name: str | None) -> model.Variant:
     try:
-        return m.variant(name)
+        return manifest.variant(name)
     except KeyError:
-        names = [v.name for v in m.variants]
+        names = [v.name for v in manifest.variants]
         match = difflib.get_close_matches(name or "", names, n=1)
         raise UsageError(
-            f"stack {m.stack} has no variant {name!r}",
+            f"stack {manifest.stack} has no variant {name!r}",
             fix=(f"did you mean {match[0]!r}? " if match else "") + f"variants: {', '.join(names)}",
         ) from None
 

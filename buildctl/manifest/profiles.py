@@ -1,6 +1,6 @@
 """A launch's arguments with profiles laid over them: pure functions of the manifest's launch model, shared by
 the loader's checks (manifest/semantic.py) and everything that renders or lints a launch (graph/entrypoint.py,
-megatron/argslint.py)."""
+megatron/lintargs.py)."""
 
 from __future__ import annotations
 

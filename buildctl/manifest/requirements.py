@@ -23,9 +23,9 @@ def runtime_requirements(manifest: Manifest) -> tuple[PipRequirement, ...]:
     return tuple(out)
 
 
-def download_wheel(d: Download, platform: str) -> tuple[str, str, str, str] | None:
+def download_wheel(download: Download, platform: str) -> tuple[str, str, str, str] | None:
     """(canonical name, version, file name, url) of an ``install: pip`` download's wheel for ``platform``."""
-    u = d.for_platform(platform)
+    u = download.for_platform(platform)
     if u is None:
         return None
     path = urllib.parse.unquote(urllib.parse.urlsplit(u.url).path.rsplit("/", 1)[-1])

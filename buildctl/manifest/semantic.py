@@ -42,46 +42,46 @@ def wheel_of_url(url: str) -> tuple[str, str, str] | None:
     return str(name), str(version), filename
 
 
-def _pip_download(d: model.Download, err: Any) -> None:
+def _pip_download(download: model.Download, err: Any) -> None:
     """install: pip: every URL names a wheel file, all of one distribution; nothing is placed at a dest."""
-    if d.dest:
-        err(d.at, f"download {d.name}: install: pip takes no dest (pip installs the wheel)",
+    if download.dest:
+        err(download.at, f"download {download.name}: install: pip takes no dest (pip installs the wheel)",
             fix="remove dest; the wheel's file name is the last part of its URL")
     names = set()
-    for u in d.urls.values():
+    for u in download.urls.values():
         w = wheel_of_url(u.url)
         if w is None:
-            err(u.at, f"download {d.name}: install: pip needs a wheel URL, and {u.url!r} does not end in a wheel "
+            err(u.at, f"download {download.name}: install: pip needs a wheel URL, and {u.url!r} does not end in a wheel "
                       "file name (name-version-python-abi-platform.whl)",
                 fix="point the URL at the .whl file itself, or use install: file")
             continue
         if not re.match(r"^[A-Za-z0-9._+-]+\.whl\Z", w[2]):
-            err(u.at, f"download {d.name}: wheel file name {w[2]!r} holds characters pip would not write")
+            err(u.at, f"download {download.name}: wheel file name {w[2]!r} holds characters pip would not write")
         names.add(w[0])
     if len(names) > 1:
-        err(d.at, f"download {d.name}: the platforms' wheels are of different distributions ({', '.join(sorted(names))})")
+        err(download.at, f"download {download.name}: the platforms' wheels are of different distributions ({', '.join(sorted(names))})")
 
 
 
-def semantic_checks(m: Manifest, ld: Loader, base_dir: Path) -> None:
+def semantic_checks(manifest: Manifest, loader: Loader, base_dir: Path) -> None:
     """Checks across fields (syntax is checked per field while loading). Each error points at the key
     that holds the offending value (``ld.at``), not at the mapping around it."""
-    def err(at: Location, what: str, fix: str = "") -> None:
-        ld.errors.append(ManifestError(at, what, fix=fix))
+    def err(location: Location, what: str, fix: str = "") -> None:
+        loader.errors.append(ManifestError(location, what, fix=fix))
 
-    at = ld.at
-    if m.schema != 1:
-        err(at(m, "schema"), f"schema {m.schema} is not supported (this buildctl reads schema 1)")
-    expected = Path(ld.filename).name.removesuffix(".yaml").removesuffix(".yml")
-    if m.stack != expected and not ld.filename.startswith("<"):
-        err(at(m, "stack"), f"stack {m.stack!r} does not match its file name {expected!r}",
-            fix=f"rename the file to {m.stack}.yaml or set stack: {expected}")
+    at = loader.at
+    if manifest.schema != 1:
+        err(at(manifest, "schema"), f"schema {manifest.schema} is not supported (this buildctl reads schema 1)")
+    expected = Path(loader.filename).name.removesuffix(".yaml").removesuffix(".yml")
+    if manifest.stack != expected and not loader.filename.startswith("<"):
+        err(at(manifest, "stack"), f"stack {manifest.stack!r} does not match its file name {expected!r}",
+            fix=f"rename the file to {manifest.stack}.yaml or set stack: {expected}")
 
-    download_names = {d.name for d in m.downloads}
-    repo_names = {r.name for r in m.apt.repos}
-    component_names = {c.name for c in m.components}
+    download_names = {d.name for d in manifest.downloads}
+    repo_names = {r.name for r in manifest.apt.repos}
+    component_names = {c.name for c in manifest.components}
 
-    for v in m.variants:
+    for v in manifest.variants:
         for arch in v.gpu_archs:
             if not re.match(r"^\d+\.\d+a?\Z", arch):
                 err(at(v, "gpu_archs"), f"variant {v.name}: gpu arch {arch!r} is not a compute capability like '10.0'")
@@ -92,16 +92,16 @@ def semantic_checks(m: Manifest, ld: Loader, base_dir: Path) -> None:
         if v.cudnn and v.cudnn.repo and v.cudnn.repo not in repo_names:
             err(at(v.cudnn, "repo"), f"cudnn repo {v.cudnn.repo!r} is not in apt.repos",
                 fix=Loader._closest(v.cudnn.repo, repo_names))
-    if m.cudnn and m.cudnn.repo and m.cudnn.repo not in repo_names:
-        err(at(m.cudnn, "repo"), f"cudnn repo {m.cudnn.repo!r} is not in apt.repos",
-            fix=Loader._closest(m.cudnn.repo, repo_names))
+    if manifest.cudnn and manifest.cudnn.repo and manifest.cudnn.repo not in repo_names:
+        err(at(manifest.cudnn, "repo"), f"cudnn repo {manifest.cudnn.repo!r} is not in apt.repos",
+            fix=Loader._closest(manifest.cudnn.repo, repo_names))
 
     seen_apt: dict[str, Location] = {}
-    for p in m.apt.packages:
+    for p in manifest.apt.packages:
         if p.name in seen_apt:
             err(p.at, f"apt package {p.name!r} is listed twice (first at line {seen_apt[p.name].line})")
         seen_apt[p.name] = p.at
-    for repo in m.apt.repos:
+    for repo in manifest.apt.repos:
         for plat in repo.lines:
             if plat not in (*PLATFORMS, "any"):
                 err(at(repo, "lines"), f"apt repo {repo.name}: unknown platform {plat!r}",
@@ -110,7 +110,7 @@ def semantic_checks(m: Manifest, ld: Loader, base_dir: Path) -> None:
             err(at(repo, "keyring"), f"apt repo {repo.name}: keyring {repo.keyring!r} is not a download",
                 fix=Loader._closest(repo.keyring, download_names))
 
-    for d in m.downloads:
+    for d in manifest.downloads:
         if d.install == "file" and not d.dest:
             err(d.at, f"download {d.name}: install: file needs dest (an absolute path in the image)")
         if d.install == "pip":
@@ -121,12 +121,12 @@ def semantic_checks(m: Manifest, ld: Loader, base_dir: Path) -> None:
                     fix=Loader._closest(plat, (*PLATFORMS, "any")))
 
     seen_pip: dict[str, Location] = {}
-    for req in m.pip.requirements:
+    for req in manifest.pip.requirements:
         if req.name in seen_pip:
             err(req.at, f"pip package {req.name!r} is listed twice (first at line {seen_pip[req.name].line})")
         seen_pip[req.name] = req.at
 
-    for c in m.components:
+    for c in manifest.components:
         numbers = [pr.number for pr in c.prs]
         if len(set(numbers)) != len(numbers):
             twice = next(pr for i, pr in enumerate(c.prs) if pr.number in numbers[:i])
@@ -142,7 +142,7 @@ def semantic_checks(m: Manifest, ld: Loader, base_dir: Path) -> None:
                 err(at(pr, "number") if pr.at is not NOWHERE else c.at,
                     f"component {c.name}: PR number {pr.number} must be positive")
         for patch in c.patches:
-            if not ld.filename.startswith("<"):
+            if not loader.filename.startswith("<"):
                 f = base_dir / patch.file
                 if not f.is_file():
                     err(at(patch, "file"), f"component {c.name}: patch file {patch.file} does not exist")
@@ -164,13 +164,13 @@ def semantic_checks(m: Manifest, ld: Loader, base_dir: Path) -> None:
         if c.install.kind is InstallKind.SOURCE_TREE and not c.install.path:
             err(at(c.install, "kind"), f"component {c.name}: a source-tree install needs install.path")
 
-    s = m.smoke
+    s = manifest.smoke
     for check in s.required:
         if check not in SMOKE_CHECKS:  # pragma: no cover - Literal already checked
             err(at(s, "required"), f"unknown smoke check {check!r}")
     if s.gpu_tier is GpuTier.WAIVED and not s.gpu_waiver:
         err(at(s, "gpu_tier"), "smoke.gpu_tier is 'waived' but smoke.gpu_waiver does not say why")
-    e = m.entrypoint
+    e = manifest.entrypoint
     if "train" in s.required and s.train is None:
         err(at(s, "required"), "smoke.required lists 'train' but smoke.train names no profile to train",
             fix="add `train: {profile: NAME}` under smoke (a launch profile that fits one GPU host)")
@@ -182,83 +182,83 @@ def semantic_checks(m: Manifest, ld: Loader, base_dir: Path) -> None:
                 fix=Loader._closest(s.train.profile, e.profiles) or "declare the profile under entrypoint.profiles")
 
     if e is not None:
-        _check_entrypoint(m, e, err, at, download_names, component_names)
+        _check_entrypoint(manifest, e, err, at, download_names, component_names)
     else:
-        for v in m.variants:
+        for v in manifest.variants:
             if v.entrypoint != model.EntrypointOverride():
                 err(at(v, "entrypoint"), f"variant {v.name} overrides the entrypoint, but the stack has none")
 
-    for kind in m.repro.levels:
+    for kind in manifest.repro.levels:
         if kind not in ("base", "system", "cudnn", "python", "assemble", "entrypoint", "compile"):
-            err(at(m.repro, "levels"), f"repro.levels: unknown node kind {kind!r}",
+            err(at(manifest.repro, "levels"), f"repro.levels: unknown node kind {kind!r}",
                 fix="node kinds: system, cudnn, python, assemble, entrypoint, compile")
-    for replaced in m.protect.replace:
-        if not any(fnmatch.fnmatch(replaced, pat) for pat in m.protect.packages):
-            err(at(m.protect, "replace"), f"protect.replace names {replaced!r}, which no protect.packages pattern covers")
+    for replaced in manifest.protect.replace:
+        if not any(fnmatch.fnmatch(replaced, pat) for pat in manifest.protect.packages):
+            err(at(manifest.protect, "replace"), f"protect.replace names {replaced!r}, which no protect.packages pattern covers")
 
 
-def _check_topology(err: Any, at: Location, what: str, gpus: int | None, nodes: int) -> None:
+def _check_topology(err: Any, location: Location, what: str, gpus: int | None, nodes: int) -> None:
     if gpus is not None and gpus % nodes:
-        err(at, f"{what}: {gpus} GPUs do not spread evenly over {nodes} nodes",
+        err(location, f"{what}: {gpus} GPUs do not spread evenly over {nodes} nodes",
             fix="give a GPU count that is nodes x GPUs per node")
 
 
-def _check_entrypoint(m: Manifest, e: model.Entrypoint, err: Any, at: Any, download_names: set[str],
+def _check_entrypoint(manifest: Manifest, entrypoint: model.Entrypoint, err: Any, location: Any, download_names: set[str],
                       component_names: set[str]) -> None:
     """The launch fields across each other: launcher, profiles' GPUs and nodes, the variants' overrides."""
-    launcher = e.launcher
+    launcher = entrypoint.launcher
     if launcher.wrapper is not None and launcher.wrapper not in download_names:
-        err(at(launcher, "wrapper"), f"launcher.wrapper {launcher.wrapper!r} is not a download",
+        err(location(launcher, "wrapper"), f"launcher.wrapper {launcher.wrapper!r} is not a download",
             fix=Loader._closest(launcher.wrapper, download_names) or "name the download that provides it")
     if launcher.args and launcher.kind != "torchrun":
-        err(at(launcher, "args"), f"launcher.args are torchrun options; a {launcher.kind} launcher takes none",
+        err(location(launcher, "args"), f"launcher.args are torchrun options; a {launcher.kind} launcher takes none",
             fix="the host's srun gets its own options" if launcher.kind == "srun" else "remove them")
     for word in launcher.args:
         if arg_key(word) in TORCHRUN_OWNED:
-            err(at(launcher, "args"), f"launcher.args: {word} comes from the profile (gpus, nodes) or the "
+            err(location(launcher, "args"), f"launcher.args: {word} comes from the profile (gpus, nodes) or the "
                 "environment (NODE_RANK, MASTER_ADDR, MASTER_PORT)",
                 fix="remove it; set launcher.master_port for the default port")
-    if launcher.kind != "none" and e.gpus is None and not e.profiles:
-        err(at(e, "launcher"), f"a {launcher.kind} launcher needs entrypoint.gpus (or profiles) to know how many "
+    if launcher.kind != "none" and entrypoint.gpus is None and not entrypoint.profiles:
+        err(location(entrypoint, "launcher"), f"a {launcher.kind} launcher needs entrypoint.gpus (or profiles) to know how many "
             "ranks to start")
-    _check_topology(err, at(e, "nodes"), "entrypoint", e.gpus, e.nodes)
-    if e.default_profile and e.default_profile not in e.profiles:
-        err(at(e, "default_profile"), f"default_profile {e.default_profile!r} is not in profiles",
-            fix=Loader._closest(e.default_profile, e.profiles))
-    if e.megatron and e.megatron not in component_names:
-        err(at(e, "megatron"), f"entrypoint.megatron {e.megatron!r} is not a component",
-            fix=Loader._closest(e.megatron, component_names))
-    for name, p in e.profiles.items():
+    _check_topology(err, location(entrypoint, "nodes"), "entrypoint", entrypoint.gpus, entrypoint.nodes)
+    if entrypoint.default_profile and entrypoint.default_profile not in entrypoint.profiles:
+        err(location(entrypoint, "default_profile"), f"default_profile {entrypoint.default_profile!r} is not in profiles",
+            fix=Loader._closest(entrypoint.default_profile, entrypoint.profiles))
+    if entrypoint.megatron and entrypoint.megatron not in component_names:
+        err(location(entrypoint, "megatron"), f"entrypoint.megatron {entrypoint.megatron!r} is not a component",
+            fix=Loader._closest(entrypoint.megatron, component_names))
+    for name, p in entrypoint.profiles.items():
         if name == BASE_PROFILE:
             err(p.at, f"invalid profile name {name!r}",
                 fix=f"{BASE_PROFILE!r} names the arguments without a profile at run time; choose another name")
-        _check_topology(err, at(p, "nodes"), f"profile {name}", p.gpus, p.nodes)
-        _check_derived(err, at, e, name, p, tuple(a for v in m.variants for a in v.entrypoint.args))
-    base_options = {arg_key(a.flag) for a in e.args}
-    for v in m.variants:
+        _check_topology(err, location(p, "nodes"), f"profile {name}", p.gpus, p.nodes)
+        _check_derived(err, location, entrypoint, name, p, tuple(a for v in manifest.variants for a in v.entrypoint.args))
+    base_options = {arg_key(a.flag) for a in entrypoint.args}
+    for v in manifest.variants:
         o = v.entrypoint
         for option in o.drop:
             if option not in base_options:
-                err(at(o, "drop"), f"variant {v.name}: entrypoint.drop: {option} is not in entrypoint.args",
+                err(location(o, "drop"), f"variant {v.name}: entrypoint.drop: {option} is not in entrypoint.args",
                     fix=_drop_hint(option, {k: "entrypoint.args" for k in base_options}))
-        if o.default_profile is not None and o.default_profile != BASE_PROFILE and o.default_profile not in e.profiles:
-            err(at(o, "default_profile"), f"variant {v.name}: default_profile {o.default_profile!r} is not in profiles",
-                fix=Loader._closest(o.default_profile, e.profiles))
+        if o.default_profile is not None and o.default_profile != BASE_PROFILE and o.default_profile not in entrypoint.profiles:
+            err(location(o, "default_profile"), f"variant {v.name}: default_profile {o.default_profile!r} is not in profiles",
+                fix=Loader._closest(o.default_profile, entrypoint.profiles))
         if o.gpus is not None or o.nodes is not None:
-            _check_topology(err, at(o, "gpus" if o.gpus is not None else "nodes"), f"variant {v.name} entrypoint",
-                            o.gpus if o.gpus is not None else e.gpus, o.nodes if o.nodes is not None else e.nodes)
+            _check_topology(err, location(o, "gpus" if o.gpus is not None else "nodes"), f"variant {v.name} entrypoint",
+                            o.gpus if o.gpus is not None else entrypoint.gpus, o.nodes if o.nodes is not None else entrypoint.nodes)
 
 
-def _set_where(e: model.Entrypoint, p: model.Profile, option: str) -> str:
+def _set_where(entrypoint: model.Entrypoint, profile: model.Profile, option: str) -> str:
     """Where the option a profile starts from is written: the nearest profile it extends that sets it, else the
     entrypoint's (or a variant's) args."""
-    parent, seen = p.extends, set()
-    while parent is not None and parent != BASE_PROFILE and parent in e.profiles and parent not in seen:
+    parent, seen = profile.extends, set()
+    while parent is not None and parent != BASE_PROFILE and parent in entrypoint.profiles and parent not in seen:
         seen.add(parent)
-        if any(arg_key(a.flag) == option for a in e.profiles[parent].args):
+        if any(arg_key(a.flag) == option for a in entrypoint.profiles[parent].args):
             return f"entrypoint.profiles.{parent}.args"
-        parent = e.profiles[parent].extends
-    return "entrypoint.args" if any(arg_key(a.flag) == option for a in e.args) else "a variant's entrypoint.args"
+        parent = entrypoint.profiles[parent].extends
+    return "entrypoint.args" if any(arg_key(a.flag) == option for a in entrypoint.args) else "a variant's entrypoint.args"
 
 
 def _drop_hint(option: str, where: dict[str, str]) -> str:
@@ -274,36 +274,36 @@ def _drop_hint(option: str, where: dict[str, str]) -> str:
             "option against Megatron's own parser)")
 
 
-def _check_derived(err: Any, at: Any, e: model.Entrypoint, name: str, p: model.Profile,
+def _check_derived(err: Any, location: Any, entrypoint: model.Entrypoint, name: str, profile: model.Profile,
                    variant_args: tuple[model.Arg, ...]) -> None:
     """A profile's ``extends``, ``drop`` and ``reasons`` against what it starts from."""
     chain = [name]
-    parent = p.extends
+    parent = profile.extends
     while parent is not None and parent != BASE_PROFILE:
-        if parent not in e.profiles:
-            err(at(p, "extends"), f"profile {name}: extends {parent!r}, which is not a profile",
-                fix=Loader._closest(parent, e.profiles) or f"name a profile or {BASE_PROFILE!r}")
+        if parent not in entrypoint.profiles:
+            err(location(profile, "extends"), f"profile {name}: extends {parent!r}, which is not a profile",
+                fix=Loader._closest(parent, entrypoint.profiles) or f"name a profile or {BASE_PROFILE!r}")
             return
         if parent in chain:
-            err(at(p, "extends"), f"profile {name}: extends forms a cycle ({' -> '.join([*chain, parent])})",
+            err(location(profile, "extends"), f"profile {name}: extends forms a cycle ({' -> '.join([*chain, parent])})",
                 fix="a profile derives from the entrypoint or from a profile that does not derive from it")
             return
         chain.append(parent)
-        parent = e.profiles[parent].extends
+        parent = entrypoint.profiles[parent].extends
     # what the profile starts from, with what any variant adds to the entrypoint's arguments
-    start = {arg_key(a.flag) for a in profile_start(e, p)} | {arg_key(a.flag) for a in variant_args}
-    for option in p.drop:
+    start = {arg_key(a.flag) for a in profile_start(entrypoint, profile)} | {arg_key(a.flag) for a in variant_args}
+    for option in profile.drop:
         if option not in start:
-            err(at(p, "drop"), f"profile {name}: drop: {option} is not in the arguments it starts from",
-                fix=_drop_hint(option, {k: _set_where(e, p, k) for k in start}))
-    changed = {*p.drop, *(arg_key(a.flag) for a in p.args)}
-    for option in p.reasons:
+            err(location(profile, "drop"), f"profile {name}: drop: {option} is not in the arguments it starts from",
+                fix=_drop_hint(option, {k: _set_where(entrypoint, profile, k) for k in start}))
+    changed = {*profile.drop, *(arg_key(a.flag) for a in profile.args)}
+    for option in profile.reasons:
         if option not in changed:
-            err(at(p, "reasons"), f"profile {name}: reasons: {option} is neither set nor dropped by this profile",
+            err(location(profile, "reasons"), f"profile {name}: reasons: {option} is neither set nor dropped by this profile",
                 fix="give reasons only for the options the profile sets (args) or removes (drop)")
-    if p.extends is not None:
-        for option in sorted(changed - set(p.reasons)):
-            err(at(p, "reasons"), f"profile {name} derives from {p.extends} and changes {option} without a reason",
+    if profile.extends is not None:
+        for option in sorted(changed - set(profile.reasons)):
+            err(location(profile, "reasons"), f"profile {name} derives from {profile.extends} and changes {option} without a reason",
                 fix=f"add `{option}: <why this profile differs>` under reasons")
 
 

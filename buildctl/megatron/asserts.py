@@ -7,7 +7,7 @@ import difflib
 
 from buildctl.megatron import combos, rules
 from buildctl.megatron.consistency import _Checks
-from buildctl.megatron.report import Finding, _Use
+from buildctl.megatron.report import LintFinding, _Use
 
 
 class _Consistency(_Checks):
@@ -17,7 +17,7 @@ class _Consistency(_Checks):
     # validate_args refuses, and another program's --save or --data-path means what that program says.
     megatron = True
 
-    def run(self) -> list[Finding]:
+    def run(self) -> list[LintFinding]:
         for check in (self.parallel_sizes, self.pipeline_layout, self.moe_layer_freq, self.hybridep,
                       self.mxfp8_param_gather, self.layers_per_stage, self.virtual_pipeline, self.attention_sizes,
                       self.sequence_parallel, self.recompute, self.experts, self.learning_rate, self.list_values,
@@ -217,15 +217,15 @@ class _Consistency(_Checks):
                      "drop moe_preprocess from --cuda-graph-scope, or use another dispatcher (flex)", scope.at,
                      cite=rules.GRAPH_PREPROCESS_SYNC)
 
-    def _names(self, u: _Use, values: list[str], accepted: rules.Accepted, cite: rules.Cite) -> None:
+    def _names(self, use: _Use, values: list[str], accepted: rules.Accepted, cite: rules.Cite) -> None:
         for v in values:
             if "${" in v or v in accepted.values:
                 continue
             close = difflib.get_close_matches(v, list(accepted.values), n=1, cutoff=0.5)
-            self.add("error", "list-values", u.option,
+            self.add("error", "list-values", use.option,
                      f"{v!r} is not one of {', '.join(accepted.values)} (accepted names: {accepted.source})",
                      f"did you mean {close[0]!r}?" if close else f"choose from {', '.join(accepted.values)}",
-                     u.at, cite=cite, value=v)
+                     use.at, cite=cite, value=v)
 
     # -- what the variant's hardware refuses (Transformer Engine, DeepEP: facts cited in rules.py)
 

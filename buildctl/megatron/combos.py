@@ -32,29 +32,29 @@ class Combo:
 # ----------------------------------------------------------------------------- reading the launch
 
 
-def given(c: C, *options: str) -> bool:
+def given(checks: C, *options: str) -> bool:
     """Any of ``options`` is on the command line (a store_false flag counts as given)."""
-    return any(c.last(o) is not None for o in options)
+    return any(checks.last(o) is not None for o in options)
 
 
-def on(c: C, option: str) -> bool:
+def on(checks: C, option: str) -> bool:
     """A store_true flag is on (a --no-... flag of that kind is read as given: without the source's table the
     lint cannot tell it from a store_false one)."""
-    return given(c, option) if option.startswith("--no-") else c.flag_on(option)
+    return given(checks, option) if option.startswith("--no-") else checks.flag_on(option)
 
 
-def text(c: C, option: str, default: str | None = None) -> str | None:
-    v = c.value(option)
+def text(checks: C, option: str, default: str | None = None) -> str | None:
+    v = checks.value(option)
     return default if v is None else v
 
 
-def values(c: C, option: str) -> tuple[str, ...]:
-    u = c.last(option)
+def values(checks: C, option: str) -> tuple[str, ...]:
+    u = checks.last(option)
     return u.values if u is not None else ()
 
 
-def num(c: C, option: str, default: float) -> float:
-    v = c.value(option)
+def num(checks: C, option: str, default: float) -> float:
+    v = checks.value(option)
     if v is None:
         return default
     try:
@@ -63,145 +63,145 @@ def num(c: C, option: str, default: float) -> float:
         return default  # the type check reports it
 
 
-def size(c: C, option: str) -> int:
-    return c.integer(option, 1) or 1
+def size(checks: C, option: str) -> int:
+    return checks.integer(option, 1) or 1
 
 
-def ckpt_format(c: C) -> str:
-    return text(c, "--ckpt-format", "torch_dist") or "torch_dist"
+def ckpt_format(checks: C) -> str:
+    return text(checks, "--ckpt-format", "torch_dist") or "torch_dist"
 
 
-def dist_ckpt(c: C) -> bool:
+def dist_ckpt(checks: C) -> bool:
     """update_use_dist_ckpt (arguments.py): every format but torch is a distributed checkpoint."""
-    return ckpt_format(c) != "torch"
+    return ckpt_format(checks) != "torch"
 
 
-def dist_opt(c: C) -> bool:
-    return on(c, "--use-distributed-optimizer")
+def dist_opt(checks: C) -> bool:
+    return on(checks, "--use-distributed-optimizer")
 
 
-def fsdp2(c: C) -> bool:
-    return on(c, "--use-torch-fsdp2")
+def fsdp2(checks: C) -> bool:
+    return on(checks, "--use-torch-fsdp2")
 
 
-def mfsdp(c: C) -> bool:
-    return on(c, "--use-megatron-fsdp")
+def mfsdp(checks: C) -> bool:
+    return on(checks, "--use-megatron-fsdp")
 
 
-def legacy(c: C) -> bool:
-    return on(c, "--use-legacy-models")
+def legacy(checks: C) -> bool:
+    return on(checks, "--use-legacy-models")
 
 
-def fp8(c: C) -> bool:
-    return c.value("--fp8-format") is not None
+def fp8(checks: C) -> bool:
+    return checks.value("--fp8-format") is not None
 
 
-def fp4(c: C) -> bool:
-    return c.value("--fp4-format") is not None
+def fp4(checks: C) -> bool:
+    return checks.value("--fp4-format") is not None
 
 
-def fp16(c: C) -> bool:
-    return on(c, "--fp16")
+def fp16(checks: C) -> bool:
+    return on(checks, "--fp16")
 
 
-def bf16(c: C) -> bool:
-    return on(c, "--bf16")
+def bf16(checks: C) -> bool:
+    return on(checks, "--bf16")
 
 
-def graph_impl(c: C) -> str:
-    impl = text(c, "--cuda-graph-impl", "none") or "none"
-    if on(c, "--enable-cuda-graph"):
+def graph_impl(checks: C) -> str:
+    impl = text(checks, "--cuda-graph-impl", "none") or "none"
+    if on(checks, "--enable-cuda-graph"):
         return "local"
-    if on(c, "--external-cuda-graph"):
+    if on(checks, "--external-cuda-graph"):
         return "transformer_engine"
     return impl
 
 
-def granularity(c: C) -> str | None:
-    g = text(c, "--recompute-granularity")
-    return "selective" if on(c, "--recompute-activations") else g
+def granularity(checks: C) -> str | None:
+    g = text(checks, "--recompute-granularity")
+    return "selective" if on(checks, "--recompute-activations") else g
 
 
-def position_type(c: C) -> str:
-    return "rope" if on(c, "--use-rotary-position-embeddings") else (
-        text(c, "--position-embedding-type", "learned_absolute") or "learned_absolute")
+def position_type(checks: C) -> str:
+    return "rope" if on(checks, "--use-rotary-position-embeddings") else (
+        text(checks, "--position-embedding-type", "learned_absolute") or "learned_absolute")
 
 
-def train_iters(c: C) -> bool:
-    return bool(num(c, "--train-iters", 0))
+def train_iters(checks: C) -> bool:
+    return bool(num(checks, "--train-iters", 0))
 
 
-def train_samples(c: C) -> bool:
-    return bool(num(c, "--train-samples", 0))
+def train_samples(checks: C) -> bool:
+    return bool(num(checks, "--train-samples", 0))
 
 
-def experts(c: C) -> int:
-    return int(num(c, "--num-experts", 0))
+def experts(checks: C) -> int:
+    return int(num(checks, "--num-experts", 0))
 
 
-def tp(c: C) -> int:
-    return size(c, "--tensor-model-parallel-size")
+def tp(checks: C) -> int:
+    return size(checks, "--tensor-model-parallel-size")
 
 
-def pp(c: C) -> int:
-    return size(c, "--pipeline-model-parallel-size")
+def pp(checks: C) -> int:
+    return size(checks, "--pipeline-model-parallel-size")
 
 
-def ep(c: C) -> int:
-    return size(c, "--expert-model-parallel-size")
+def ep(checks: C) -> int:
+    return size(checks, "--expert-model-parallel-size")
 
 
-def sequence_parallel(c: C) -> bool:
+def sequence_parallel(checks: C) -> bool:
     """validate_args turns sequence parallelism off at TP 1 (arguments.py:951)."""
-    return on(c, "--sequence-parallel") and tp(c) > 1
+    return on(checks, "--sequence-parallel") and tp(checks) > 1
 
 
-def dispatcher(c: C) -> str:
-    return text(c, "--moe-token-dispatcher-type", "allgather") or "allgather"
+def dispatcher(checks: C) -> str:
+    return text(checks, "--moe-token-dispatcher-type", "allgather") or "allgather"
 
 
-def nan_check(c: C) -> bool:
+def nan_check(checks: C) -> bool:
     """check_for_nan_in_loss_and_grad after validate_args: on unless turned off, or fp16 with dynamic loss scaling."""
-    return not given(c, "--no-check-for-nan-in-loss-and-grad") and not (fp16(c) and not num(c, "--loss-scale", 0))
+    return not given(checks, "--no-check-for-nan-in-loss-and-grad") and not (fp16(checks) and not num(checks, "--loss-scale", 0))
 
 
-def vpp(c: C) -> bool:
-    return c.virtual_stages() is not None
+def vpp(checks: C) -> bool:
+    return checks.virtual_stages() is not None
 
 
-def uneven(c: C) -> tuple[int | None, int | None, int, int] | None:
+def uneven(checks: C) -> tuple[int | None, int | None, int, int] | None:
     """An uneven first/last stage without a layout: (first, last, middle layers, middle stages), or None."""
-    if given(c, "--pipeline-model-parallel-layout"):
+    if given(checks, "--pipeline-model-parallel-layout"):
         return None
-    first = c.integer("--decoder-first-pipeline-num-layers", None) if given(
-        c, "--decoder-first-pipeline-num-layers") else None
-    last = c.integer("--decoder-last-pipeline-num-layers", None) if given(
-        c, "--decoder-last-pipeline-num-layers") else None
-    layers = c.integer("--num-layers", None)
+    first = checks.integer("--decoder-first-pipeline-num-layers", None) if given(
+        checks, "--decoder-first-pipeline-num-layers") else None
+    last = checks.integer("--decoder-last-pipeline-num-layers", None) if given(
+        checks, "--decoder-last-pipeline-num-layers") else None
+    layers = checks.integer("--num-layers", None)
     if (first is None and last is None) or layers is None:
         return None
     middle = layers - (first or 0) - (last or 0)
-    stages = pp(c) - (first is not None) - (last is not None)
+    stages = pp(checks) - (first is not None) - (last is not None)
     return first, last, middle, stages
 
 
-def vpp_size(c: C) -> int | None:
-    return c.virtual_stages()
+def vpp_size(checks: C) -> int | None:
+    return checks.virtual_stages()
 
 
-def selective_modules(c: C) -> tuple[str, ...]:
+def selective_modules(checks: C) -> tuple[str, ...]:
     """--recompute-modules as TransformerConfig sees them under selective recompute (default core_attn)."""
-    if granularity(c) != "selective":
+    if granularity(checks) != "selective":
         return ()
-    return values(c, "--recompute-modules") if given(c, "--recompute-modules") else ("core_attn",)
+    return values(checks, "--recompute-modules") if given(checks, "--recompute-modules") else ("core_attn",)
 
 
-def _uneven_bad(c: C, which: str) -> bool:
-    u = uneven(c)
+def _uneven_bad(checks: C, which: str) -> bool:
+    u = uneven(checks)
     if u is None:
         return False
     first, last, middle, stages = u
-    v = vpp_size(c)
+    v = vpp_size(checks)
     n = first if which == "first" else last
     if which in ("first", "last"):
         return n is not None and n <= 0
@@ -213,51 +213,51 @@ def _uneven_bad(c: C, which: str) -> bool:
     return stages > 0 and middle % stages == 0 and v is not None and (middle // stages) % v != 0
 
 
-def _split_vpp_bad(c: C, per_rank: bool) -> bool:
+def _split_vpp_bad(checks: C, per_rank: bool) -> bool:
     """--account-for-embedding/loss-in-pipeline-split with virtual stages (no layout, no uneven stage)."""
-    if uneven(c) is not None or given(c, "--pipeline-model-parallel-layout"):
+    if uneven(checks) is not None or given(checks, "--pipeline-model-parallel-layout"):
         return False
-    if not (on(c, "--account-for-embedding-in-pipeline-split") or on(c, "--account-for-loss-in-pipeline-split")):
+    if not (on(checks, "--account-for-embedding-in-pipeline-split") or on(checks, "--account-for-loss-in-pipeline-split")):
         return False
-    v, layers = vpp_size(c), c.split_layers()
+    v, layers = vpp_size(checks), checks.split_layers()
     if v is None or layers is None:
         return False
     if not per_rank:
-        return layers % pp(c) != 0
-    return layers % pp(c) == 0 and (layers // pp(c)) % v != 0
+        return layers % pp(checks) != 0
+    return layers % pp(checks) == 0 and (layers // pp(checks)) % v != 0
 
 
-def rl_steps(c: C) -> int | None:
+def rl_steps(checks: C) -> int | None:
     """Training iterations per inference iteration of --perform-rl-step (arguments.py:421-431), when the
     global batch divides the samples generated per inference iteration."""
-    gbs = c.integer("--global-batch-size", None)
-    samples = rl_samples(c)
+    gbs = checks.integer("--global-batch-size", None)
+    samples = rl_samples(checks)
     if not gbs or gbs <= 0 or samples % gbs:
         return None
     return samples // gbs
 
 
-def rl_samples(c: C) -> int:
-    return (int(num(c, "--grpo-prompts-per-step", 32)) * int(num(c, "--grpo-group-size", 2))
-            * int(num(c, "--grpo-iterations", 2)))
+def rl_samples(checks: C) -> int:
+    return (int(num(checks, "--grpo-prompts-per-step", 32)) * int(num(checks, "--grpo-group-size", 2))
+            * int(num(checks, "--grpo-iterations", 2)))
 
 
-def graph_scope(c: C) -> tuple[str, ...]:
-    return values(c, "--cuda-graph-scope") if graph_impl(c) != "none" else ()
+def graph_scope(checks: C) -> tuple[str, ...]:
+    return values(checks, "--cuda-graph-scope") if graph_impl(checks) != "none" else ()
 
 
-def graph_recompute(c: C) -> tuple[str, ...] | None:
+def graph_recompute(checks: C) -> tuple[str, ...] | None:
     """The recomputed modules TransformerConfig holds against per-layer CUDA graph scopes (transformer_config.py
     1632-1668), or None where it does not (no graphs, no selective recompute, a full-iteration graph)."""
-    scope = graph_scope(c)
-    if graph_impl(c) == "none" or granularity(c) != "selective" or not scope or list(scope) == ["full_iteration"]:
+    scope = graph_scope(checks)
+    if graph_impl(checks) == "none" or granularity(checks) != "selective" or not scope or list(scope) == ["full_iteration"]:
         return None
-    return selective_modules(c)
+    return selective_modules(checks)
 
 
-def all_moe_layers(c: C) -> bool:
+def all_moe_layers(checks: C) -> bool:
     """Every layer is an MoE layer (--moe-layer-freq 1, the default, or a pattern without 0)."""
-    text_ = c.value("--moe-layer-freq")
+    text_ = checks.value("--moe-layer-freq")
     if text_ is None:
         return True
     try:
@@ -267,29 +267,29 @@ def all_moe_layers(c: C) -> bool:
     return pattern == 1 if isinstance(pattern, int) else 0 not in pattern
 
 
-def bf16_layers_bad(c: C, option: str) -> bool:
-    if not (fp8(c) and on(c, "--first-last-layers-bf16")):
+def bf16_layers_bad(checks: C, option: str) -> bool:
+    if not (fp8(checks) and on(checks, "--first-last-layers-bf16")):
         return False
-    layers = c.integer("--num-layers", None)
-    n = c.integer(option, 1)
-    return layers is not None and n is not None and not 0 <= n <= layers // pp(c)
+    layers = checks.integer("--num-layers", None)
+    n = checks.integer(option, 1)
+    return layers is not None and n is not None and not 0 <= n <= layers // pp(checks)
 
 
-def gdn(c: C) -> bool:
-    return text(c, "--linear-attention-type") == "gated_delta_net"
+def gdn(checks: C) -> bool:
+    return text(checks, "--linear-attention-type") == "gated_delta_net"
 
 
-def mla(c: C) -> bool:
-    return on(c, "--multi-latent-attention")
+def mla(checks: C) -> bool:
+    return on(checks, "--multi-latent-attention")
 
 
-def rope_fusion(c: C) -> bool:
-    return not given(c, "--no-rope-fusion")
+def rope_fusion(checks: C) -> bool:
+    return not given(checks, "--no-rope-fusion")
 
 
-def no_rope_bad(c: C) -> bool:
+def no_rope_bad(checks: C) -> bool:
     """--no-rope-freq N must divide the layers; a list must have one entry per layer (transformer_config.py 1802-1814)."""
-    freq, layers = c.value("--no-rope-freq"), c.integer("--num-layers", None)
+    freq, layers = checks.value("--no-rope-freq"), checks.integer("--num-layers", None)
     if freq is None or layers is None:
         return False
     try:
@@ -301,20 +301,20 @@ def no_rope_bad(c: C) -> bool:
     return len(pattern) != layers
 
 
-def activation(c: C) -> str:
+def activation(checks: C) -> str:
     """The activation core_transformer_config_from_args picks (arguments.py:1298-1311; TransformerConfig's default gelu)."""
-    if on(c, "--squared-relu"):
+    if on(checks, "--squared-relu"):
         return "squared_relu"
-    if on(c, "--quick-geglu"):
+    if on(checks, "--quick-geglu"):
         return "quick_gelu"
-    return "silu" if on(c, "--swiglu") else "gelu"
+    return "silu" if on(checks, "--swiglu") else "gelu"
 
 
-def bias_act_fusion(c: C) -> bool:
+def bias_act_fusion(checks: C) -> bool:
     """bias_activation_fusion: the SwiGLU or GeLU fusion flag, the latter off without biases (arguments.py:1000)."""
-    if on(c, "--swiglu"):
-        return not given(c, "--no-bias-swiglu-fusion")
-    return not given(c, "--no-bias-gelu-fusion") and not given(c, "--disable-bias-linear")
+    if on(checks, "--swiglu"):
+        return not given(checks, "--no-bias-swiglu-fusion")
+    return not given(checks, "--no-bias-gelu-fusion") and not given(checks, "--disable-bias-linear")
 
 
 _DETERMINISTIC_NCCL = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS")
@@ -1041,14 +1041,14 @@ MODEL_PARALLEL_CONFIG: tuple[Combo, ...] = (
 ALL: tuple[Combo, ...] = VALIDATE_ARGS + TRANSFORMER_CONFIG + MODEL_PARALLEL_CONFIG
 
 
-def _prod(vs: tuple[str, ...]) -> int:
+def _prod(values: tuple[str, ...]) -> int:
     out = 1
-    for v in vs:
+    for v in values:
         out *= int(v)
     return out
 
 
-def _bad_retain(c: C) -> bool:
-    interval = num(c, "--save-interval", num(c, "--persistent-save-interval", 0))
-    retain = num(c, "--save-retain-interval", 0)
+def _bad_retain(checks: C) -> bool:
+    interval = num(checks, "--save-interval", num(checks, "--persistent-save-interval", 0))
+    retain = num(checks, "--save-retain-interval", 0)
     return retain <= 0 or (interval > 0 and retain % interval != 0)

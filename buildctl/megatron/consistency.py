@@ -13,7 +13,7 @@ from buildctl.errors import Location
 from buildctl.manifest.model import NOWHERE, Variant
 from buildctl.megatron import rules
 from buildctl.megatron.flags import FlagTable
-from buildctl.megatron.report import Finding, Severity, _effective, _Use
+from buildctl.megatron.report import LintFinding, Severity, _effective, _Use
 
 # --------------------------------------------------------------------------- pipeline layout
 
@@ -115,7 +115,7 @@ class _Checks:
         self.variant = variant
         self.env = dict(env or {})
         self.env_at = env_at
-        self.findings: list[Finding] = []
+        self.findings: list[LintFinding] = []
         self.derived: dict[str, int | str] = {}
         self.notes: list[str] = []
 
@@ -187,13 +187,13 @@ class _Checks:
                 return u.at
         return self.gpus_at
 
-    def add(self, severity: Severity, check: str, flag: str, message: str, suggestion: str, at: Location,
+    def add(self, severity: Severity, check: str, flag: str, message: str, suggestion: str, location: Location,
             cite: rules.Cite | None = None, value: str | None = None) -> None:
         source = rules.where(cite, self.root).text if cite is not None else ""
         if value is None:
             value = " ".join(self.last(flag).values) if self.last(flag) is not None else ""  # type: ignore[union-attr]
-        self.findings.append(Finding(severity=severity, check=check, flag=flag, message=message,
-                                     suggestion=suggestion, at=at, value=value, source=source))
+        self.findings.append(LintFinding(severity=severity, check=check, flag=flag, message=message,
+                                         suggestion=suggestion, at=location, value=value, source=source))
 
     def archs(self) -> list[tuple[int, int]]:
         """The variant's compute capabilities as (major, minor), those that parse."""

@@ -60,72 +60,72 @@ def parse(doc: Any, filename: str) -> tuple[Mutation, ...]:
     return tuple(out)
 
 
-def _one(item: Mapping[str, Any], at: Location) -> Mutation:
+def _one(item: Mapping[str, Any], location: Location) -> Mutation:
     def text(key: str, required: bool = True) -> str:
         v = item.get(key)
         if v is None and not required:
             return ""
         if not isinstance(v, str) or not v:
-            raise ManifestErrors([ManifestError(dataclasses.replace(at, key=f"{at.key}.{key}"),
+            raise ManifestErrors([ManifestError(dataclasses.replace(location, key=f"{location.key}.{key}"),
                                                 f"{key}: expected a non-empty string")])
         return v
 
     unknown = sorted(set(item) - {"id", "stack", "variant", "profile", "edit", "drop", "args", "gpus", "nodes",
                                   "expect", "cite"})
     if unknown:
-        raise ManifestErrors([ManifestError(at, f"unknown keys: {', '.join(unknown)}")])
+        raise ManifestErrors([ManifestError(location, f"unknown keys: {', '.join(unknown)}")])
     expect = text("expect")
     if expect not in VERDICTS:
-        raise ManifestErrors([ManifestError(at, f"expect: {expect!r} is not one of {', '.join(VERDICTS)}")])
+        raise ManifestErrors([ManifestError(location, f"expect: {expect!r} is not one of {', '.join(VERDICTS)}")])
     drop = item.get("drop") or []
     if not isinstance(drop, list) or not all(isinstance(d, str) and d.startswith("--") for d in drop):
-        raise ManifestErrors([ManifestError(at, "drop: expected a list of options")])
+        raise ManifestErrors([ManifestError(location, "drop: expected a list of options")])
     gpus, nodes = item.get("gpus"), item.get("nodes")
     for key, v in (("gpus", gpus), ("nodes", nodes)):
         if v is not None and (type(v) is not int or v < 1):
-            raise ManifestErrors([ManifestError(at, f"{key}: expected a positive integer")])
+            raise ManifestErrors([ManifestError(location, f"{key}: expected a positive integer")])
     return Mutation(id=text("id"), stack=text("stack"), variant=text("variant"), profile=text("profile"),
-                    edit=text("edit"), drop=tuple(drop), args=_args(item.get("args") or [], at), gpus=gpus,
-                    nodes=nodes, expect=expect, cite=text("cite", required=False), at=at)
+                    edit=text("edit"), drop=tuple(drop), args=_args(item.get("args") or [], location), gpus=gpus,
+                    nodes=nodes, expect=expect, cite=text("cite", required=False), at=location)
 
 
-def _args(items: Sequence[Any], at: Location) -> tuple[Arg, ...]:
+def _args(items: Sequence[Any], location: Location) -> tuple[Arg, ...]:
     """Arguments in the manifest's form: ``--flag``, ``--flag: value`` or ``--flag: [v1, v2]``."""
     if not isinstance(items, list):
-        raise ManifestErrors([ManifestError(at, "args: expected a list")])
+        raise ManifestErrors([ManifestError(location, "args: expected a list")])
     out = []
     for item in items:
         if isinstance(item, str) and item.startswith("--"):
-            out.append(Arg(flag=item, at=at))
+            out.append(Arg(flag=item, at=location))
             continue
         if isinstance(item, dict) and len(item) == 1:
             ((flag, value),) = item.items()
             values = value if isinstance(value, list) else [value]
             if isinstance(flag, str) and flag.startswith("--") and all(
                     isinstance(v, str | int | float) and not isinstance(v, bool) for v in values):
-                out.append(Arg(flag=flag, values=tuple(str(v) for v in values), bare=False, at=at))
+                out.append(Arg(flag=flag, values=tuple(str(v) for v in values), bare=False, at=location))
                 continue
-        raise ManifestErrors([ManifestError(at, f"args: {item!r} is not '--flag', '--flag: value' or "
+        raise ManifestErrors([ManifestError(location, f"args: {item!r} is not '--flag', '--flag: value' or "
                                                 "'--flag: [values]'")])
     return tuple(out)
 
 
-def apply(manifest: Manifest, m: Mutation) -> Manifest:
+def apply(manifest: Manifest, mutation: Mutation) -> Manifest:
     """``manifest`` with the mutation as profile ``MUTATION``, derived from the launch it edits."""
     e = manifest.entrypoint
     if e is None:
-        raise ManifestErrors([ManifestError(m.at, f"stack {manifest.stack} has no entrypoint")])
-    if m.profile != BASE_PROFILE and m.profile not in e.profiles:
-        raise ManifestErrors([ManifestError(m.at, f"stack {manifest.stack} has no profile {m.profile!r}")])
-    if m.variant not in {v.name for v in manifest.variants}:
-        raise ManifestErrors([ManifestError(m.at, f"stack {manifest.stack} has no variant {m.variant!r}")])
-    variant = next(v for v in manifest.variants if v.name == m.variant)
-    parent = e.profiles.get(m.profile)
-    gpus = m.gpus or (parent.gpus if parent is not None else (variant.entrypoint.gpus or e.gpus))
-    nodes = m.nodes or (parent.nodes if parent is not None else (variant.entrypoint.nodes or e.nodes))
+        raise ManifestErrors([ManifestError(mutation.at, f"stack {manifest.stack} has no entrypoint")])
+    if mutation.profile != BASE_PROFILE and mutation.profile not in e.profiles:
+        raise ManifestErrors([ManifestError(mutation.at, f"stack {manifest.stack} has no profile {mutation.profile!r}")])
+    if mutation.variant not in {v.name for v in manifest.variants}:
+        raise ManifestErrors([ManifestError(mutation.at, f"stack {manifest.stack} has no variant {mutation.variant!r}")])
+    variant = next(v for v in manifest.variants if v.name == mutation.variant)
+    parent = e.profiles.get(mutation.profile)
+    gpus = mutation.gpus or (parent.gpus if parent is not None else (variant.entrypoint.gpus or e.gpus))
+    nodes = mutation.nodes or (parent.nodes if parent is not None else (variant.entrypoint.nodes or e.nodes))
     if gpus is None:
-        raise ManifestErrors([ManifestError(m.at, f"launch {m.profile} declares no GPUs: give gpus")])
-    profile = Profile(description=m.edit, gpus=gpus, nodes=nodes, extends=m.profile, drop=m.drop, args=m.args,
-                      at=m.at)
+        raise ManifestErrors([ManifestError(mutation.at, f"launch {mutation.profile} declares no GPUs: give gpus")])
+    profile = Profile(description=mutation.edit, gpus=gpus, nodes=nodes, extends=mutation.profile, drop=mutation.drop, args=mutation.args,
+                      at=mutation.at)
     entry = dataclasses.replace(e, profiles={**e.profiles, MUTATION: profile})
     return dataclasses.replace(manifest, entrypoint=entry)

@@ -14,7 +14,7 @@ Severity = Literal["error", "warning"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Finding:
+class LintFinding:
     severity: Severity
     check: str  # unknown-flag, bad-choice, bad-type, bad-count, duplicate, deprecated, conditional, ...
     flag: str
@@ -50,16 +50,16 @@ class LintReport:
     known_flags: int = 0
     generated: bool = False  # the source generates flags from dataclasses (Megatron >= 72230d25)
     args_checked: int = 0
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[LintFinding, ...] = ()
     derived: Mapping[str, int | str] = field(default_factory=dict)  # DP size, virtual stages, ...
     notes: tuple[str, ...] = ()
 
     @property
-    def errors(self) -> tuple[Finding, ...]:
+    def errors(self) -> tuple[LintFinding, ...]:
         return tuple(f for f in self.findings if f.severity == "error")
 
     @property
-    def warnings(self) -> tuple[Finding, ...]:
+    def warnings(self) -> tuple[LintFinding, ...]:
         return tuple(f for f in self.findings if f.severity == "warning")
 
     @property
@@ -112,10 +112,10 @@ class _Use:
         return self.spec.dest if self.spec else self.option.lstrip("-").replace("-", "_")
 
 
-def _effective(u: _Use) -> tuple[str, ...] | bool:
-    if u.spec is not None and not u.spec.takes_value:
-        const = u.spec.value_for(u.option)
+def _effective(use: _Use) -> tuple[str, ...] | bool:
+    if use.spec is not None and not use.spec.takes_value:
+        const = use.spec.value_for(use.option)
         return True if const is None else const
-    if u.spec is None and not u.values:
-        return not u.option.startswith("--no-")
-    return u.values
+    if use.spec is None and not use.values:
+        return not use.option.startswith("--no-")
+    return use.values

@@ -1,6 +1,6 @@
 """What Megatron-LM, Transformer Engine and DeepEP reject after parsing, as data (pure; source read as text).
 
-argslint's consistency rules each name the upstream assertion they stand for: a ``Cite`` holds the file
+lintargs's consistency rules each name the upstream assertion they stand for: a ``Cite`` holds the file
 and line at the commit the rule was written from, and a piece of the assertion's message. Where the
 pinned Megatron-LM tree is at hand, ``where`` finds that message in it and reports the line read from
 the pinned source; otherwise (or where the message moved away) it reports the written citation and says

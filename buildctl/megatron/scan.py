@@ -82,8 +82,8 @@ class _Scan:
 
     # -- add_argument calls
 
-    def scan_add_argument_calls(self, mod: _Module, fn: ast.AST, condition: str | None) -> None:
-        for call, cond in _calls_with_conditions(fn, condition):
+    def scan_add_argument_calls(self, mod: _Module, function: ast.AST, condition: str | None) -> None:
+        for call, cond in _calls_with_conditions(function, condition):
             if isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument":
                 self.add_argument(mod, call, cond)
 
@@ -221,7 +221,7 @@ class _Scan:
                     continue
                 self.add(self._field_flag(fld))
 
-    def _exclude(self, fn: ast.AST | None, expr: ast.expr | None, where: str) -> set[str]:
+    def _exclude(self, function: ast.AST | None, expr: ast.expr | None, where: str) -> set[str]:
         if expr is None:
             return set()
         value = _literal(expr)
@@ -230,9 +230,9 @@ class _Scan:
         if value is None:
             return set()
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
-            return self._exclude(fn, expr.left, where) | self._exclude(fn, expr.right, where)
-        if isinstance(expr, ast.Name) and fn is not None:
-            for node in ast.walk(fn):
+            return self._exclude(function, expr.left, where) | self._exclude(function, expr.right, where)
+        if isinstance(expr, ast.Name) and function is not None:
+            for node in ast.walk(function):
                 if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id
                                                          for t in node.targets)):
                     return self._exclude(None, node.value, where)

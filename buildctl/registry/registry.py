@@ -252,8 +252,8 @@ class RegistryClient:
 
     def request(self, method: str, path_or_url: str, *, repo: str, body: bytes | None = None,
                 headers: Mapping[str, str] | None = None, limit: int = MAX_MANIFEST,
-                ok: Sequence[int] = (200,), retry: bool = True) -> _Answer:
-        """One API request, authenticated as the registry asks; a status outside ``ok`` (and not 404,
+                accepted: Sequence[int] = (200,), retry: bool = True) -> _Answer:
+        """One API request, authenticated as the registry asks; a status outside ``accepted`` (and not 404,
         which the caller reads) raises. A transient failure (5xx, 429, a reset or timed-out connection) is
         retried by the one policy of retrying.py (``retry=False``: the caller retries a sequence itself);
         the error raised then carries ``transient = True``."""
@@ -261,7 +261,7 @@ class RegistryClient:
 
         def once() -> _Answer:
             answer = self._once(method, url, repo=repo, body=body, headers=headers, limit=limit)
-            if answer.status in retrying.TRANSIENT_STATUS and answer.status not in ok:
+            if answer.status in retrying.TRANSIENT_STATUS and answer.status not in accepted:
                 raise _Busy(answer)
             return answer
 
@@ -297,7 +297,7 @@ class RegistryClient:
             error.transient = cut  # type: ignore[attr-defined]
             error.retry_attempts = attempts  # type: ignore[attr-defined]
             raise error from exc
-        if answer.status in ok or (answer.status == 404 and method in ("GET", "HEAD")):
+        if answer.status in accepted or (answer.status == 404 and method in ("GET", "HEAD")):
             return answer
         raise self._failure(method, url, answer)
 
@@ -350,7 +350,7 @@ class RegistryClient:
             return desc
 
         def upload() -> None:
-            start = self.request("POST", f"/v2/{repo}/blobs/uploads/", repo=repo, ok=(202,),
+            start = self.request("POST", f"/v2/{repo}/blobs/uploads/", repo=repo, accepted=(202,),
                                  headers={"Content-Length": "0"}, body=b"")
             location = start.headers.get("Location", "")
             if not location:
@@ -362,7 +362,7 @@ class RegistryClient:
                                 fix="uploads to another host are not followed")
             url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"digest": digest})
             # not retried alone: an upload session the registry failed is not resumed, a new one is started
-            self.request("PUT", url, repo=repo, body=data, ok=(201,), retry=False,
+            self.request("PUT", url, repo=repo, body=data, accepted=(201,), retry=False,
                          headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(data))})
 
         def again(exc: BaseException) -> float | None:
@@ -401,7 +401,7 @@ class RegistryClient:
     def put_manifest(self, repo: str, reference: str, data: bytes, media_type: str) -> tuple[Descriptor, bool]:
         """PUT a manifest; (its descriptor, whether the registry says it indexed the subject itself)."""
         _check(repo, reference)
-        answer = self.request("PUT", f"/v2/{repo}/manifests/{reference}", repo=repo, body=data, ok=(201,),
+        answer = self.request("PUT", f"/v2/{repo}/manifests/{reference}", repo=repo, body=data, accepted=(201,),
                               headers={"Content-Type": media_type})
         digest = sha256_digest(data)
         said = answer.headers.get("Docker-Content-Digest")
@@ -493,11 +493,11 @@ def _short(exc: BaseException) -> str:
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A registry may redirect blob reads to storage: followed for GET/HEAD only, never with a body."""
 
-    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
+    def redirect_request(self, req: urllib.request.Request, response: Any, code: int, msg: str,
                          headers: http.client.HTTPMessage, newurl: str) -> urllib.request.Request | None:
         if req.get_method() not in ("GET", "HEAD"):
             return None
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        new = super().redirect_request(req, response, code, msg, headers, newurl)
         if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
             new.remove_header("Authorization")  # credentials stay with the registry
         return new

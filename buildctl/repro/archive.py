@@ -211,8 +211,8 @@ class ImageConfig:
     def from_json(config: Mapping[str, Any]) -> ImageConfig:
         c = config.get("config") or config.get("Config") or {}
 
-        def seq(v: Any) -> tuple[str, ...] | None:
-            return None if v is None else tuple(str(x) for x in v)
+        def seq(value: Any) -> tuple[str, ...] | None:
+            return None if value is None else tuple(str(x) for x in value)
 
         return ImageConfig(
             env=tuple(str(x) for x in c.get("Env") or ()),
@@ -291,8 +291,8 @@ class SavedImages:
         return merge(layers)
 
 
-def _read(tf: tarfile.TarFile, name: str) -> bytes:
-    f = tf.extractfile(name)
+def _read(tar: tarfile.TarFile, name: str) -> bytes:
+    f = tar.extractfile(name)
     if f is None:
         raise KeyError(name)
     return f.read()

@@ -59,7 +59,7 @@ _PIP_VALUE_OPTS = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class Finding:
+class AuditFinding:
     rule: Rule
     status: Status
     where: str  # "manifest pip.requirements", "Dockerfile of system", "compile script of wheel:te"
@@ -83,7 +83,7 @@ class Finding:
         return Floating(what=self.what, packages=self.packages, paths=self.paths)
 
 
-def floating_by_node(findings: Iterable[Finding], graph: Graph) -> dict[str, list[Floating]]:
+def floating_by_node(findings: Iterable[AuditFinding], graph: Graph) -> dict[str, list[Floating]]:
     """Node -> the floating inputs that can change it (a finding about a node changes its dependants too)."""
     out: dict[str, list[Floating]] = {}
     for f in findings:
@@ -94,7 +94,7 @@ def floating_by_node(findings: Iterable[Finding], graph: Graph) -> dict[str, lis
     return out
 
 
-def inputs_level_met(findings: Iterable[Finding]) -> bool:
+def inputs_level_met(findings: Iterable[AuditFinding]) -> bool:
     """Every input pinned by the lock (and nothing fetched at build time without one)."""
     return not any(f.status == "floating" for f in findings)
 
@@ -106,82 +106,82 @@ def _exact_apt(version: str) -> bool:
     return version not in ("", "*") and "*" not in version
 
 
-def manifest_findings(m: Manifest, vlock: VariantLock | None, variant: Variant,
-                      graph: Graph | None = None) -> list[Finding]:
+def manifest_findings(manifest: Manifest, vlock: VariantLock | None, variant: Variant,
+                      graph: Graph | None = None) -> list[AuditFinding]:
     """What floats in the manifest as written, and whether the lock pins it."""
-    levels = m.repro.levels
-    out: list[Finding] = []
+    levels = manifest.repro.levels
+    out: list[AuditFinding] = []
 
     def status(locked: bool) -> Status:
         return "locked" if locked else "floating"
 
     locked_pip = {p.name: p for p in vlock.pip} if vlock else {}
-    for r in m.pip.requirements:
+    for r in manifest.pip.requirements:
         if r.exact:
             continue
         lp = locked_pip.get(r.name)
-        out.append(Finding(
-            rule="manifest-pip", status=status(lp is not None), where=f"{m.path or 'manifest'}: pip.requirements",
+        out.append(AuditFinding(
+            rule="manifest-pip", status=status(lp is not None), where=f"{manifest.path or 'manifest'}: pip.requirements",
             what=f"pip {r.text} (not pinned to one version in the manifest)" + (
                 f"; the lock pins {lp.name}=={lp.version}" if lp else ""),
             node="python", level=level_for("python", levels), packages=(r.name,),
             fix=f"pin it in the manifest ({r.name}==<version>) for the inputs level without the lock"))
-    for c in m.components:
+    for c in manifest.components:
         locked_build = {p.name: p for p in (vlock.build_pip.get(c.name, ()) if vlock else ())}
         for r in c.build.requires:
             if not r.exact:
-                out.append(Finding(
+                out.append(AuditFinding(
                     rule="manifest-pip", status=status(r.name in locked_build),
-                    where=f"{m.path or 'manifest'}: components.{c.name}.build.requires",
+                    where=f"{manifest.path or 'manifest'}: components.{c.name}.build.requires",
                     what=f"pip {r.text} (build requirement of {c.name}, not pinned in the manifest)",
                     node=f"compile-env:{c.name}", level=level_for("compile-env", levels), packages=(r.name,),
                     fix=f"pin it ({r.name}==<version>)"))
         locked_apt = vlock.build_apt.get(c.name, {}) if vlock else {}
         for p in c.build.apt:
             if not p.exact:
-                out.append(Finding(
+                out.append(AuditFinding(
                     rule="manifest-apt", status=status(p.name in locked_apt),
-                    where=f"{m.path or 'manifest'}: components.{c.name}.build.apt",
+                    where=f"{manifest.path or 'manifest'}: components.{c.name}.build.apt",
                     what=f"apt {p.name}" + (f"={p.version}" if p.version != "*" else " (no version)")
                          + f" (build requirement of {c.name})",
                     node=f"compile-env:{c.name}", level=level_for("compile-env", levels), packages=(p.name,),
                     fix=f"pin {p.name}=<exact version>"))
         if not _SHA.match(c.commit) or any(pr.head is None for pr in c.prs):
             locked = vlock is not None and c.name in vlock.components
-            out.append(Finding(
-                rule="manifest-commit", status=status(locked), where=f"{m.path or 'manifest'}: components.{c.name}",
+            out.append(AuditFinding(
+                rule="manifest-commit", status=status(locked), where=f"{manifest.path or 'manifest'}: components.{c.name}",
                 what=f"git {c.name}: " + ("commit " + c.commit + " is not a full SHA" if not _SHA.match(c.commit)
                                           else "a PR without its reviewed head SHA"),
                 node=f"wheel:{c.name}" if graph is None or f"wheel:{c.name}" in graph.names() else "assemble",
                 fix="write the full 40-hex SHA (and each PR's head:)"))
     runtime_apt = vlock.apt if vlock else {}
-    for p in m.apt.packages:
+    for p in manifest.apt.packages:
         if not p.exact:
-            out.append(Finding(
-                rule="manifest-apt", status=status(p.name in runtime_apt), where=f"{m.path or 'manifest'}: apt.packages",
+            out.append(AuditFinding(
+                rule="manifest-apt", status=status(p.name in runtime_apt), where=f"{manifest.path or 'manifest'}: apt.packages",
                 what=f"apt {p.name}" + (f"={p.version}" if p.version != "*" else " (no version)") + (
                     f"; the lock pins {runtime_apt[p.name]}" if p.name in runtime_apt else ""),
                 node="system", level=level_for("system", levels), packages=(p.name,),
                 fix=f"pin {p.name}=<exact version> in the manifest"))
-    cudnn = m.cudnn_for(variant)
+    cudnn = manifest.cudnn_for(variant)
     if cudnn is not None and not _exact_apt(cudnn.apt_version or f"{cudnn.version}-*"):
-        out.append(Finding(
-            rule="manifest-apt", status=status(cudnn.package in runtime_apt), where=f"{m.path or 'manifest'}: cudnn",
+        out.append(AuditFinding(
+            rule="manifest-apt", status=status(cudnn.package in runtime_apt), where=f"{manifest.path or 'manifest'}: cudnn",
             what=f"apt {cudnn.package}={cudnn.apt_version or cudnn.version + '-*'} (cuDNN)",
             node="cudnn", level=level_for("cudnn", levels), packages=(cudnn.package,),
             fix="pin cudnn.apt_version exactly"))
     if "@sha256:" not in variant.image:
-        out.append(Finding(
+        out.append(AuditFinding(
             rule="manifest-base", status=status(vlock is not None and vlock.base is not None and vlock.base.ref == variant.image),
-            where=f"{m.path or 'manifest'}: variants.{variant.name}.image",
+            where=f"{manifest.path or 'manifest'}: variants.{variant.name}.image",
             what=f"base {variant.image} is a tag" + (f"; the lock pins {vlock.base.digest}" if vlock and vlock.base else ""),
             node="base", fix="the lock pins the digest; write image@sha256:... for the inputs level without it"))
-    for d in m.downloads:
+    for d in manifest.downloads:
         u = d.for_platform(variant.platform)
         if u is not None and u.sha256 == "compute":
             locked = vlock is not None and d.name in vlock.downloads
-            out.append(Finding(
-                rule="manifest-download", status=status(locked), where=f"{m.path or 'manifest'}: downloads.{d.name}",
+            out.append(AuditFinding(
+                rule="manifest-download", status=status(locked), where=f"{manifest.path or 'manifest'}: downloads.{d.name}",
                 what=f"download {d.name} has sha256: compute (whatever {u.url} serves when locked)",
                 node="system", level=level_for("system", levels), paths=(d.dest,),
                 fix="write its sha256 in the manifest"))
@@ -193,16 +193,16 @@ def manifest_findings(m: Manifest, vlock: VariantLock | None, variant: Variant,
                 subject = f"{kind} {rest.split()[0].split('=')[0]}" if rest else kind
                 if any(f.node == n.name and f.what.startswith(subject) for f in out):
                     continue  # already said, by the manifest finding about the same value
-                out.append(Finding(rule="unlocked", status="floating", where="lock", node=n.name,
-                                   level=level_for(n.kind, levels), what=f"{text} is not pinned by the lock",
-                                   fix=f"buildctl lock {m.stack} --variant {variant.name}"))
+                out.append(AuditFinding(rule="unlocked", status="floating", where="lock", node=n.name,
+                                        level=level_for(n.kind, levels), what=f"{text} is not pinned by the lock",
+                                        fix=f"buildctl lock {manifest.stack} --variant {variant.name}"))
     return out
 
 
-def drift_findings(drift: Iterable[Any]) -> list[Finding]:
+def drift_findings(drift: Iterable[Any]) -> list[AuditFinding]:
     """`buildctl lock --check`'s differences (lock.Drift) as findings: the lock still pins the old values."""
-    return [Finding(rule="lock-drift", status="locked", where="buildctl lock --check", what=d.message(),
-                    fix="builds from the lock keep the old value; re-lock to take the new one")
+    return [AuditFinding(rule="lock-drift", status="locked", where="buildctl lock --check", what=d.message(),
+                         fix="builds from the lock keep the old value; re-lock to take the new one")
             for d in drift]
 
 
@@ -284,8 +284,8 @@ def _pip_args(cmd: list[str]) -> list[str] | None:
     return None
 
 
-def _requirement_findings(lines: Iterable[str], ctx: _Context, *, origin: str) -> list[Finding]:
-    out: list[Finding] = []
+def _requirement_findings(lines: Iterable[str], ctx: _Context, *, origin: str) -> list[AuditFinding]:
+    out: list[AuditFinding] = []
     for raw in lines:
         line = raw.strip()
         if not line or line.startswith(("#", "-")) or "<built by" in line or "<known after" in line:
@@ -320,9 +320,9 @@ def _requirement_findings(lines: Iterable[str], ctx: _Context, *, origin: str) -
 
 
 def _f(ctx: _Context, rule: Rule, what: str, *, packages: tuple[str, ...] = (), paths: tuple[str, ...] = (),
-       fix: str = "") -> Finding:
-    return Finding(rule=rule, status="floating", where=ctx.where, what=what, node=ctx.node, level=ctx.level,
-                   packages=packages, paths=paths, fix=fix)
+       fix: str = "") -> AuditFinding:
+    return AuditFinding(rule=rule, status="floating", where=ctx.where, what=what, node=ctx.node, level=ctx.level,
+                        packages=packages, paths=paths, fix=fix)
 
 
 def _checksummed(script: str) -> bool:
@@ -331,9 +331,9 @@ def _checksummed(script: str) -> bool:
         bool(re.search(r"\bsha(256|512)sum\b", script)) and bool(_HEX_DIGEST.search(script)))
 
 
-def scan_shell(script: str, ctx: _Context) -> list[Finding]:
+def scan_shell(script: str, ctx: _Context) -> list[AuditFinding]:
     """Findings in one shell script (a RUN's command, or a build script)."""
-    out: list[Finding] = []
+    out: list[AuditFinding] = []
     files: dict[str, list[str]] = {}  # file -> lines written by printf/echo (requirements files)
     commands = [c for line in _logical_lines(script) for c in _commands(_tokens(line))]
     checked = _checksummed(script)
@@ -434,8 +434,8 @@ def scan_shell(script: str, ctx: _Context) -> list[Finding]:
     return out
 
 
-def scan_dockerfile(text: str, ctx: _Context) -> list[Finding]:
-    out: list[Finding] = []
+def scan_dockerfile(text: str, ctx: _Context) -> list[AuditFinding]:
+    out: list[AuditFinding] = []
     for line in _logical_lines(text):
         word, _, rest = line.strip().partition(" ")
         instr = word.upper()
@@ -452,11 +452,11 @@ def scan_dockerfile(text: str, ctx: _Context) -> list[Finding]:
 
 
 def scan_graph(graph: Graph, templates: render.Templates, *, levels: Mapping[str, ReproLevel],
-               vlock: VariantLock | None, refs: Mapping[str, str]) -> list[Finding]:
+               vlock: VariantLock | None, refs: Mapping[str, str]) -> list[AuditFinding]:
     """Findings in every node's rendered Dockerfile and compile script (placeholders for unbuilt wheels)."""
     hashed = frozenset({p.name for p in (vlock.pip if vlock else ()) if p.hashes}
                        | {p.name for ps in (vlock.build_pip.values() if vlock else ()) for p in ps if p.hashes})
-    out: list[Finding] = []
+    out: list[AuditFinding] = []
     for n in graph.nodes:
         if n.kind == "base":
             continue
@@ -470,13 +470,13 @@ def scan_graph(graph: Graph, templates: render.Templates, *, levels: Mapping[str
     return out
 
 
-def audit(m: Manifest, vlock: VariantLock | None, variant: Variant, graph: Graph, templates: render.Templates,
-          refs: Mapping[str, str], drift: Iterable[Any] = ()) -> list[Finding]:
+def audit(manifest: Manifest, vlock: VariantLock | None, variant: Variant, graph: Graph, templates: render.Templates,
+          refs: Mapping[str, str], drift: Iterable[Any] = ()) -> list[AuditFinding]:
     """Everything above for one stack's variant, floating findings first."""
-    declared = manifest_findings(m, vlock, variant, graph)
+    declared = manifest_findings(manifest, vlock, variant, graph)
     said = {(f.node, p) for f in declared for p in f.packages}
     # Unlocked values render as written (einops, curl): the manifest finding already names them.
-    rendered = [f for f in scan_graph(graph, templates, levels=m.repro.levels, vlock=vlock, refs=refs)
+    rendered = [f for f in scan_graph(graph, templates, levels=manifest.repro.levels, vlock=vlock, refs=refs)
                 if not (f.rule in ("pip-unpinned", "apt-unversioned") and f.packages
                         and all((f.node, p) in said for p in f.packages))]
     found = declared + rendered + drift_findings(drift)

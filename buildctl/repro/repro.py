@@ -165,20 +165,20 @@ class ConfigChange:
         return f"{self.field}: {json.dumps(self.a)} -> {json.dumps(self.b)}"
 
 
-def _member_changes(a: Entry, b: Entry) -> tuple[tuple[str, str], ...]:
-    if a.members is None or b.members is None:
+def _member_changes(entry_a: Entry, entry_b: Entry) -> tuple[tuple[str, str], ...]:
+    if entry_a.members is None or entry_b.members is None:
         return ()
-    ma = {m.name: m for m in a.members}
-    mb = {m.name: m for m in b.members}
+    ma = {m.name: m for m in entry_a.members}
+    mb = {m.name: m for m in entry_b.members}
     out = [(n, "removed") for n in sorted(set(ma) - set(mb))] + [(n, "added") for n in sorted(set(mb) - set(ma))]
     out += [(n, "changed") for n in sorted(set(ma) & set(mb)) if (ma[n].size, ma[n].sha256) != (mb[n].size, mb[n].sha256)]
     return tuple(sorted(out))
 
 
-def diff_trees(a: Tree, b: Tree) -> list[FileChange]:
+def diff_trees(tree_a: Tree, tree_b: Tree) -> list[FileChange]:
     out: list[FileChange] = []
-    for path in sorted(set(a.entries) | set(b.entries)):
-        ea, eb = a.entries.get(path), b.entries.get(path)
+    for path in sorted(set(tree_a.entries) | set(tree_b.entries)):
+        ea, eb = tree_a.entries.get(path), tree_b.entries.get(path)
         meta = is_build_metadata(path)
         if ea is None:
             out.append(FileChange(path=path, change="added", a=None, b=eb, metadata=meta))
@@ -206,8 +206,8 @@ def diff_trees(a: Tree, b: Tree) -> list[FileChange]:
     return out
 
 
-def diff_packages(a: Tree, b: Tree) -> list[PackageChange]:
-    pa, pb = packages(a), packages(b)
+def diff_packages(tree_a: Tree, tree_b: Tree) -> list[PackageChange]:
+    pa, pb = packages(tree_a), packages(tree_b)
     out: list[PackageChange] = []
     managers: tuple[Literal["deb", "python", "wheel"], ...] = ("deb", "python", "wheel")
     for manager in managers:
@@ -218,15 +218,15 @@ def diff_packages(a: Tree, b: Tree) -> list[PackageChange]:
     return out
 
 
-def diff_config(a: ImageConfig, b: ImageConfig) -> list[ConfigChange]:
+def diff_config(config_a: ImageConfig, config_b: ImageConfig) -> list[ConfigChange]:
     out: list[ConfigChange] = []
-    fa, fb = a.fields(), b.fields()
+    fa, fb = config_a.fields(), config_b.fields()
     for k in fa:
         if fa[k] != fb[k]:
             out.append(ConfigChange(field=k, a=fa[k], b=fb[k]))
-    for k in sorted(set(a.labels) | set(b.labels)):
-        if a.labels.get(k) != b.labels.get(k):
-            out.append(ConfigChange(field=f"labels.{k}", a=a.labels.get(k), b=b.labels.get(k),
+    for k in sorted(set(config_a.labels) | set(config_b.labels)):
+        if config_a.labels.get(k) != config_b.labels.get(k):
+            out.append(ConfigChange(field=f"labels.{k}", a=config_a.labels.get(k), b=config_b.labels.get(k),
                                     metadata=k in METADATA_LABELS))
     return out
 
@@ -327,26 +327,26 @@ def _matches_floating(path: str, floating: Sequence[Floating]) -> Floating | Non
     return None
 
 
-def compare_node(*, node: str, kind: str, level: ReproLevel | None, a: Side, b: Side,
+def compare_node(*, node: str, kind: str, level: ReproLevel | None, side_a: Side, side_b: Side,
                  floating: Sequence[Floating] = (), upstream: Sequence[str] = ()) -> NodeReport:
     """The verdict on one node from its two builds (see the module docstring).
 
     ``upstream``: the nodes it builds on (its graph parents) that were not bit-identical themselves.
     """
-    layers = tuple(LayerPair(a=x, b=y) for x, y in zip(a.diff_ids, b.diff_ids, strict=False))
-    layers += tuple(LayerPair(a=x, b="") for x in a.diff_ids[len(b.diff_ids):])
-    layers += tuple(LayerPair(a="", b=y) for y in b.diff_ids[len(a.diff_ids):])
-    config = tuple(diff_config(a.config, b.config))
+    layers = tuple(LayerPair(a=x, b=y) for x, y in zip(side_a.diff_ids, side_b.diff_ids, strict=False))
+    layers += tuple(LayerPair(a=x, b="") for x in side_a.diff_ids[len(side_b.diff_ids):])
+    layers += tuple(LayerPair(a="", b=y) for y in side_b.diff_ids[len(side_a.diff_ids):])
+    config = tuple(diff_config(side_a.config, side_b.config))
     common: dict[str, Any] = {"node": node, "kind": kind, "level": level, "layers": layers, "config": config,
-                              "refs": (a.ref, b.ref), "keys": (a.key, b.key)}
+                              "refs": (side_a.ref, side_b.ref), "keys": (side_a.key, side_b.key)}
     config_causes = (Cause.CONFIG,) if any(not c.metadata for c in config) else ()
-    inputs = (Cause.INPUTS,) if a.key != b.key else ()
-    if a.diff_ids == b.diff_ids:
+    inputs = (Cause.INPUTS,) if side_a.key != side_b.key else ()
+    if side_a.diff_ids == side_b.diff_ids:
         verdict = Verdict.DIFFERENT if config_causes else Verdict.BIT
         return NodeReport(verdict=verdict, causes=inputs + config_causes, **common)
-    if a.archive is None or b.archive is None:
+    if side_a.archive is None or side_b.archive is None:
         raise ValueError(f"node {node}: the layers differ and no archive was given to explain why")
-    ta, tb = a.archive.tree(a.diff_ids), b.archive.tree(b.diff_ids)
+    ta, tb = side_a.archive.tree(side_a.diff_ids), side_b.archive.tree(side_b.diff_ids)
     files = diff_trees(ta, tb)
     pkgs = diff_packages(ta, tb)
     causes: list[Cause] = list(inputs)
@@ -395,12 +395,12 @@ def compare_node(*, node: str, kind: str, level: ReproLevel | None, a: Side, b: 
 
 
 @dataclass(frozen=True, kw_only=True)
-class Report:
+class ReproReport:
     stack: str
     variant: str
     mode: Literal["lock", "relock"]
     nodes: tuple[NodeReport, ...]
-    audit: tuple[dict[str, Any], ...] = ()  # the input audit's findings (audit.Finding.to_json())
+    audit: tuple[dict[str, Any], ...] = ()  # the input audit's findings (audit.AuditFinding.to_json())
     notes: tuple[str, ...] = ()
     backend: str = "classic"  # how both builds built their images (classic or buildkit)
     compiles: str = ""  # how the two builds compiled: build b warm from a's compiler cache, or both cold
@@ -415,7 +415,7 @@ class Report:
                 "notes": list(self.notes), "backend": self.backend, "compiles": self.compiles}
 
 
-def render_text(report: Report, *, limit: int = 12) -> list[str]:
+def render_text(report: ReproReport, *, limit: int = 12) -> list[str]:
     """Plain lines for the terminal: one block per node that is not bit-identical."""
     lines: list[str] = []
     for n in report.nodes:

@@ -1,7 +1,7 @@
 """The lock archive's two homes: the cache (``<cache>/reports/locks``) and the registry, beside the image.
 
 - ``keep(config, lock)``: every variant lock a nightly or a bump builds from, filed by its hash;
-- ``lock_evidence(lock, variant)``: the lock as evidence that publishing.publish (``attest_kinds=("lock",)``)
+- ``lock_evidence(lock, variant)``: the lock as evidence that ship.publish (``attest_kinds=("lock",)``)
   attaches beside the final image before any moving tag moves: an OCI 1.1 artifact (``archive.ARTIFACT_TYPE``)
   whose subject is the image manifest, through registry/attest.py as `push --attest provenance` attaches
   its statement (referrers API, or the ``sha256-<hex>`` referrers tag);

@@ -9,15 +9,15 @@ For every stack and variant, in order, each stage only when the one before it su
            ``<variant>-nightly-YYYYMMDD`` (and ``nightly-YYYYMMDD`` for the default variant), all confirmed
            by digest;
 4. promote move ``nightly`` (``<variant>-nightly``) only past the gate and with the smoke evidence of the
-           image's digest in the registry (services/evidencing.py), within a size budget that fails;
+           image's digest in the registry (services/evidence.py), within a size budget that fails;
            the report gives, per layer, the bytes added or rewritten against the last ``nightly``.
 
 One stack's failure never stops the others. The run writes one JSON and one Markdown report
 (``<cache>/reports/nightly/<started>.{json,md}`` plus ``latest.*``) that say what was built, what was
 reused, what changed since the previous nightly and what failed, so that a person reads one page.
 
-``run`` takes the stages behind a protocol (``Steps``); ``RealSteps`` are buildctl's own: the locker,
-``building.build_target`` and ``publishing.publish``.
+``run`` takes the stages behind a protocol (``NightlySteps``); ``RealSteps`` are buildctl's own: the locker,
+``build.build_target`` and ``ship.publish``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from buildctl import untrusted
-from buildctl.build.state import Report
+from buildctl.builder.state import BuildReport
 from buildctl.config import Config
 from buildctl.errors import BuildctlError, DiskFull, disk_full
 from buildctl.graph import routing
@@ -41,7 +41,7 @@ from buildctl.graph.graph import Graph
 from buildctl.lock import lockfile
 from buildctl.manifest import pins
 from buildctl.safepath import write_atomic
-from buildctl.services import building, bumping, lintargs, lockarchive, locking, publishing, target, wiring
+from buildctl.services import build, bump, lintargs, lock, lockarchive, ship, target, wiring
 from buildctl.ui import UI
 
 Stage = Literal["bump", "lock", "build", "push", "promote"]
@@ -145,7 +145,7 @@ class NightlyReport:
 # ------------------------------------------------------------------------------------------ seams
 
 
-class Steps(Protocol):
+class NightlySteps(Protocol):
     """What a nightly does to one variant; the real one drives lock/pipeline/push, tests pass data."""
 
     def lock(self, stack: str, variant: str) -> LockStep: ...
@@ -157,7 +157,7 @@ class Steps(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class BumpStep:
-    """A gated bump of a stack before its nightly (`nightly --bump STACK`): bumping.bump's outcome."""
+    """A gated bump of a stack before its nightly (`nightly --bump STACK`): bump.bump's outcome."""
 
     ok: bool
     summary: str
@@ -202,7 +202,7 @@ def _stage(stage: Stage, started: float, summary: str, status: Status = "ok", fi
     return StageResult(stage=stage, status=status, summary=summary, seconds=time.monotonic() - started, fix=fix)
 
 
-def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_variant: bool, push: bool,
+def run_variant(steps: NightlySteps, stack: str, variant: str, *, day: str, default_variant: bool, push: bool,
                 previous: Mapping[str, Any] | None, bumped: BumpStep | None = None) -> VariantRun:
     """The four stages for one variant; the first failure ends it and the rest are reported skipped. A red
     bump of the stack (``bumped``) is a failure before them: nothing is built or moved that day."""
@@ -272,7 +272,7 @@ def run_variant(steps: Steps, stack: str, variant: str, *, day: str, default_var
     return replace(r, stages=tuple(stages), since_previous=since_previous(previous, r))
 
 
-def compile_cache_lines(graph: Graph, report: Report) -> tuple[str, ...]:
+def compile_cache_lines(graph: Graph, report: BuildReport) -> tuple[str, ...]:
     """"fastmath: 12 of 14 compiled objects from the cache", per compile of this build that used the cache."""
     out = []
     for n in report.nodes:
@@ -329,7 +329,7 @@ def previous_runs(report_dir: Path) -> dict[tuple[str, str], Mapping[str, Any]]:
     return found
 
 
-def run(steps: Steps, targets: Sequence[tuple[str, str, bool]], *, report_dir: Path, push: bool = True,
+def run(steps: NightlySteps, targets: Sequence[tuple[str, str, bool]], *, report_dir: Path, push: bool = True,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         on_result: Callable[[VariantRun], None] = lambda _r: None, bumper: Bumper | None = None,
         bump_stacks: Sequence[str] = ()) -> tuple[NightlyReport, Path]:
@@ -426,7 +426,7 @@ def render_markdown(report: NightlyReport) -> str:
 
 
 def _check_lines(checks: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The promotion check's evidence and sizes, per layer (services/evidencing.PromotionCheck.to_json)."""
+    """The promotion check's evidence and sizes, per layer (services/evidence.PromotionCheck.to_json)."""
     lines = []
     for c in checks:
         used = (c.get("evidence") or {}).get("used") or []
@@ -445,7 +445,7 @@ def _check_lines(checks: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def routes(pins_dir: Path, todo: Sequence[tuple[str, str, bool]], fleet: routing.Fleet,
-           probe: routing.Probe) -> dict[tuple[str, str], routing.Route | BuildctlError]:
+           probe: routing.BuilderProbe) -> dict[tuple[str, str], routing.Route | BuildctlError]:
     """Each variant's builders, by its platform (routing.route), before anything is built: every builder asked
     once for the whole night. A variant that cannot be routed (a builder that answers another platform than the
     configuration says) keeps its error, which fails its build stage alone."""
@@ -472,7 +472,7 @@ def routed(config: Config, pins_dir: Path, todo: Sequence[tuple[str, str, bool]]
 
 @dataclass
 class RealSteps:
-    """The stages through buildctl's own services: locking, building.build_target, publishing.publish. Each
+    """The stages through buildctl's own services: lock.relock_variant, build.build_target, ship.publish. Each
     variant builds on the builders of its platform (``routes``; a variant not routed: the default engine)."""
 
     project: Path
@@ -484,20 +484,20 @@ class RealSteps:
     backend: str | None = None  # the builders' backend (wiring.Builders.backend); None: the configuration's
 
     def bump(self, stack: str) -> BumpStep:
-        done = bumping.bump(self.project, self.config, stack, (), registry=self.registry, jobs=self.jobs, push=False,
-                            ui=self.ui)
+        done = bump.bump(self.project, self.config, stack, (), registry=self.registry, jobs=self.jobs, push=False,
+                         terminal=self.ui)
         return BumpStep(ok=done.ok, summary=done.summary(), fix=done.fix)
 
     def lock(self, stack: str, variant: str) -> LockStep:
         path = pins.find(self.project / "pins", stack)
-        done = locking.relock_variant(path, variant, wiring.resolvers(self.config), self.config)
-        lock = lockfile.read(lockfile.lock_path(path))
-        if lock is not None:
-            lockarchive.keep(self.config, lock)  # the lock this night builds from, filed by its hash
+        done = lock.relock_variant(path, variant, wiring.resolvers(self.config), self.config)
+        current = lockfile.read(lockfile.lock_path(path))
+        if current is not None:
+            lockarchive.keep(self.config, current)  # the lock this night builds from, filed by its hash
         return LockStep(lock_hash=done.lock_hash, drift=done.drift, written=done.written)
 
     def build(self, stack: str, variant: str) -> BuildStep:
-        from buildctl.build import pipeline
+        from buildctl.builder import pipeline
         from buildctl.ui import NodeProgress
 
         config = self.config
@@ -510,13 +510,13 @@ class RealSteps:
             routed = (wiring.engines_for(config, self.backend or config.backend or "classic", route) if route
                       else wiring.route(config, wiring.choose_builders(config), t.variant.platform))
             try:
-                options = pipeline.Options(jobs=self.jobs, emulated=routed.emulated, emulation=wiring.emulation_registered(
+                options = pipeline.BuildOptions(jobs=self.jobs, emulated=routed.emulated, emulation=wiring.emulation_registered(
                     routed.engines[0].address, t.variant.platform))
                 with NodeProgress(self.ui, t.graph.names()) as progress:
-                    report = building.build_target(t, engines=list(routed.engines), config=config, progress=progress,
-                                                   project=self.project, options=options,
-                                                   smoke_gate=wiring.smoke_gate(config, stack, t.graph.variant,
-                                                                                t.registry), route=routed.route)
+                    report = build.build_target(t, engines=list(routed.engines), config=config, progress=progress,
+                                                project=self.project, options=options,
+                                                smoke_gate=wiring.smoke_gate(config, stack, t.graph.variant,
+                                                                             t.registry), route=routed.route)
             finally:
                 routed.close()
         return BuildStep(
@@ -527,11 +527,11 @@ class RealSteps:
 
     def push(self, stack: str, variant: str, *, tags: Sequence[str], moving: Sequence[str]) -> PushStep:
         t = target.load(self.project, self.config, stack, variant, registry=self.registry)
-        _t, report = publishing.publish(self.project, self.config, t, registry_arg=self.registry,
-                                        say=self.ui.info, warn=self.ui.warn, moving=moving, promote=bool(moving),
-                                        extra_tags=[x for x in tags if not _DATED.search(x)],
-                                        dated_tags=[x for x in tags if _DATED.search(x)],
-                                        attest_kinds=("lock",))  # the lock beside the image, before tags move
+        _t, report = ship.publish(self.project, self.config, t, registry_arg=self.registry,
+                                  say=self.ui.info, warn=self.ui.warn, moving=moving, promote=bool(moving),
+                                  extra_tags=[x for x in tags if not _DATED.search(x)],
+                                  dated_tags=[x for x in tags if _DATED.search(x)],
+                                  attest_kinds=("lock",))  # the lock beside the image, before tags move
         return PushStep(
             pushed={p.target: p.digest for p in report.pushed},
             promoted=tuple(p.target for p in report.promoted),

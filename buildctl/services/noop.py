@@ -12,7 +12,7 @@ loaded or started: no manifest parse, no graph, no docker-py, no thread, no proc
 
 Anything else (a file that changed or is gone, another engine address kind, an image that is missing or
 labelled otherwise, a registry that does not say yes) answers None, and the build goes the full way
-(buildctl.services.building), which plans, says why and builds. The memo only ever skips work the plan
+(buildctl.services.build), which plans, says why and builds. The memo only ever skips work the plan
 would skip; it never decides that something is to be built.
 """
 
@@ -34,7 +34,7 @@ from buildctl.labels import SMOKE_LABEL
 from buildctl.safepath import write_atomic
 
 if TYPE_CHECKING:
-    from buildctl.build.state import Report
+    from buildctl.builder.state import BuildReport
     from buildctl.services.target import Target
 
 SCHEMA = 1
@@ -115,32 +115,32 @@ def _file_digest(path: str) -> str | None:
     return h.hexdigest()
 
 
-def input_files(project: Path, t: Target) -> list[Path]:
+def input_files(project: Path, target: Target) -> list[Path]:
     """Every file the target is made from: its manifest, its lock, the images/ fragments, the patches."""
     from buildctl.lock import lockfile
 
-    files = [t.manifest_path, lockfile.lock_path(t.manifest_path)]
+    files = [target.manifest_path, lockfile.lock_path(target.manifest_path)]
     images = project / "images"  # as services.target.load reads them
-    files += [images / name for name in sorted(t.templates.texts)]
-    files += [t.manifest_path.parent / p.file for c in t.manifest.components for p in c.patches]
+    files += [images / name for name in sorted(target.templates.texts)]
+    files += [target.manifest_path.parent / p.file for c in target.manifest.components for p in c.patches]
     return files
 
 
-def remember(req: Request, config: Config, t: Target, report: Report, *, engine: str,
+def remember(req: Request, config: Config, target: Target, report: BuildReport, *, engine: str,
              warnings: Sequence[str] = ()) -> None:
     """After a build that completed on one engine (at address ``engine``, the one its plan asked): what the next
     ``cached`` compares against (written atomically)."""
     from buildctl.graph.graph import shared_labels
 
-    g = t.graph
+    g = target.graph
     final = g.final
-    files = {str(p): _file_digest(str(p)) for p in input_files(Path(req.project), t)}
+    files = {str(p): _file_digest(str(p)) for p in input_files(Path(req.project), target)}
     if any(v is None for v in files.values()):
         return  # a file the target was made from cannot be read again: no memo
     data: dict[str, Any] = {
         "schema": SCHEMA, "files": files, "stack": g.stack, "variant": g.variant, "final": final.name,
         "ref": report.final, "key": final.key, "labels": shared_labels(g, final), "gate": bool(g.gate),
-        "names": list(g.names()), "registry": t.registry, "warnings": list(warnings), "engine": engine,
+        "names": list(g.names()), "registry": target.registry, "warnings": list(warnings), "engine": engine,
     }
     path = memo_path(config, _request_digest(req, config))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from buildctl.lock.resolvers import Resolvers
 from buildctl.registry import credentials
 
 if TYPE_CHECKING:
-    from buildctl.build.state import SmokeGate
+    from buildctl.builder.state import SmokeGate
     from buildctl.engine.engine import Engine
     from buildctl.sources.index import HttpFetcher, SimpleIndex
     from buildctl.sources.sources import Sources
@@ -112,7 +112,7 @@ def build_engines(config: Config, chosen: Builders) -> list[Engine]:
 
 
 class EngineProbe:
-    """routing.Probe over real engines: each builder asked its platform once (the engine's version, kept by its
+    """routing.BuilderProbe over real engines: each builder asked its platform once (the engine's version, kept by its
     client), its host's QEMU handlers read where the engine is local (a unix socket). ``close`` ends the clients."""
 
     def __init__(self, config: Config, backend: str) -> None:
@@ -164,10 +164,10 @@ class Routed:
             e.close()
 
 
-def engines_for(config: Config, backend: str, r: routing.Route, *, fallback: str = syntax.LOCAL_ENDPOINT) -> Routed:
+def engines_for(config: Config, backend: str, route: routing.Route, *, fallback: str = syntax.LOCAL_ENDPOINT) -> Routed:
     """The engines of a route's builders (named as a build's engines always were), or ``fallback``'s alone."""
-    endpoints = [b.endpoint for b in r.builders] or [fallback]
-    return Routed(route=r, engines=tuple(
+    endpoints = [b.endpoint for b in route.builders] or [fallback]
+    return Routed(route=route, engines=tuple(
         engine(config, None if ep == syntax.LOCAL_ENDPOINT else ep,
                name="default" if len(endpoints) == 1 else f"engine{i}", backend=backend)
         for i, ep in enumerate(endpoints)))
@@ -258,7 +258,7 @@ def registry_credentials(registry: str | None, env: Mapping[str, str]) -> Iterat
 def smoke_gate(config: Config, stack: str, variant: str, registry: str | None = None) -> SmokeGate:
     """The build-host smoke tier (smoke.BuildGate) as the gate before the entrypoint; reports under the cache.
     With the ``registry`` the build shares its nodes through, an assembled image whose digest there has
-    build-tier evidence of this suite reuses it (services/evidencing.GateReuse). Made when the gate first runs:
+    build-tier evidence of this suite reuses it (services/evidence.GateReuse). Made when the gate first runs:
     a build with nothing to gate does not import the suite's runner and the evidence lookup (0.1 s)."""
     return _LazyGate(config=config, report_dir=config.cache.reports / "smoke" / stack / variant, registry=registry)
 
@@ -272,8 +272,8 @@ class _LazyGate:
 
     def __call__(self, engine: Engine, image: str, /, *, log_file: Path) -> str:
         if self._gate is None:
-            from buildctl.build.smoke import BuildGate
-            from buildctl.services.evidencing import GateReuse
+            from buildctl.builder.smoke import BuildGate
+            from buildctl.services.evidence import GateReuse
 
             self._gate = BuildGate(report_dir=self.report_dir, evidence=GateReuse(config=self.config,
                                                                                   registry=self.registry)

@@ -202,46 +202,46 @@ def _norm(name: str) -> str:
     return canonicalize_name(name)
 
 
-def manifest_sources(m: Manifest, project: Path | None = None) -> dict[tuple[Section, str], str]:
+def manifest_sources(manifest: Manifest, project: Path | None = None) -> dict[tuple[Section, str], str]:
     """(section, name) -> 'file:line: key' of the manifest entry that asks for it."""
 
-    def where(at: Location) -> str:
-        file = at.file
+    def where(location: Location) -> str:
+        file = location.file
         if project is not None and Path(file).resolve().is_relative_to(project.resolve()):
             file = str(Path(file).resolve().relative_to(project.resolve()))
-        text = f"{file}:{at.line}" if at.line else file
-        return f"{text}: {at.key}" if at.key else text
+        text = f"{file}:{location.line}" if location.line else file
+        return f"{text}: {location.key}" if location.key else text
 
     out: dict[tuple[Section, str], str] = {}
-    for r in m.pip.requirements:
+    for r in manifest.pip.requirements:
         out[("pip", _norm(r.name))] = where(r.at)
-    for c in m.components:
+    for c in manifest.components:
         for r in c.build.requires:
             out.setdefault(("pip", _norm(r.name)), where(r.at))
         out[("component", c.name)] = where(c.at)
         if c.install.dist:
             out.setdefault(("pip", _norm(c.install.dist)), where(c.at))
-    for p in m.apt.packages:
+    for p in manifest.apt.packages:
         out[("deb", p.name)] = where(p.at)
-    for c in m.components:
+    for c in manifest.components:
         for p in c.build.apt:
             out.setdefault(("deb", p.name), where(p.at))
-    for v in m.variants:
-        cd = m.cudnn_for(v)
+    for v in manifest.variants:
+        cd = manifest.cudnn_for(v)
         if cd is not None:
             out.setdefault(("deb", cd.package), where(cd.at))
-    file = where(m.at).split(":", 1)[0]  # env values carry no line of their own
-    for name in m.env:
+    file = where(manifest.at).split(":", 1)[0]  # env values carry no line of their own
+    for name in manifest.env:
         out[("env", name)] = f"{file}: env.{name}"
     return out
 
 
-def _section(section: Section, a: Mapping[str, str] | None, b: Mapping[str, str] | None,
+def _section(section: Section, section_a: Mapping[str, str] | None, section_b: Mapping[str, str] | None,
              sources: Mapping[tuple[Section, str], str], *, normalise: bool = False) -> list[Delta]:
-    a, b = a or {}, b or {}
+    section_a, section_b = section_a or {}, section_b or {}
     key = _norm if normalise else (lambda s: s)
-    na = {key(k): (k, v) for k, v in a.items()}
-    nb = {key(k): (k, v) for k, v in b.items()}
+    na = {key(k): (k, v) for k, v in section_a.items()}
+    nb = {key(k): (k, v) for k, v in section_b.items()}
     out = []
     for k in sorted(set(na) | set(nb)):
         old, new = na.get(k), nb.get(k)
@@ -253,22 +253,22 @@ def _section(section: Section, a: Mapping[str, str] | None, b: Mapping[str, str]
     return out
 
 
-def diff(a: Bom, b: Bom, manifest: Manifest | None = None, project: Path | None = None) -> BomDiff:
-    """What changed from ``a`` to ``b`` (pure); sources come from ``manifest`` when given."""
+def diff(bom_a: Bom, bom_b: Bom, manifest: Manifest | None = None, project: Path | None = None) -> BomDiff:
+    """What changed from ``bom_a`` to ``bom_b`` (pure); sources come from ``manifest`` when given."""
     sources = manifest_sources(manifest, project) if manifest is not None else {}
-    plain = {k: v for k, v in a.labels.items() if not k.startswith(COMPONENT_LABEL)}
-    plain_b = {k: v for k, v in b.labels.items() if not k.startswith(COMPONENT_LABEL)}
-    python_a = {"python": a.python} if a.python else {}
-    python_b = {"python": b.python} if b.python else {}
+    plain = {k: v for k, v in bom_a.labels.items() if not k.startswith(COMPONENT_LABEL)}
+    plain_b = {k: v for k, v in bom_b.labels.items() if not k.startswith(COMPONENT_LABEL)}
+    python_a = {"python": bom_a.python} if bom_a.python else {}
+    python_b = {"python": bom_b.python} if bom_b.python else {}
     deltas = [
         *_section("python", python_a, python_b, sources),
-        *_section("pip", a.pip, b.pip, sources, normalise=True),
-        *_section("deb", a.deb, b.deb, sources),
-        *_section("component", a.components, b.components, sources),
+        *_section("pip", bom_a.pip, bom_b.pip, sources, normalise=True),
+        *_section("deb", bom_a.deb, bom_b.deb, sources),
+        *_section("component", bom_a.components, bom_b.components, sources),
         *_section("label", plain, plain_b, sources),
-        *_section("env", a.env, b.env, sources),
+        *_section("env", bom_a.env, bom_b.env, sources),
     ]
-    return BomDiff(a=a.image, b=b.image, deltas=tuple(deltas), manifest=manifest.path if manifest else None)
+    return BomDiff(a=bom_a.image, b=bom_b.image, deltas=tuple(deltas), manifest=manifest.path if manifest else None)
 
 
 # ---------------------------------------------------------------------------------------- rendering
@@ -295,11 +295,11 @@ def render_bom(bom: Bom) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_diff(d: BomDiff) -> str:
-    lines = [f"diff {d.a} -> {d.b}"]
-    if not d.deltas:
+def render_diff(diff: BomDiff) -> str:
+    lines = [f"diff {diff.a} -> {diff.b}"]
+    if not diff.deltas:
         lines.append("  no differences")
-    for x in d.deltas:
+    for x in diff.deltas:
         if x.change == "added":
             what = f"+ {x.name} {x.new}"
         elif x.change == "removed":
@@ -307,7 +307,7 @@ def render_diff(d: BomDiff) -> str:
         else:
             what = f"~ {x.name} {x.old} -> {x.new}"
         lines.append(f"  {x.section:<9} {what}" + (f"  [{x.source}]" if x.source else ""))
-    counts = summary(d.deltas)
+    counts = summary(diff.deltas)
     if counts:
         lines.append("summary: " + "; ".join(
             f"{s} " + ", ".join(f"{n} {c}" for c, n in v.items() if n) for s, v in counts.items()))

@@ -228,12 +228,12 @@ def from_payload(data: bytes, *, where: str, subject: str, artifact: str = "") -
                          artifact=artifact)
 
 
-def carried(ev: SmokeEvidence, *, subject: str, tested: str) -> SmokeEvidence:
-    """``ev`` (evidence for the image the suite ran on) as evidence for the image built on it: the final image
+def carried(evidence: SmokeEvidence, *, subject: str, tested: str) -> SmokeEvidence:
+    """``evidence`` (evidence for the image the suite ran on) as evidence for the image built on it: the final image
     is the gated image plus the entrypoint layer (the caller has checked that its layers begin with it)."""
-    return SmokeEvidence(tier=ev.tier, subject=subject, suite_hash=ev.suite_hash, ok=ev.ok, stack=ev.stack,
-                         variant=ev.variant, started=ev.started, attached_by="buildctl push", tested=tested,
-                         gpu=ev.gpu, failed=ev.failed, reused_from=ev.artifact, report=ev.report)
+    return SmokeEvidence(tier=evidence.tier, subject=subject, suite_hash=evidence.suite_hash, ok=evidence.ok, stack=evidence.stack,
+                         variant=evidence.variant, started=evidence.started, attached_by="buildctl push", tested=tested,
+                         gpu=evidence.gpu, failed=evidence.failed, reused_from=evidence.artifact, report=evidence.report)
 
 
 # ------------------------------------------------------------------------------------------ deciding

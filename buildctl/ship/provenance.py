@@ -158,13 +158,13 @@ def _apts(apt: Mapping[str, str], arch: str, scope: str) -> Iterator[dict[str, A
         yield _rd(uri=uri, name=name, kind="apt", scope=scope)
 
 
-def _component(name: str, c: LockedComponent) -> Iterator[dict[str, Any]]:
+def _component(name: str, locked: LockedComponent) -> Iterator[dict[str, Any]]:
     """A component's base commit, its changes in the order applied (the commits each brought), the
     commits its changes dragged in, its submodules and the prepared commit."""
-    git = f"git+{c.repo}"
-    yield _rd(uri=f"{git}@{c.commit}", name=name, digest={"gitCommit": c.commit}, kind="git", component=name,
+    git = f"git+{locked.repo}"
+    yield _rd(uri=f"{git}@{locked.commit}", name=name, digest={"gitCommit": locked.commit}, kind="git", component=name,
               role="base commit")
-    for i, change in enumerate(c.changes, 1):
+    for i, change in enumerate(locked.changes, 1):
         step = str(i)
         if isinstance(change, LockedPick):
             yield _rd(uri=f"{git}@{change.sha}", name=f"{name} commit {change.sha[:12]}",
@@ -189,13 +189,13 @@ def _component(name: str, c: LockedComponent) -> Iterator[dict[str, Any]]:
                       kind="patch", component=name, change=step)
         else:
             assert_never(change)
-    for d in c.dragged:
+    for d in locked.dragged:
         yield _rd(uri=f"{git}@{d.sha}", name=f"{name} commit {d.sha[:12]}", digest={"gitCommit": d.sha}, kind="git",
                   component=name, role=f"dragged in by {d.by}" if d.by else "dragged in")
-    for path, sha in sorted(c.submodules.items()):
+    for path, sha in sorted(locked.submodules.items()):
         yield _rd(uri=f"{git}#{path}", name=f"{name} submodule {path}", digest={"gitCommit": sha}, kind="git",
                   component=name, role="submodule")
-    yield _rd(uri=git, name=f"{name} prepared", digest={"gitCommit": c.tree or c.commit}, kind="git",
+    yield _rd(uri=git, name=f"{name} prepared", digest={"gitCommit": locked.tree or locked.commit}, kind="git",
               component=name, role="prepared commit (base commit with the changes applied)")
 
 
@@ -275,10 +275,10 @@ def statement(*, subject_name: str, subject_digest: str, found: ImageLock, label
         raise UsageError(f"{subject_name}: {subject_digest!r} is not a sha256 manifest digest")
     vlock = found.vlock
 
-    def shown(p: Path) -> str:
-        if project is not None and p.resolve().is_relative_to(project.resolve()):
-            return str(p.resolve().relative_to(project.resolve()))
-        return str(p)
+    def shown(path: Path) -> str:
+        if project is not None and path.resolve().is_relative_to(project.resolve()):
+            return str(path.resolve().relative_to(project.resolve()))
+        return str(path)
 
     deps = materials(vlock)  # refuses a partial lock
     assert vlock.base is not None

@@ -17,7 +17,7 @@ in order and returns a ``PushReport``. For each item:
 
 ``promote`` then moves moving tags (latest, nightly) only when every immutable tag was confirmed and
 the ``evidence`` check passes for the image: it reads the smoke evidence attached to the pushed digest
-in the registry (services/evidencing.py; never a label the builder wrote) and the size budget; and it
+in the registry (services/evidence.py; never a label the builder wrote) and the size budget; and it
 confirms that each moving tag has the very digest of the immutable one; a moving tag that fails is in the
 report (``failed`` and ``not_promoted``, ``ok: false``) with the ones after it, and a rerun moves them. A ``ReportSink`` rewrites the report file after every confirmation, so the file never
 lists a push the registry has not confirmed. Every text that leaves this module goes through the
@@ -70,8 +70,8 @@ class PushFailed(PushError):
         self.attempts = attempts
 
 
-class Verdict(Protocol):
-    """What the promotion check found for a pushed image (services/evidencing.PromotionCheck): ``refusal``
+class PromotionVerdict(Protocol):
+    """What the promotion check found for a pushed image (services/evidence.PromotionCheck): ``refusal``
     says why its moving tags must not move ("" when they may)."""
 
     @property
@@ -480,7 +480,7 @@ def run(engine: PushEngine, items: Sequence[PushItem], *, stack: str, variant: s
         sleep: Callable[[float], None] = time.sleep, say: Callable[[str], None] = lambda _t: None,
         log: Callable[[str], None] = lambda _t: None, clock: Callable[[], str] = _utc,
         attach: Callable[[Pushed], Sequence[Attached]] | None = None,
-        evidence: Callable[[Pushed], Verdict] | None = None, attach_to: str | None = None) -> PushReport:
+        evidence: Callable[[Pushed], PromotionVerdict] | None = None, attach_to: str | None = None) -> PushReport:
     """Push every item, then (with ``attach``) attach evidence to the last one (the final image, once all
     were confirmed), then (with ``promote``) ask ``evidence`` about each confirmed image that has moving
     tags and move them where it has no refusal; the report is written as it goes. An attachment or a

@@ -62,7 +62,7 @@ class Check:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Probe:
+class BaseProbe:
     """What the probe saw inside the image; a value is None when it could not be read (see errors)."""
 
     python: str | None = None
@@ -78,10 +78,10 @@ class Probe:
                 "cuda_home": self.cuda_home, "nvcc": self.nvcc, "errors": dict(sorted(self.errors.items()))}
 
     @staticmethod
-    def from_json(d: Mapping[str, Any]) -> Probe:
-        return Probe(python=d.get("python"), torch=d.get("torch"), torch_cuda=d.get("torch_cuda"),
-                     cudnn=d.get("cudnn"), cuda_home=d.get("cuda_home"), nvcc=d.get("nvcc"),
-                     errors=dict(d.get("errors") or {}))
+    def from_json(data: Mapping[str, Any]) -> BaseProbe:
+        return BaseProbe(python=data.get("python"), torch=data.get("torch"), torch_cuda=data.get("torch_cuda"),
+                         cudnn=data.get("cudnn"), cuda_home=data.get("cuda_home"), nvcc=data.get("nvcc"),
+                         errors=dict(data.get("errors") or {}))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +93,7 @@ class BaseRecord:
     platform: str
     env: Mapping[str, str]
     labels: Mapping[str, str]
-    probe: Probe | None
+    probe: BaseProbe | None
     recorded_at: str
 
     def to_json(self) -> dict[str, Any]:
@@ -102,14 +102,14 @@ class BaseRecord:
                 "probe": None if self.probe is None else self.probe.to_json(), "recorded_at": self.recorded_at}
 
     @staticmethod
-    def from_json(d: Mapping[str, Any]) -> BaseRecord:
-        return BaseRecord(ref=d["ref"], digest=d["digest"], platform=d["platform"], env=dict(d["env"]),
-                          labels=dict(d["labels"]), probe=None if d.get("probe") is None else Probe.from_json(d["probe"]),
-                          recorded_at=d.get("recorded_at", ""))
+    def from_json(data: Mapping[str, Any]) -> BaseRecord:
+        return BaseRecord(ref=data["ref"], digest=data["digest"], platform=data["platform"], env=dict(data["env"]),
+                          labels=dict(data["labels"]), probe=None if data.get("probe") is None else BaseProbe.from_json(data["probe"]),
+                          recorded_at=data.get("recorded_at", ""))
 
 
 @dataclass(frozen=True, kw_only=True)
-class Change:
+class BaseChange:
     kind: ChangeKind
     key: str
     old: str | None
@@ -131,7 +131,7 @@ class VerifyResult:
     checks: tuple[Check, ...]
     baseline: str | None = None  # digest the changes are measured against
     baseline_note: str = ""
-    changes: tuple[Change, ...] | None = None  # None: there was nothing to compare with
+    changes: tuple[BaseChange, ...] | None = None  # None: there was nothing to compare with
 
     @property
     def ok(self) -> bool:
@@ -204,7 +204,7 @@ def _probe_check(name: str, want: str | None, have: str | None, why_missing: str
     return Check(name=name, status="ok" if version_matches(want, have) else "fail", expected=f"{want}*", actual=have)
 
 
-def check_probe(contract: BaseContract, probe: Probe) -> list[Check]:
+def check_probe(contract: BaseContract, probe: BaseProbe) -> list[Check]:
     e = probe.errors
     checks = [
         _probe_check("python", contract.python, probe.python, e.get("python")),
@@ -267,60 +267,60 @@ print(json.dumps(out))
 """
 
 
-def parse_probe(result: RunOutcome) -> Probe:
-    """The probe's JSON line, or a Probe whose errors say why there is none."""
+def parse_probe(result: RunOutcome) -> BaseProbe:
+    """The probe's JSON line, or a BaseProbe whose errors say why there is none."""
     if result.timed_out:
-        return Probe(errors={"python": "the probe timed out"})
+        return BaseProbe(errors={"python": "the probe timed out"})
     for line in reversed(result.stdout.splitlines()):
         if line.startswith("{"):
             try:
-                return Probe.from_json(untrusted.loads(line))
+                return BaseProbe.from_json(untrusted.loads(line))
             except (ValueError, KeyError, TypeError, AttributeError):
                 break
     tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
     if result.exit_code in (126, 127) or "executable file not found" in result.stderr:
-        return Probe(errors={"python": f"no python3 in the image ({tail})"})
-    return Probe(errors={"python": f"the probe exited {result.exit_code}: {tail}"})
+        return BaseProbe(errors={"python": f"no python3 in the image ({tail})"})
+    return BaseProbe(errors={"python": f"the probe exited {result.exit_code}: {tail}"})
 
 
 # --------------------------------------------------------------------------------------- records
 
 
-def diff_records(old: BaseRecord, new: BaseRecord) -> tuple[Change, ...]:
-    changes: list[Change] = []
+def diff_records(old: BaseRecord, new: BaseRecord) -> tuple[BaseChange, ...]:
+    changes: list[BaseChange] = []
     if old.platform != new.platform:
-        changes.append(Change(kind="platform", key="platform", old=old.platform, new=new.platform))
+        changes.append(BaseChange(kind="platform", key="platform", old=old.platform, new=new.platform))
     for kind, a, b in (("env", old.env, new.env), ("label", old.labels, new.labels)):
         for k in sorted(set(a) | set(b)):
             if a.get(k) != b.get(k):
-                changes.append(Change(kind=kind, key=k, old=a.get(k), new=b.get(k)))  # type: ignore[arg-type]
+                changes.append(BaseChange(kind=kind, key=k, old=a.get(k), new=b.get(k)))  # type: ignore[arg-type]
     if old.probe is not None and new.probe is not None:
         po, pn = old.probe.to_json(), new.probe.to_json()
         for k in ("python", "torch", "torch_cuda", "cudnn", "nvcc"):
             if po[k] != pn[k]:
-                changes.append(Change(kind="probe", key=k, old=po[k], new=pn[k]))
+                changes.append(BaseChange(kind="probe", key=k, old=po[k], new=pn[k]))
     return tuple(changes)
 
 
 RECORD_MAX = 1 << 20  # bytes of one base record read at most (its env, labels and probe: a few KiB)
 
 
-def _texts(v: object) -> bool:
-    return isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+def _texts(value: object) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in value.items())
 
 
-def _record_shape(d: object) -> bool:
-    """Whether ``d`` has the shape BaseRecord.to_json writes (what from_json and the comparisons take)."""
-    if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in ("ref", "digest", "platform")):
+def _record_shape(data: object) -> bool:
+    """Whether ``data`` has the shape BaseRecord.to_json writes (what from_json and the comparisons take)."""
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("ref", "digest", "platform")):
         return False
-    probe = d.get("probe")
+    probe = data.get("probe")
     probe_ok = probe is None or (isinstance(probe, dict) and _texts(probe.get("errors") or {}) and all(
         probe.get(k) is None or isinstance(probe.get(k), str)
         for k in ("python", "torch", "torch_cuda", "cudnn", "cuda_home", "nvcc")))
-    return _texts(d.get("env")) and _texts(d.get("labels")) and isinstance(d.get("recorded_at", ""), str) and probe_ok
+    return _texts(data.get("env")) and _texts(data.get("labels")) and isinstance(data.get("recorded_at", ""), str) and probe_ok
 
 
-class RecordStore:
+class BaseRecords:
     """``<cache>/reports/bases/<digest hex>.json``: one small record per verified base digest."""
 
     def __init__(self, reports: Path) -> None:
@@ -399,7 +399,7 @@ def _now() -> str:
 
 
 def verify(*, alias: str, stack: str, variant: Variant, contract: BaseContract, lock: VariantLock | None,
-           engine: VerifyEngine, mirrors: Mapping[str, str], store: RecordStore,
+           engine: VerifyEngine, mirrors: Mapping[str, str], store: BaseRecords,
            clock: Callable[[], str] = _now) -> VerifyResult:
     checked = mirror_ref(variant.image, dict(mirrors))
     target = ImageRef.parse(checked)
@@ -430,7 +430,7 @@ def verify(*, alias: str, stack: str, variant: Variant, contract: BaseContract, 
     info = engine.inspect_image(pinned)
     checks += check_config(contract, variant, info.env, info.platform)
 
-    probe: Probe | None = None
+    probe: BaseProbe | None = None
     host = engine.platform()
     if info.platform != host:
         checks += skipped_probe(f"the image is {info.platform} and the engine runs {host}: "
@@ -448,8 +448,8 @@ def verify(*, alias: str, stack: str, variant: Variant, contract: BaseContract, 
     return replace(result, checks=tuple(checks), baseline=baseline, baseline_note=note, changes=changes)
 
 
-def _against_previous(store: RecordStore, record: BaseRecord, locked: str | None,
-                      name: str) -> tuple[str | None, str, tuple[Change, ...] | None]:
+def _against_previous(store: BaseRecords, record: BaseRecord, locked: str | None,
+                      name: str) -> tuple[str | None, str, tuple[BaseChange, ...] | None]:
     """(baseline digest, what it is, changes); changes is None when there is nothing to compare with."""
     if locked is not None and locked == record.digest:
         return locked, "the locked base", ()
@@ -500,5 +500,5 @@ def render(result: VerifyResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _show(v: str | None) -> str:
-    return "(unset)" if v is None else repr(v) if v == "" else v
+def _show(value: str | None) -> str:
+    return "(unset)" if value is None else repr(value) if value == "" else value

@@ -54,7 +54,7 @@ def export(cache: Mirrors, prepared: PreparedTree, dest: Path, *, git_head: bool
         _write_tree(cache, prepared.url, prepared.tree, tmp, prepared.allowed, placeholders)
         for sub in prepared.submodules:
             target = tmp / sub.path
-            _write_tree(cache, sub.url, sub.commit, target, prepared.allowed, placeholders, at=f"{sub.path}/")
+            _write_tree(cache, sub.url, sub.commit, target, prepared.allowed, placeholders, prefix=f"{sub.path}/")
         if git_head:
             _minimal_git(tmp / ".git", prepared.tree, {
                 **({"placeholders": placeholders} if placeholders else {}),
@@ -93,7 +93,7 @@ def exported(cache: Mirrors, prepared: PreparedTree, *, git_head: bool = True) -
 
 
 def _write_tree(cache: Mirrors, url: str, commit: str, root: Path, allow: Sequence[Allowance],
-                placeholders: list[dict[str, str]], *, at: str = "") -> None:
+                placeholders: list[dict[str, str]], *, prefix: str = "") -> None:
     mirror = cache.path(url)
     listing = cache.git.run(["ls-tree", "-r", "-z", "--full-tree", commit], git_dir=mirror, what="list tree").out
     blobs: list[tuple[str, str, str]] = []  # (mode, sha, path)
@@ -109,12 +109,12 @@ def _write_tree(cache: Mirrors, url: str, commit: str, root: Path, allow: Sequen
             (root / path).mkdir(parents=True, exist_ok=True)  # filled by the submodule's own export
         elif kind == "blob":
             blobs.append((mode, sha, path))
-    _write_blobs(cache, url, commit, mirror, root, blobs, allow, placeholders, at=at)
+    _write_blobs(cache, url, commit, mirror, root, blobs, allow, placeholders, prefix=prefix)
 
 
 def _write_blobs(cache: Mirrors, url: str, commit: str, mirror: Path, root: Path,
                  blobs: Sequence[tuple[str, str, str]], allow: Sequence[Allowance],
-                 placeholders: list[dict[str, str]], *, at: str) -> None:
+                 placeholders: list[dict[str, str]], *, prefix: str) -> None:
     if not blobs:
         return
     with cache.git.blobs(mirror) as reader:
@@ -124,13 +124,13 @@ def _write_blobs(cache: Mirrors, url: str, commit: str, mirror: Path, root: Path
                 declared = next((a for a in allow if a.matches(url, path, sha)), None)
                 if declared is None or mode == "120000":
                     raise SourceError(
-                        f"{url} at {commit[:12]}: {at}{path} (blob {sha[:12]}) is missing from the cache mirror "
+                        f"{url} at {commit[:12]}: {prefix}{path} (blob {sha[:12]}) is missing from the cache mirror "
                         f"{mirror}", why=header,
                         fix="remove the mirror folder and run again" + (
                             "" if build_reads(path) else "; if the mirror it comes from lacks the blob and no build "
                             f"reads it, declare it in the component's missing_objects: {declaration(url, sha, path)}"))
                 data = placeholder(declared, url, sha)
-                placeholders.append({"repo": url, "path": f"{at}{path}", "blob": sha, "why": declared.why})
+                placeholders.append({"repo": url, "path": f"{prefix}{path}", "blob": sha, "why": declared.why})
             target = root / path
             target.parent.mkdir(parents=True, exist_ok=True)
             if mode == "120000":

@@ -169,9 +169,9 @@ def _run_process(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | Non
     return proc.returncode, out, err
 
 
-def last_lines(text: str, n: int = 4) -> str:
+def last_lines(text: str, count: int = 4) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip() and not line.startswith("hint:")]
-    return " / ".join(lines[-n:]) if lines else "(git printed nothing)"
+    return " / ".join(lines[-count:]) if lines else "(git printed nothing)"
 
 
 class BlobReader:

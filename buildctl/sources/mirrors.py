@@ -147,8 +147,8 @@ class Mirrors:
         return r
 
     @staticmethod
-    def lacks_objects(r: Result) -> bool:
-        text = r.err.lower()
+    def lacks_objects(result: Result) -> bool:
+        text = result.err.lower()
         return any(m in text for m in ("corruption", "pack-objects died", "missing blob", "missing tree",
                                        "unable to read", "bad object", "did not send all necessary objects"))
 
@@ -173,13 +173,13 @@ class Mirrors:
         p = Path(effective)
         return p if p.exists() else None
 
-    def explain_missing_objects(self, url: str, r: Result, wanted: Sequence[str],
+    def explain_missing_objects(self, url: str, result: Result, wanted: Sequence[str],
                                 allow: Sequence[Allowance] = ()) -> list[tuple[str, str]]:
         """A fetch that died because the remote lacks objects (a mirror without its large blobs): raise a
         SourceError that names them, with their paths in the wanted commits, instead of git's error;
         unless every one is declared in ``allow``: then the declared (blob, path) pairs (empty when the
         wanted trees lack nothing, or nothing could be listed)."""
-        if not self.lacks_objects(r):
+        if not self.lacks_objects(result):
             return []
         remote = self.local_remote(url)
         if remote is None:
@@ -219,7 +219,7 @@ class Mirrors:
             f"{self.git.display(url)} lacks {len(missing)} object(s) that {'the tree of the commit' if wanted else 'its history'}"
             f"{at} holds: {', '.join(shown)}{' ...' if len(missing) > 10 else ''}{besides}",
             why=f"the repository at {remote} is incomplete, so git cannot hand out the commit "
-                f"({last_lines(r.err, 2)})",
+                f"({last_lines(result.err, 2)})",
             fix="complete that mirror (fetch the missing objects from the original repository into it), or point "
                 "git_mirrors at a complete one; the lock does not need them (it records submodules by their gitlinks)"
                 + declare,

@@ -43,11 +43,11 @@ class Allowance:
         return f"{self.path} (blob {self.blob[:12]}) of {self.repo}"
 
 
-def same_repo(a: str, b: str) -> bool:
+def same_repo(left: str, right: str) -> bool:
     """Whether two repository strings name the same repository (a trailing '/' or '.git' aside)."""
-    def norm(u: str) -> str:
-        return u.rstrip("/").removesuffix(".git")
-    return norm(a) == norm(b)
+    def norm(url: str) -> str:
+        return url.rstrip("/").removesuffix(".git")
+    return norm(left) == norm(right)
 
 
 def build_reads(path: str) -> bool:

@@ -119,12 +119,12 @@ class PreparedTree:
 
 
 
-def change_key(c: Change) -> list[object]:
-    if isinstance(c, PickChange):
-        return ["commit", c.sha]
-    if isinstance(c, PrChange):
-        return ["pr", c.number, c.head, c.mode, list(c.commits)]
-    return ["patch", c.name, c.sha256]
+def change_key(change: Change) -> list[object]:
+    if isinstance(change, PickChange):
+        return ["commit", change.sha]
+    if isinstance(change, PrChange):
+        return ["pr", change.number, change.head, change.mode, list(change.commits)]
+    return ["patch", change.name, change.sha256]
 
 
 def prepare_key(commit: str, changes: Sequence[Change]) -> str:
@@ -151,21 +151,21 @@ def conflict_files_from_apply(stderr: str) -> list[str]:
     return files
 
 
-def change_signature(c: ManifestChange) -> tuple[str, str]:
+def change_signature(change: ManifestChange) -> tuple[str, str]:
     """What identifies a manifest change (kind and name), to compare it with a locked one."""
-    if c.commit is not None:
-        return ("commit", c.commit)
-    if c.pr is not None:
-        return ("pr", str(c.pr))
-    return ("patch", c.patch or "")
+    if change.commit is not None:
+        return ("commit", change.commit)
+    if change.pr is not None:
+        return ("pr", str(change.pr))
+    return ("patch", change.patch or "")
 
 
-def locked_signature(c: LockedChange) -> tuple[str, str]:
-    if isinstance(c, LockedPick):
-        return ("commit", c.sha)
-    if isinstance(c, LockedPr):
-        return ("pr", str(c.number))
-    return ("patch", c.file)
+def locked_signature(change: LockedChange) -> tuple[str, str]:
+    if isinstance(change, LockedPick):
+        return ("commit", change.sha)
+    if isinstance(change, LockedPr):
+        return ("pr", str(change.number))
+    return ("patch", change.file)
 
 
 def check_patch(patch: PatchFile) -> None:
@@ -365,24 +365,24 @@ def _run_changes(cache: Mirrors, work: Path, changes: Sequence[Change], *, epoch
     return None
 
 
-def _failure(cache: Mirrors, work: Path, index: int, sha: str, r: Result) -> _Failure:
+def _failure(cache: Mirrors, work: Path, index: int, sha: str, result: Result) -> _Failure:
     files = cache.git.run(["diff", "--name-only", "--diff-filter=U"], cwd=work, check=False,
                           what="list conflicts").out.split()
-    return _Failure(index=index, sha=sha, files=tuple(files), detail=last_lines(r.err))
+    return _Failure(index=index, sha=sha, files=tuple(files), detail=last_lines(result.err))
 
 
-def _touches(cache: Mirrors, mirror: Path, base: str, ch: Change) -> set[str]:
+def _touches(cache: Mirrors, mirror: Path, base: str, change: Change) -> set[str]:
     """The files a change modifies."""
-    if isinstance(ch, PatchFile):
-        r = cache.git.run(["apply", "--numstat", "--", str(ch.path)], check=False, what="read patch")
+    if isinstance(change, PatchFile):
+        r = cache.git.run(["apply", "--numstat", "--", str(change.path)], check=False, what="read patch")
         return {line.split("\t", 2)[2] for line in r.out.split("\n") if line.count("\t") >= 2}
-    if isinstance(ch, PrChange) and ch.mode == "merge":
-        mb = cache.git.run(["merge-base", base, ch.head], git_dir=mirror, check=False, what="merge-base").out.strip()
-        shas = [f"{mb}..{ch.head}"] if mb else []
-        r = cache.git.run(["diff", "--name-only", *(shas or [ch.head]), "--"], git_dir=mirror, check=False,
+    if isinstance(change, PrChange) and change.mode == "merge":
+        mb = cache.git.run(["merge-base", base, change.head], git_dir=mirror, check=False, what="merge-base").out.strip()
+        shas = [f"{mb}..{change.head}"] if mb else []
+        r = cache.git.run(["diff", "--name-only", *(shas or [change.head]), "--"], git_dir=mirror, check=False,
                           what="files")
         return set(r.out.split())
-    shas = [ch.sha] if isinstance(ch, PickChange) else list(ch.commits)
+    shas = [change.sha] if isinstance(change, PickChange) else list(change.commits)
     out: set[str] = set()
     for sha in shas:
         r = cache.git.run(["diff-tree", "--no-commit-id", "--name-only", "-r", "--root", sha, "--"], git_dir=mirror,
@@ -396,44 +396,44 @@ def _tries(cache: Mirrors, mirror: Path, commit: str, changes: Sequence[Change],
         return _run_changes(cache, work, changes, epoch=epoch) is None
 
 
-def _diagnose(cache: Mirrors, url: str, mirror: Path, commit: str, changes: Sequence[Change], f: _Failure, *,
+def _diagnose(cache: Mirrors, url: str, mirror: Path, commit: str, changes: Sequence[Change], failure: _Failure, *,
               epoch: int) -> SourceError:
     """The error for a change that does not apply: what, against what, which files, and the fixes that
     buildctl tried and that work (another order; apply: merge for a PR)."""
-    ch = changes[f.index]
-    files = set(f.files)
-    earlier = [(j, changes[j]) for j in range(f.index) if files & _touches(cache, mirror, commit, changes[j])]
+    ch = changes[failure.index]
+    files = set(failure.files)
+    earlier = [(j, changes[j]) for j in range(failure.index) if files & _touches(cache, mirror, commit, changes[j])]
     against = (", ".join(c.label() for _, c in earlier) + " (applied before it)") if earlier else \
         f"the base {commit[:12]}"
     picked = ""
-    if (f.sha and isinstance(ch, PrChange) and ch.mode == "own-commits") or isinstance(ch, PickChange):
-        subject = cache.git.run(["show", "-s", "--format=%s", f.sha, "--"], git_dir=mirror, check=False,
+    if (failure.sha and isinstance(ch, PrChange) and ch.mode == "own-commits") or isinstance(ch, PickChange):
+        subject = cache.git.run(["show", "-s", "--format=%s", failure.sha, "--"], git_dir=mirror, check=False,
                                 what="describe").out.strip()
-        picked = f"its commit {f.sha[:12]} \"{subject}\" " if isinstance(ch, PrChange) else f"\"{subject}\" "
+        picked = f"its commit {failure.sha[:12]} \"{subject}\" " if isinstance(ch, PrChange) else f"\"{subject}\" "
     works: list[str] = []
     tried: list[str] = []
     for j, other in earlier:
-        order = [*changes[:j], ch, *changes[j:f.index], *changes[f.index + 1:]]
+        order = [*changes[:j], ch, *changes[j:failure.index], *changes[failure.index + 1:]]
         tried.append(f"{ch.label()} before {other.label()}")
         if _tries(cache, mirror, commit, order, epoch=epoch):
             works.append(f"apply {ch.label()} before {other.label()} (move it up in the component's changes)")
-    for k in range(f.index + 1, len(changes)):
+    for k in range(failure.index + 1, len(changes)):
         later = changes[k]
         if not files & _touches(cache, mirror, commit, later):
             continue
-        order = [*changes[:f.index], *changes[f.index + 1:k + 1], ch, *changes[k + 1:]]
+        order = [*changes[:failure.index], *changes[failure.index + 1:k + 1], ch, *changes[k + 1:]]
         tried.append(f"{ch.label()} after {later.label()}")
         if _tries(cache, mirror, commit, order, epoch=epoch):
             works.append(f"apply {ch.label()} after {later.label()} (move it down in the component's changes)")
     if isinstance(ch, PrChange) and ch.mode == "own-commits":
         merged = PrChange(number=ch.number, head=ch.head, mode="merge")
         tried.append(f"apply: merge for {ch.label()}")
-        if _tries(cache, mirror, commit, [*changes[:f.index], merged, *changes[f.index + 1:]], epoch=epoch):
+        if _tries(cache, mirror, commit, [*changes[:failure.index], merged, *changes[failure.index + 1:]], epoch=epoch):
             works.append(f"set apply: merge for {ch.label()} (it then brings what its branch merged, not only "
                          "its own commits: `buildctl pins show` lists them once locked)")
     what = f"{ch.label()} does not apply to {commit[:12]} of {url}"
     why = (f"{picked or 'it '}collides with {against} in: {', '.join(sorted(files))}" if files
-           else f"{picked or 'it '}fails: {f.detail}")
+           else f"{picked or 'it '}fails: {failure.detail}")
     if works:
         fix = "this works (buildctl tried it): " + "; or ".join(works)
     else:

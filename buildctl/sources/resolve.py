@@ -160,10 +160,10 @@ def submodules(cache: Mirrors, url: str, commit: str) -> dict[str, str]:
     return {s.path: s.commit for s in cache.submodule_list(url, commit, prefix="", depth=0)}
 
 
-def _is_ancestor(cache: Mirrors, mirror: Path, a: str, b: str) -> bool:
-    r = cache.git.run(["merge-base", "--is-ancestor", a, b], git_dir=mirror, check=False, what="ancestry")
+def _is_ancestor(cache: Mirrors, mirror: Path, ancestor: str, descendant: str) -> bool:
+    r = cache.git.run(["merge-base", "--is-ancestor", ancestor, descendant], git_dir=mirror, check=False, what="ancestry")
     if r.rc not in (0, 1):
-        raise SourceError(f"cannot tell whether {a[:12]} is an ancestor of {b[:12]}", why=last_lines(r.err))
+        raise SourceError(f"cannot tell whether {ancestor[:12]} is an ancestor of {descendant[:12]}", why=last_lines(r.err))
     return r.rc == 0
 
 

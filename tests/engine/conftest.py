@@ -68,7 +68,7 @@ def _wheelhouse_port_per_worker() -> Iterator[None]:
     if not worker:
         yield
         return
-    from buildctl.build import wheelhouse
+    from buildctl.builder import wheelhouse
     original = wheelhouse.preferred_port
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(wheelhouse, "preferred_port", lambda name: original(f"{name}@{worker}"))

@@ -29,13 +29,13 @@ from urllib.parse import quote
 import pytest
 
 from buildctl import cli
-from buildctl.build import pipeline, smoke
+from buildctl.builder import pipeline, smoke
 from buildctl.config import Config, load_config
 from buildctl.engine.engine import Engine
 from buildctl.errors import BuildFailed, SmokeFailed, SourceError
 from buildctl.graph.records import RecordStore, state_root
 from buildctl.lock import lockfile
-from buildctl.services import building, target
+from buildctl.services import build, target
 from buildctl.services.target import Target
 from buildctl.sources.sources import Sources
 from tests.engine.noopcheck import check_the_noop
@@ -162,14 +162,14 @@ class Demo:
                     self.cleanup(t.refs[n.name], engine=e)
 
     def build(self, engines: Sequence[Engine], *, jobs: int = 2, skip_smoke: bool = True,
-              gate: pipeline.SmokeGate | None = None) -> pipeline.Report:
+              gate: pipeline.SmokeGate | None = None) -> pipeline.BuildReport:
         t = self.target(skip_smoke=skip_smoke)
         self.register(t, engines)
         config = self.config()
-        return building.build_target(t, engines=engines, config=config,
-                                     sources=Sources.from_config(config, base_dir=self.root / "pins"),
-                                     progress=Recorder(), project=self.root,
-                                     options=pipeline.Options(jobs=jobs, skip_smoke=skip_smoke), smoke_gate=gate)
+        return build.build_target(t, engines=engines, config=config,
+                                  sources=Sources.from_config(config, base_dir=self.root / "pins"),
+                                  progress=Recorder(), project=self.root,
+                                  options=pipeline.BuildOptions(jobs=jobs, skip_smoke=skip_smoke), smoke_gate=gate)
 
     def edit_manifest(self, old: str, new: str) -> None:
         text = self.manifest.read_text()
@@ -214,7 +214,7 @@ def light_demo(demo_lock_light: str, registry: str, tmp_path: Path, monkeypatch:
     return _demo(demo_lock_light, registry, tmp_path, monkeypatch, image_cleanup, apt=False)
 
 
-def outcomes(report: pipeline.Report) -> dict[str, str]:
+def outcomes(report: pipeline.BuildReport) -> dict[str, str]:
     return {n.name: n.outcome for n in report.nodes}
 
 
@@ -268,7 +268,7 @@ def test_build_every_node_then_nothing(demo: Demo, engine: Engine, registry: str
     assert version.endswith("+" + lock["components"]["fastmath"]["tree"][:7])  # TE-style version suffix
     printed = engine.run(first.final, ["--print-command"], timeout=60)
     assert printed.ok and "--recompute-granularity selective" in printed.stdout
-    # the nodes that only copy files were composed on this host, not built (build/compose.py)
+    # the nodes that only copy files were composed on this host, not built (builder/compose.py)
     logs = demo.config().cache.logs / "demo" / "default"
     for log in ("entrypoint.log", "wheel-fastmath-image.log"):
         assert (logs / log).read_text().startswith("composed on this host"), log
@@ -312,7 +312,7 @@ print(json.dumps({"args": sys.argv[1:], "domain": os.environ.get("DEMO_DOMAIN_SI
 """
 
 
-def check_profiles_and_the_variant_override(demo: Demo, engine: Engine, first: pipeline.Report) -> None:
+def check_profiles_and_the_variant_override(demo: Demo, engine: Engine, first: pipeline.BuildReport) -> None:
     """The launch script of a built image starts the ranks of the profile chosen at run time (default
     chosen with `build --profile`); the variant's env is in the image and its arguments in the command."""
     info = engine.inspect_image(first.final)

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from buildctl import cli
-from buildctl.build import smoke
+from buildctl.builder import smoke
 from buildctl.engine.engine import Engine
 from buildctl.errors import Cancelled
 from buildctl.graph.graph import shared_labels
 from buildctl.graph.records import RecordStore, state_root
-from buildctl.services import building, target, wiring
+from buildctl.services import build, target, wiring
 from buildctl.sources.sources import Sources
 from tests.engine.test_build import (
     ALL,
@@ -106,7 +106,7 @@ def test_buildkit_builds_the_demo_with_the_plans_keys_labels_and_records(
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "built 2 node(s) (assemble, entrypoint) with the buildkit backend" in done.stdout, done.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert "buildctl.engine.engine" in imported and "buildctl.build.pipeline" in imported
+    assert "buildctl.engine.engine" in imported and "buildctl.builder.pipeline" in imported
     assert not imported & {"docker", "requests", "urllib3"}, sorted(imported & {"docker", "requests", "urllib3"})
 
 
@@ -134,8 +134,8 @@ def test_a_remote_builder_builds_what_changed_and_compiles_nothing(
     t = demo.target()
     demo.register(t, [second_engine])
     try:
-        report = building.build_target(t, engines=[remote], config=config, progress=Recorder(), project=demo.root,
-                                       sources=Sources.from_config(config, base_dir=demo.root / "pins"))
+        report = build.build_target(t, engines=[remote], config=config, progress=Recorder(), project=demo.root,
+                                    sources=Sources.from_config(config, base_dir=demo.root / "pins"))
     finally:
         remote.close()
     assert sorted(report.built) == ["assemble", "entrypoint"] and report.backend == "buildkit"
@@ -152,7 +152,7 @@ def test_a_remote_builder_builds_what_changed_and_compiles_nothing(
     base_env(demo.monkeypatch, demo.root.parent / "cache-remote-2")  # an empty cache too
     [remote] = wiring.build_engines(demo.config(), chosen)
     try:
-        p = building.plan_for(t, remote, demo.config(), full=False, strict=True, load=False)
+        p = build.plan_for(t, remote, demo.config(), full=False, strict=True, load=False)
     finally:
         remote.close()
     assert {n.node.name: (n.action, n.remote) for n in p.nodes if n.action != "skip"} == {"entrypoint": ("have", True)}

@@ -1,4 +1,4 @@
-"""The compiler cache of compile nodes (build/compilecache.py, images/wheel.sh.in) against the real engine.
+"""The compiler cache of compile nodes (builder/compilecache.py, images/wheel.sh.in) against the real engine.
 
 The project is the light demo (test_build.py's ``light_demo``) whose fastmath component comes from a copy of its
 repository made here: main gains a few small C files compiled into the extension, so that a change to one
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from buildctl import cli
-from buildctl.build import pipeline
+from buildctl.builder import pipeline
 from buildctl.engine.engine import Engine
 from buildctl.graph.records import RecordStore, state_root
-from buildctl.services import building
+from buildctl.services import build as svc_build
 from buildctl.sources.sources import Sources
 from tests.engine.test_build import (
     PROJECT,
@@ -105,19 +105,19 @@ def use_commit(demo: Demo, repo: Repo, sha: str, *, first: bool) -> None:
     demo.edit_lock(change)
 
 
-def build(demo: Demo, engines: list[Engine]) -> tuple[pipeline.Report, Recorder]:
+def build(demo: Demo, engines: list[Engine]) -> tuple[pipeline.BuildReport, Recorder]:
     """Demo.build, keeping the progress events (the line each node ends with)."""
     t = demo.target()
     demo.register(t, engines)
     config = demo.config()
     events = Recorder()
-    report = building.build_target(t, engines=engines, config=config,
-                                   sources=Sources.from_config(config, base_dir=demo.root / "pins"), progress=events,
-                                   project=demo.root, options=pipeline.Options(jobs=2, skip_smoke=True))
+    report = svc_build.build_target(t, engines=engines, config=config,
+                                    sources=Sources.from_config(config, base_dir=demo.root / "pins"), progress=events,
+                                    project=demo.root, options=pipeline.BuildOptions(jobs=2, skip_smoke=True))
     return report, events
 
 
-def compile_counts(report: pipeline.Report) -> tuple[int | None, int | None]:
+def compile_counts(report: pipeline.BuildReport) -> tuple[int | None, int | None]:
     [n] = [n for n in report.nodes if n.name == "wheel:fastmath"]
     assert n.outcome == "built"
     return n.cache_hits, n.cache_misses

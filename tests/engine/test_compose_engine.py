@@ -1,4 +1,4 @@
-"""Nodes composed on the host (build/compose.py) against the classic builder, on the real engine.
+"""Nodes composed on the host (builder/compose.py) against the classic builder, on the real engine.
 
 The same copy and metadata, once through the builder (a Dockerfile) and once composed: the config the image
 runs with is the same, and the layer holds the same entries with the same modes, owners, times and bytes. A
@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from buildctl.build import compose
+from buildctl.builder import compose
 from buildctl.engine.engine import Engine
 from buildctl.graph import render
 

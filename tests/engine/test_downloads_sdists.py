@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from buildctl import cli
-from buildctl.build import smoke
+from buildctl.builder import smoke
 from buildctl.engine.engine import Engine
 from buildctl.errors import BuildFailed, SmokeFailed
 from tests.engine.test_build import Demo, base_env, write_project

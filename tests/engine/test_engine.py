@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from buildctl.engine.engine import Engine
-from buildctl.engine.values import RUN_LABEL, Mount, Progress
+from buildctl.engine.values import RUN_LABEL, Mount, TransferProgress
 from buildctl.errors import BuildFailed, EngineError, PushError, UnreachableError
 from tests.engine.conftest import ImageCleanup, containers, docker_cli
 from tests.helpers import unique
@@ -251,14 +251,14 @@ def test_push_digest_confirmed_and_repush_uploads_nothing(
     engine.tag(tag, ref)
     assert engine.registry_digest(ref) is None
 
-    first: list[Progress] = []
+    first: list[TransferProgress] = []
     digest = engine.push(ref, on_progress=first.append)
     assert digest.startswith("sha256:") and len(digest) == 71
     assert engine.registry_digest(ref) == digest
     assert f"{ref.rsplit(':', 1)[0]}@{digest}" in engine.inspect_image(ref).repo_digests
     assert any(p.status == "Pushed" for p in first)
 
-    again: list[Progress] = []
+    again: list[TransferProgress] = []
     assert engine.push(ref, on_progress=again.append) == digest
     layer_events = [p for p in again if p.layer and p.status not in {"Preparing", "Waiting"}]
     layer_events = [p for p in layer_events if not p.status.startswith(ref.rsplit(":", 1)[1] + ": digest")]

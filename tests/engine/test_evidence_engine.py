@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from buildctl import cli
-from buildctl.build import smoke
+from buildctl.builder import smoke
 from buildctl.engine.engine import Engine
 from buildctl.registry.registry import RegistryClient, referrers_tag
 from tests.engine.test_nightly_engine import _cleanup_built

@@ -22,12 +22,12 @@ import pytest
 
 from bench import engine2
 from buildctl import hostaddr
-from buildctl.build import pipeline, steps, wheelhouse
+from buildctl.builder import pipeline, steps, wheelhouse
 from buildctl.engine.engine import Engine
 from buildctl.graph import render
 from buildctl.graph.records import RecordStore, state_root
 from buildctl.lock import lockfile
-from buildctl.services import building, wiring
+from buildctl.services import build, wiring
 from buildctl.sources.sources import Sources
 from tests.engine import farhost
 from tests.engine.test_build import (
@@ -127,11 +127,11 @@ def test_a_build_spread_over_this_host_and_a_builder_on_another(
     progress = Recorder()
     engines = wiring.build_engines(config, chosen)
     try:
-        report = building.build_target(t, engines=engines, config=config, progress=progress, project=root,
-                                       sources=Sources.from_config(config, base_dir=root / "pins"),
-                                       # every step runs (no step cache of an earlier run with this wheelhouse URL):
-                                       # the RUNs that read the wheelhouse on the pair's address run here and now
-                                       options=pipeline.Options(jobs=2, skip_smoke=True, nocache=True))
+        report = build.build_target(t, engines=engines, config=config, progress=progress, project=root,
+                                    sources=Sources.from_config(config, base_dir=root / "pins"),
+                                    # every step runs (no step cache of an earlier run with this wheelhouse URL):
+                                    # the RUNs that read the wheelhouse on the pair's address run here and now
+                                    options=pipeline.BuildOptions(jobs=2, skip_smoke=True, nocache=True))
     finally:
         for e in engines:
             e.close()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.build import compilecache, wheelhouse
+from buildctl.builder import compilecache, wheelhouse
 from buildctl.config import load_config
 from buildctl.engine.engine import Engine
 from buildctl.graph import render
@@ -54,7 +54,7 @@ done
 
 @pytest.fixture(scope="module")
 def installer_wheel() -> Path:
-    """The pinned pypa/installer wheel, fetched and verified as `buildctl build` does (build/prepare.py)."""
+    """The pinned pypa/installer wheel, fetched and verified as `buildctl build` does (builder/prepare.py)."""
     config = load_config(os.environ)
     return compilecache.fetch_wheel(config.cache, compilecache.ToolWheel.of(render.INSTALLER),
                                     HttpFetcher.from_config(config), what="pypa/installer's wheel", fix="")

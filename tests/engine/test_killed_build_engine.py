@@ -1,6 +1,6 @@
 """Issue 33 item 17: a classic build whose client was SIGKILLed midway goes on in the engine; when a later step
 fails there, the step images it committed stay, untagged, with nothing that names them. The journal in the
-killed run's scratch folder lets a later run remove them (build/schedule.remove_leftovers does it for every
+killed run's scratch folder lets a later run remove them (builder/schedule.remove_leftovers does it for every
 dead run). The build runs in a child process, killed once its first step image is listed."""
 
 from __future__ import annotations

@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 
 from buildctl import cli
-from buildctl.build import pipeline
+from buildctl.builder import pipeline
 from buildctl.commands.repro import _raise_failures
 from buildctl.config import load_config
 from buildctl.engine.engine import Engine
 from buildctl.errors import ReproFailed
 from buildctl.lock import lockfile
-from buildctl.repro import repro
-from buildctl.services import reprorun
+from buildctl.repro import repro as comparison
+from buildctl.services import repro
 from buildctl.services.wiring import resolvers as real_resolvers
 from tests.engine.test_build import PROJECT, base_env, demo_lock, write_project
 from tests.helpers import load_script
@@ -200,11 +200,11 @@ class Steps:
     def step(self, text: str) -> None:
         self.lines.append(text)
 
-    def build(self, side: str, names: Sequence[str]) -> AbstractContextManager[pipeline.Progress]:
+    def build(self, side: str, names: Sequence[str]) -> AbstractContextManager[pipeline.BuildProgress]:
         return self._quiet()
 
     @contextmanager
-    def _quiet(self) -> Iterator[pipeline.Progress]:
+    def _quiet(self) -> Iterator[pipeline.BuildProgress]:
         class Quiet:
             def node(self, name: str, state: str, detail: str = "") -> None:
                 pass
@@ -241,18 +241,18 @@ def test_a_floating_pip_package_is_audited_and_named_as_the_difference(
     with pyindex.serve(index_root) as url:
         monkeypatch.setenv("BUILDCTL_PIP_INDEX_URL", f"{url}/simple")
         config = load_config()
-        outcome = reprorun.run(project=root, config=config, stack="floating", variant=None, engine=engine,
-                               progress=Steps(), resolvers=real_resolvers,
-                               options=reprorun.Options(mode="relock"), between=offer_a_newer_version)
+        outcome = repro.run(project=root, config=config, stack="floating", variant=None, engine=engine,
+                            progress=Steps(), resolvers=real_resolvers,
+                            options=repro.ReproOptions(mode="relock"), between=offer_a_newer_version)
     report = outcome.report
-    python = repro.find(report.nodes, "python")
-    assert python.verdict is repro.Verdict.DIFFERENT and not python.meets_level
+    python = comparison.find(report.nodes, "python")
+    assert python.verdict is comparison.Verdict.DIFFERENT and not python.meets_level
     assert [p.line() for p in python.packages] == ["python floaty: 1.0 -> 1.1"]
-    assert repro.Cause.FLOATING_INPUT in python.causes
+    assert comparison.Cause.FLOATING_INPUT in python.causes
     assert "floating input: pip floaty (not pinned to one version in the manifest)" in python.notes
     added = {f.path for f in python.files if f.change == "added"}
     assert any(re.search(r"floaty-1\.1\.dist-info/METADATA$", p) for p in added)
-    assert repro.find(report.nodes, "system").verdict is repro.Verdict.BIT  # nothing floats there
+    assert comparison.find(report.nodes, "system").verdict is comparison.Verdict.BIT  # nothing floats there
     assert "the two locks differ: default: pip floaty: 1.0 -> 1.1" in report.notes
     with pytest.raises(ReproFailed) as failed:
         _raise_failures(report)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from _pytest.capture import CaptureResult  # what capfd.readouterr() returns (not public in pytest)
 
-from buildctl.build import smoke
+from buildctl.builder import smoke
 from buildctl.cli import main
 from buildctl.config import load_config
 from buildctl.engine.engine import Engine
@@ -26,9 +26,10 @@ from buildctl.lock import archive
 from buildctl.registry import attest, credentials
 from buildctl.registry.credentials import Redactor
 from buildctl.registry.registry import RegistryClient
-from buildctl.services import evidencing, target
+from buildctl.services import evidence, target
 from buildctl.services.target import Target
-from buildctl.ship import evidence, push
+from buildctl.ship import evidence as ev
+from buildctl.ship import push
 from tests.engine.conftest import ImageCleanup
 from tests.engine.shiptools import (
     CutRule,
@@ -68,7 +69,7 @@ def item(source: str, registry: str, cleanup: ImageCleanup, *, repo: str | None 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The promotion check's answer (push.Verdict); services/evidencing's real one is exercised by
+    """The promotion check's answer (push.PromotionVerdict); services/evidence's real one is exercised by
     `buildctl push demo` below and by tests/engine/test_evidence_engine.py."""
 
     refusal: str
@@ -143,7 +144,7 @@ def test_a_second_push_of_an_unchanged_image_uploads_no_layer(engine: Engine, re
 
 def test_a_second_run_of_the_day_moves_the_dated_tag_and_the_lock_goes_beside_the_new_image(
         engine: Engine, registry: str, image_cleanup: ImageCleanup, tmp_path: Path) -> None:
-    """Issue 33 item 12, as `nightly demo`, a CFLAGS edit, `nightly demo` made it (publishing's items: the final
+    """Issue 33 item 12, as `nightly demo`, a CFLAGS edit, `nightly demo` made it (services/ship's items: the final
     image's own tag, the lock-hash tag, the dated tags): the second run's image gets `nightly-YYYYMMDD` and the
     lock artifact, though the dated tag named the morning's image. (The whole two nightlies take 4.5 minutes
     here: measured once, `nightly demo` twice with the edit, before and after the fix.)"""
@@ -415,10 +416,10 @@ def test_push_command_publishes_every_node_and_promotes_only_on_evidence_of_this
     # this image): set aside, nothing moves
     other = json.loads((Path(__file__).parents[1] / "data/gpu/h200-hopper/report-build.json").read_text())
     other_suite = "sha256:" + "0" * 64
-    made = evidence.from_report({**other, "stack": "demo", "variant": "default", "subject": immutable,
-                                 "suite_hash": other_suite}, where="h200", subject=immutable, suite_hash=other_suite,
+    made = ev.from_report({**other, "stack": "demo", "variant": "default", "subject": immutable,
+                           "suite_hash": other_suite}, where="h200", subject=immutable, suite_hash=other_suite,
                                  stack="demo", variant="default", attached_by="buildctl push")
-    evidencing.attach(RegistryClient(registry), f"{registry}/{public_path}", immutable, made)
+    evidence.attach(RegistryClient(registry), f"{registry}/{public_path}", immutable, made)
     assert push_cli(root, tmp_path, "--registry", registry, "--promote", "--json", monkeypatch=monkeypatch) == 10
     again = json.loads(capsys.readouterr().out)
     assert {p["reason"] for p in again["not_promoted"]} == {

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from buildctl import cli
-from buildctl.build import smoke
+from buildctl.builder import smoke
 from buildctl.engine.engine import Engine
 from buildctl.errors import SmokeFailed
 from buildctl.graph import smoke_expect

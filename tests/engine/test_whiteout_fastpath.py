@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from buildctl.build import normalise
+from buildctl.builder import normalise
 from buildctl.engine.engine import Engine
 from buildctl.graph import render
 

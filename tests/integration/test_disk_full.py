@@ -22,7 +22,7 @@ from typing import Any, cast
 import pytest
 
 from buildctl import cli, runs, safepath
-from buildctl.build.schedule import Scheduler
+from buildctl.builder.schedule import Scheduler
 from buildctl.errors import DiskFull
 from buildctl.registry.credentials import Redactor
 from buildctl.services import nightly
@@ -163,7 +163,7 @@ def test_a_writer_killed_between_write_and_rename_leaves_a_temp_the_next_command
 def test_a_compiled_wheel_kept_on_a_full_cache_is_named_and_leaves_no_part(small_fs: Path, tmp_path: Path) -> None:
     """A compile that finished, its wheel copied into the wheel cache on a full disk: DiskFull naming the wheel's
     place, and no part of it anywhere under the wheel cache (a later run must never find a truncated wheel)."""
-    from buildctl.build.steps import keep_wheel
+    from buildctl.builder.steps import keep_wheel
 
     made = tmp_path / "fastmath-0.2.0-cp311-cp311-linux_x86_64.whl"
     made.write_bytes(os.urandom(200 * 1024))  # more than the filesystem keeps free once filled

@@ -141,7 +141,7 @@ def run(path: Path, cache: Path, *, check: bool = False) -> tuple[int, str]:
     out = io.StringIO()
     ui = UI(out=Console(file=out, width=300), err=Console(file=io.StringIO(), width=300))
     rc = cmd_lock.run(path=path, manifest=pins.load(path), variants=["default"], do_check=check, as_json=False,
-                      resolvers=r, config=config, ui=ui, project=path.parent.parent)
+                      resolvers=r, config=config, terminal=ui, project=path.parent.parent)
     return rc, out.getvalue()
 
 

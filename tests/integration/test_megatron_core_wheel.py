@@ -33,8 +33,8 @@ from buildctl import cli
 from buildctl.config import load_config
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
-from buildctl.megatron.argslint import LintReport, lint
 from buildctl.megatron.flags import FlagTable
+from buildctl.megatron.lintargs import LintReport, lint
 from buildctl.megatron.scan import scan
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from buildctl.build import pipeline
+from buildctl.builder import pipeline
 from buildctl.config import load_config
 from buildctl.graph.graph import Graph
 from buildctl.graph.specs import (

@@ -24,7 +24,7 @@ from buildctl.registry.registry import (
     canonical_json,
     referrers_tag,
 )
-from buildctl.services import evidencing, lockarchive
+from buildctl.services import evidence, lockarchive
 from buildctl.ship import evidence as ev
 from tests.integration.test_registry_client import Registry
 
@@ -79,7 +79,7 @@ def test_evidence_lists_an_odd_referrer_as_a_problem_and_exits_0(reg: Registry, 
         {**odd_desc.to_json(), "artifactType": ev.ARTIFACT_TYPE}]})
     client.put_manifest(repo, referrers_tag(subject), index, OCI_INDEX)
 
-    found, problems = evidencing.read(client, f"{reg.addr}/{repo}", subject)  # what promotion reads too
+    found, problems = evidence.read(client, f"{reg.addr}/{repo}", subject)  # what promotion reads too
     assert found == []
     [line] = problems
     assert odd_desc.digest in line and "subject: expected an object, got a string" in line

@@ -120,7 +120,7 @@ def test_the_lock_probes_answer_from_a_base_image_is_checked(answer: str) -> Non
 
 
 def test_a_smoke_report_and_an_expectation_label_of_100000_brackets_are_refused() -> None:
-    from buildctl.build import smoke
+    from buildctl.builder import smoke
     from buildctl.errors import SmokeFailed, UsageError
     from buildctl.graph import smoke_expect
 

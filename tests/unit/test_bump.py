@@ -11,7 +11,7 @@ import pytest
 from buildctl.errors import DiskFull, UsageError
 from buildctl.manifest import pins
 from buildctl.safepath import write_atomic_both
-from buildctl.services.bumping import BumpReport, Moved, choose
+from buildctl.services.bump import BumpReport, Moved, choose
 
 OLD, NEW = "a" * 40, "b" * 40
 

@@ -1,5 +1,5 @@
 """The compiler cache's pure parts: the `compile_cache` setting, what a compile container gets, the stats a
-compile leaves, the record and plan fields, the manifest switch (build/compilecache.py, config.py); the
+compile leaves, the record and plan fields, the manifest switch (builder/compilecache.py, config.py); the
 tool-wheel fetch that pypa/installer's wheel shares."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.build import compilecache
+from buildctl.builder import compilecache
 from buildctl.config import CacheLayout, CompileCache, load_config
 from buildctl.errors import ManifestError, ManifestErrors
 from buildctl.graph.keys import key_inputs
@@ -175,14 +175,14 @@ def test_a_component_turns_it_off_in_its_build_section() -> None:
 def test_the_nightly_report_says_what_each_compile_took_from_the_cache(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from buildctl.build.state import NodeResult, Report
+    from buildctl.builder.state import BuildReport, NodeResult
     from buildctl.services import nightly
 
     class Graph:
         def node(self, name: str) -> object:
             return type("N", (), {"component": name.removeprefix("wheel:")})()
 
-    report = Report(final="f", smoke="passed", nodes=(
+    report = BuildReport(final="f", smoke="passed", nodes=(
         NodeResult(name="system", outcome="cached", engine="e", ref="r", seconds=0.0),
         NodeResult(name="wheel:transformer-engine", outcome="built", engine="e", ref="r", seconds=1.0,
                    cache_hits=412, cache_misses=18),
@@ -211,25 +211,25 @@ def test_the_nightly_report_says_what_each_compile_took_from_the_cache(tmp_path:
 def test_repro_compiles_a_cold_and_b_warm_from_a_and_never_with_the_server(tmp_path: Path) -> None:
     import dataclasses
 
-    from buildctl.build.state import NodeResult, Report
-    from buildctl.services import reprorun
+    from buildctl.builder.state import BuildReport, NodeResult
+    from buildctl.services import repro
 
     base = load_config({"BUILDCTL_CONFIG": str(tmp_path / "none.toml"), "HOME": str(tmp_path),
                         "BUILDCTL_CACHE": str(tmp_path / "cache"), "BUILDCTL_COMPILE_CACHE": "redis://127.0.0.1:6390"})
-    a = reprorun.side_config(base, tmp_path / "run" / "a")
-    b = reprorun.side_config(base, tmp_path / "run" / "b", compile_folder=tmp_path / "run" / "a" / "ccache")
+    a = repro.side_config(base, tmp_path / "run" / "a")
+    b = repro.side_config(base, tmp_path / "run" / "b", compile_folder=tmp_path / "run" / "a" / "ccache")
     assert a.compile_cache == CompileCache() and a.cache.ccache == tmp_path / "run" / "a" / "ccache"  # cold, its own
     assert b.compile_cache == CompileCache(folder=tmp_path / "run" / "a" / "ccache")  # warm, a's, no server
     off = dataclasses.replace(base, compile_cache=CompileCache(off=True))
-    assert reprorun.side_config(off, tmp_path / "run" / "c", compile_folder=tmp_path / "x").compile_cache.off
-    built = Report(final="f", smoke="skipped", nodes=(
+    assert repro.side_config(off, tmp_path / "run" / "c", compile_folder=tmp_path / "x").compile_cache.off
+    built = BuildReport(final="f", smoke="skipped", nodes=(
         NodeResult(name="wheel:fastmath", outcome="built", engine="e", ref="r", seconds=1.0, cache_hits=4,
                    cache_misses=0),))
-    assert reprorun.compiles_line(base, reprorun.Options(), built).endswith(
+    assert repro.compiles_line(base, repro.ReproOptions(), built).endswith(
         "warm from the cache a filled: a wheel compiled from cache hits is compared with the cold compile "
         "(b: wheel:fastmath: 4 of 4 objects from the cache)")
-    assert reprorun.compiles_line(base, reprorun.Options(cold_compiles=True), built).startswith("both builds compiled cold")
-    assert "without a compiler cache" in reprorun.compiles_line(off, reprorun.Options(), built)
+    assert repro.compiles_line(base, repro.ReproOptions(cold_compiles=True), built).startswith("both builds compiled cold")
+    assert "without a compiler cache" in repro.compiles_line(off, repro.ReproOptions(), built)
 
 
 def test_the_tool_is_fetched_once_verified_and_extracted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""build/compose.py's pure parts: the layer it writes, what it reads of overlay2's folders (made here as the
+"""builder/compose.py's pure parts: the layer it writes, what it reads of overlay2's folders (made here as the
 driver lays them out: a whiteout is a character device 0:0, an opaque folder has trusted.overlay.opaque=y; this
 needs root, as the engine tests do), which Dockerfiles it composes, and the config it gives."""
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from buildctl.build import compose
-from buildctl.build.steps import label_instruction
+from buildctl.builder import compose
+from buildctl.builder.steps import label_instruction
 from buildctl.engine.values import ImageInfo
 from buildctl.graph import render
 

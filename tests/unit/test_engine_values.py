@@ -13,7 +13,7 @@ import pytest
 from buildctl.engine.engine import _tar
 from buildctl.engine.images import _image_info
 from buildctl.engine.transfer import _progress, _registry_fix
-from buildctl.engine.values import HistoryEntry, Progress, registry_host, split_ref
+from buildctl.engine.values import HistoryEntry, TransferProgress, registry_host, split_ref
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_image_info_from_inspect_data() -> None:
 
 def test_progress_events() -> None:
     p = _progress({"status": "Pushing", "id": "08383dd7d7fd", "progressDetail": {"current": 5, "total": 10}})
-    assert p == Progress(status="Pushing", layer="08383dd7d7fd", current=5, total=10)
+    assert p == TransferProgress(status="Pushing", layer="08383dd7d7fd", current=5, total=10)
     assert str(p) == "08383dd7d7fd: Pushing 5/10"
     assert str(_progress({"status": "Layer already exists", "id": "abc", "progressDetail": {}})) == (
         "abc: Layer already exists"

@@ -1,5 +1,5 @@
 """Smoke evidence (ship/evidence.py), layer sizes and budgets (ship/sizes.py), the suite hash (smoke/suite.py
-and build/smoke.py), the referrers tag: pure logic over real reports from tests/data/gpu."""
+and builder/smoke.py), the referrers tag: pure logic over real reports from tests/data/gpu."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import smoke.suite
-from buildctl.build import smoke as host_smoke
+from buildctl.builder import smoke as host_smoke
 from buildctl.errors import ManifestErrors
 from buildctl.manifest import pins
 from buildctl.registry.registry import referrers_tag

@@ -19,8 +19,8 @@ from typing import NoReturn
 
 import pytest
 
-from buildctl.build import compilecache, smoke
-from buildctl.build.steps import keep_wheel
+from buildctl.builder import compilecache, smoke
+from buildctl.builder.steps import keep_wheel
 from buildctl.config import load_config
 from buildctl.engine import buildkit
 from buildctl.errors import (
@@ -513,7 +513,7 @@ BASE_RECORD = {"schema": 1, "ref": "127.0.0.1:5000/b:1", "digest": "sha256:" + "
 def test_a_base_record_that_is_a_fifo_is_passed_over_unopened(tmp_path: Path) -> None:
     """`<cache>/reports/bases/<hex>.json` made a FIFO: `verify` waited forever in open (get, and latest_for's walk
     over every record). It is no record now, never opened."""
-    store = verify.RecordStore(tmp_path)
+    store = verify.BaseRecords(tmp_path)
     store.root.mkdir()
     fifo = store.root / ("b" * 64 + ".json")
     os.mkfifo(fifo)
@@ -535,7 +535,7 @@ def test_a_base_record_that_is_a_fifo_is_passed_over_unopened(tmp_path: Path) ->
 def test_a_base_record_of_another_shape_is_none(tmp_path: Path, data: object) -> None:
     """A damaged record is as good as none (the docstring always said so): a deep one was json's RecursionError,
     a list env a ValueError, a number among the labels or as the time a TypeError in the comparisons."""
-    store = verify.RecordStore(tmp_path)
+    store = verify.BaseRecords(tmp_path)
     store.root.mkdir()
     (store.root / ("a" * 64 + ".json")).write_text(data if isinstance(data, str) else json.dumps(data))
     assert store.get("sha256:" + "a" * 64) is None

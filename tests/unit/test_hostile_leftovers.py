@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from buildctl import imageref, untrusted
-from buildctl.build import smoke
+from buildctl.builder import smoke
 from buildctl.errors import LockError, ManifestError, ManifestErrors, SmokeFailed, UsageError
 from buildctl.graph import smoke_expect
 from buildctl.lock import lockfile

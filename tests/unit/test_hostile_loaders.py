@@ -16,7 +16,7 @@ import pytest
 from buildctl.errors import ManifestErrors
 from buildctl.lock import lockcheck, lockfile
 from buildctl.manifest import pins
-from buildctl.megatron.argslint import lint
+from buildctl.megatron.lintargs import lint
 from tests.unit.hostile_project import MANIFEST, make_project, run
 
 

@@ -418,7 +418,7 @@ def run_cmd(path: Path, r: Resolvers, *, variants: Sequence[str] = ("cuda13",), 
     ui, out, err = make_ui()
     m = pins.load(path)
     rc = cmd_lock.run(path=path, manifest=m, variants=variants, do_check=do_check, as_json=as_json, resolvers=r,
-                      config=config(path.parent.parent), ui=ui, project=path.parent.parent)
+                      config=config(path.parent.parent), terminal=ui, project=path.parent.parent)
     return rc, out.getvalue(), err.getvalue()
 
 
@@ -491,7 +491,7 @@ def test_command_check_json(tmp_path: Path) -> None:
     ui, out, _ = make_ui()
     with pytest.raises(LockDrift):
         cmd_lock.run(path=path, manifest=pins.load(path), variants=["cuda13"], do_check=True, as_json=True,
-                     resolvers=r, config=config(tmp_path), ui=ui, project=tmp_path)
+                     resolvers=r, config=config(tmp_path), terminal=ui, project=tmp_path)
     data = json.loads(out.getvalue())
     assert data["ok"] is False
     assert data["drift"] == [{"variant": "cuda13", "kind": "base", "subject": "nvcr.io/nvidia/pytorch:25.09-py3",
@@ -515,8 +515,8 @@ def test_command_lock_json_and_existing_lock_of_another_stack_is_an_error(tmp_pa
 def test_pins_show_displays_locked_values(tmp_path: Path) -> None:
     import argparse
 
-    from buildctl.cli import Context
     from buildctl.commands import pins as cmd_pins
+    from buildctl.commands.context import Context
 
     path = write_manifest(tmp_path)
     run_cmd(path, resolvers())

@@ -36,7 +36,7 @@ def run_json(path: Path, r: Resolvers, **kw: object) -> tuple[int | None, dict[s
     error: Exception | None = None
     try:
         rc = cmd_lock.run(path=path, manifest=pins.load(path), variants=["cuda13"], as_json=True, resolvers=r,
-                          config=config(path.parent.parent), ui=ui, project=path.parent.parent,
+                          config=config(path.parent.parent), terminal=ui, project=path.parent.parent,
                           **kw)  # type: ignore[arg-type]
     except Exception as exc:
         error = exc

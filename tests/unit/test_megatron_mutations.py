@@ -20,8 +20,8 @@ import yaml
 from buildctl.errors import ManifestErrors
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
-from buildctl.megatron import argslint, mutations
-from buildctl.megatron.argslint import lint
+from buildctl.megatron import lintargs, mutations
+from buildctl.megatron.lintargs import lint
 
 PROJECT = Path(__file__).resolve().parents[2]
 DATA = PROJECT / "tests" / "data"
@@ -37,13 +37,13 @@ REAL = {r["id"]: r for r in RESULTS["results"]}
 _MANIFESTS: dict[str, Manifest] = {}
 
 
-def lint_mutation(m: mutations.Mutation) -> list[argslint.Finding]:
+def lint_mutation(m: mutations.Mutation) -> list[lintargs.LintFinding]:
     if m.stack not in _MANIFESTS:
         _MANIFESTS[m.stack] = pins.load(PROJECT / "pins" / f"{m.stack}.yaml")
     manifest = mutations.apply(_MANIFESTS[m.stack], m)
     variant = next(v for v in manifest.variants if v.name == m.variant)
     report = lint(manifest, variant, None, mutations.MUTATION)
-    return [f for f in report.errors if f.check not in argslint.HARDWARE_CHECKS]
+    return [f for f in report.errors if f.check not in lintargs.HARDWARE_CHECKS]
 
 
 def test_the_set_and_the_recorded_run_match() -> None:

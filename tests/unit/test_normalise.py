@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from buildctl.build import normalise
+from buildctl.builder import normalise
 
 EPOCH = 315532800
 

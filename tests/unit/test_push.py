@@ -37,7 +37,7 @@ def engine_with(*items: push.PushItem, smoke: str = "passed") -> FakeEngine:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What services/evidencing.PromotionCheck says, as data."""
+    """What services/evidence.PromotionCheck says, as data."""
 
     refusal: str
 

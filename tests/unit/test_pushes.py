@@ -1,4 +1,4 @@
-"""build/pushes.py and the scheduler's part in it: pushes (and a wheel's one-file image) run in the background
+"""builder/pushes.py and the scheduler's part in it: pushes (and a wheel's one-file image) run in the background
 while the node's children build; the run waits for them, and one that failed fails the run. Fakes only: the
 engine tests (test_build, test_far_builder, test_interrupts) build and push for real."""
 
@@ -12,8 +12,8 @@ from typing import Any, cast
 
 import pytest
 
-from buildctl.build.pushes import EarlyPull, Pushes
-from buildctl.build.schedule import Scheduler
+from buildctl.builder.pushes import EarlyPull, Pushes
+from buildctl.builder.schedule import Scheduler
 from buildctl.errors import BuildctlError, PushError
 
 

@@ -16,7 +16,7 @@ from buildctl.errors import LockError, UsageError
 from buildctl.imageref import ImageRef
 from buildctl.registry import attest
 from buildctl.registry.registry import OCI_MANIFEST, Descriptor, sha256_digest
-from buildctl.services import evidencing, lockarchive
+from buildctl.services import evidence, lockarchive
 from buildctl.ship import evidence as ev
 
 REG = "127.0.0.1:5999"
@@ -91,7 +91,7 @@ def test_an_odd_referrer_is_left_out_and_named_the_good_one_still_counts(manifes
     [line] = problems
     assert line.startswith(f"{REG}/demo@{odd}: referrer of {SUBJECT} left out: ") and named in line
     # what `buildctl evidence IMAGE` and promotion read: the odd one and the payload that is no evidence, named
-    got, probs = evidencing.read(reg, f"{REG}/demo", SUBJECT)
+    got, probs = evidence.read(reg, f"{REG}/demo", SUBJECT)
     assert got == [] and len(probs) == 2 and named in probs[0] and "not smoke evidence" in probs[1]
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from buildctl import syntax
-from buildctl.build.pipeline import label_instruction
+from buildctl.builder.pipeline import label_instruction
 from buildctl.graph import graph, launch_script, render
 from buildctl.graph.graph import Extras
 from buildctl.lock.lockfile import LockedBase, LockedComponent, LockedDownload, LockedPip, VariantLock

@@ -94,7 +94,7 @@ def compare(tmp_path: Path, a: list[list[F]], b: list[list[F]], *, kind: str = "
             keys: tuple[str, str] = ("k1", "k1")) -> repro.NodeReport:
     sa = side(save(tmp_path / "a.tar", a, config=config_a), key=keys[0], ref="a")
     sb = side(save(tmp_path / "b.tar", b, config=config_b), key=keys[1], ref="b")
-    return repro.compare_node(node=kind, kind=kind, level=level, a=sa, b=sb, floating=floating)
+    return repro.compare_node(node=kind, kind=kind, level=level, side_a=sa, side_b=sb, floating=floating)
 
 
 def wheel(members: dict[str, bytes], date: tuple[int, int, int, int, int, int] = (1980, 1, 1, 0, 0, 0)) -> bytes:
@@ -116,7 +116,7 @@ def test_same_layers_are_bit_identical_without_reading_them(tmp_path: Path) -> N
     a = side(save(tmp_path / "a.tar", [BASE, layer]), base_layers=1)
     # the same diff IDs need no archive at all
     b = Side(ref="b", key="k1", diff_ids=a.diff_ids, config=a.config, archive=None)
-    r = repro.compare_node(node="system", kind="system", level=ReproLevel.BIT, a=a, b=b)
+    r = repro.compare_node(node="system", kind="system", level=ReproLevel.BIT, side_a=a, side_b=b)
     assert r.verdict is Verdict.BIT and r.causes == () and r.meets_level
     assert [p.same for p in r.layers] == [True]
 
@@ -129,8 +129,8 @@ def test_mtimes_only_are_semantically_identical(tmp_path: Path) -> None:
     assert [(f.path, f.change) for f in r.files] == [("opt", "mtime")]
     assert r.metadata_summary() == ["mtimes of 1 path(s), e.g. /opt"]
     assert not r.meets_level  # declared bit
-    assert repro.compare_node(node="n", kind="system", level=ReproLevel.SEMANTIC, a=r_side(tmp_path, "a"),
-                              b=r_side(tmp_path, "b")).meets_level
+    assert repro.compare_node(node="n", kind="system", level=ReproLevel.SEMANTIC, side_a=r_side(tmp_path, "a"),
+                              side_b=r_side(tmp_path, "b")).meets_level
 
 
 def r_side(tmp_path: Path, name: str) -> Side:
@@ -227,7 +227,7 @@ def test_a_difference_that_comes_from_a_node_it_builds_on(tmp_path: Path) -> Non
     r = compare(tmp_path, a, b, kind="assemble")
     assert r.causes == (Cause.UNKNOWN,)
     sa, sb = r_side(tmp_path, "a"), r_side(tmp_path, "b")
-    r = repro.compare_node(node="assemble", kind="assemble", level=ReproLevel.BIT, a=sa, b=sb,
+    r = repro.compare_node(node="assemble", kind="assemble", level=ReproLevel.BIT, side_a=sa, side_b=sb,
                            upstream=["wheel:fastmath"])
     assert r.causes == (Cause.UPSTREAM,) and r.notes == ("builds on wheel:fastmath, which differ(s) between the builds",)
 
@@ -288,8 +288,8 @@ def test_differing_layers_need_the_archives(tmp_path: Path) -> None:
     a = side(save(tmp_path / "a.tar", [[F("x", b"1")]]))
     b = side(save(tmp_path / "b.tar", [[F("x", b"2")]]))
     with pytest.raises(ValueError, match="no archive"):
-        repro.compare_node(node="n", kind="system", level=None, a=a, b=Side(ref="b", key="k1", diff_ids=b.diff_ids,
-                                                                            config=b.config))
+        repro.compare_node(node="n", kind="system", level=None, side_a=a, side_b=Side(ref="b", key="k1", diff_ids=b.diff_ids,
+                                                                                      config=b.config))
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -323,9 +323,9 @@ def test_saved_images_reads_config_and_layers(tmp_path: Path) -> None:
 
 def test_report_json_and_text(tmp_path: Path) -> None:
     different = compare(tmp_path, [[F("etc/a", b"1")]], [[F("etc/a", b"2")]], level=ReproLevel.SEMANTIC)
-    bit = repro.compare_node(node="entrypoint", kind="entrypoint", level=ReproLevel.BIT, a=r_side(tmp_path, "a"),
-                             b=r_side(tmp_path, "a"))
-    report = repro.Report(stack="demo", variant="default", mode="lock", nodes=(bit, different))
+    bit = repro.compare_node(node="entrypoint", kind="entrypoint", level=ReproLevel.BIT, side_a=r_side(tmp_path, "a"),
+                             side_b=r_side(tmp_path, "a"))
+    report = repro.ReproReport(stack="demo", variant="default", mode="lock", nodes=(bit, different))
     assert [n.node for n in report.failures] == ["system"]
     j = report.to_json()
     assert j["schema"] == 1 and j["ok"] is False

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from buildctl.build.schedule import join
+from buildctl.builder.schedule import join
 
 
 def test_a_thread_that_never_started_is_left_after_the_settle_wait() -> None:

@@ -1,4 +1,4 @@
-"""buildctl.build.smoke: expectations from manifest + lock, label round trip, report parsing, the runner with a
+"""buildctl.builder.smoke: expectations from manifest + lock, label round trip, report parsing, the runner with a
 fake engine, the gate. The real reports used here are the H200 run's (tests/data/gpu/)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.build import smoke
+from buildctl.builder import smoke
 from buildctl.errors import ManifestError, SmokeFailed, UsageError
 from buildctl.graph import smoke_expect
 from buildctl.lock.lockfile import LockedBase, LockedComponent, LockedPip, VariantLock

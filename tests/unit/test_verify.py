@@ -41,7 +41,7 @@ def run(engine: FakeEngine, tmp_path: Path, locked: str | None = OLD, *, when: s
         contract: BaseContract = CONTRACT) -> verify.VerifyResult:
     return verify.verify(alias="demo-base", stack="demo", variant=VARIANT, contract=contract,
                          lock=lock(locked) if locked else None, engine=engine, mirrors={},
-                         store=verify.RecordStore(tmp_path), clock=lambda: when)
+                         store=verify.BaseRecords(tmp_path), clock=lambda: when)
 
 
 @pytest.mark.parametrize(("want", "have", "ok"), [
@@ -60,7 +60,7 @@ def test_the_demo_base_passes_as_locked_and_records_its_config(tmp_path: Path) -
     assert not [c for c in eng.calls if c[0] == "pull"]  # the engine had it: RepoDigests name the digest
     run_call = next(c for c in eng.calls if c[0] == "run")
     assert run_call[1][0] == f"{NAME}@{OLD}" and run_call[1][1][:2] == ("python3", "-c") and run_call[1][2] == "none"
-    record = verify.RecordStore(tmp_path).get(OLD)
+    record = verify.BaseRecords(tmp_path).get(OLD)
     assert record is not None and record.env == ENV and record.probe is not None and record.probe.python == "3.11.2"
     assert result.changes == () and result.baseline == OLD
 
@@ -92,8 +92,8 @@ def test_a_moved_tag_fails_naming_both_digests_and_shows_what_changed(tmp_path: 
     text = verify.render(result)
     assert f"expected {OLD}, got {NEW}" in text
     assert result.changes == (
-        verify.Change(kind="env", key="DEMO_BASE_VERSION", old="bookworm-1", new="bookworm-2"),
-        verify.Change(kind="env", key="EXTRA", old=None, new="1"))
+        verify.BaseChange(kind="env", key="DEMO_BASE_VERSION", old="bookworm-1", new="bookworm-2"),
+        verify.BaseChange(kind="env", key="EXTRA", old=None, new="1"))
     assert "  env DEMO_BASE_VERSION: bookworm-1 -> bookworm-2\n  env EXTRA: (unset) -> 1\n" in text
     assert text.endswith("result: FAILED (1 check: digest)\n")
 
@@ -125,8 +125,8 @@ def test_every_contract_miss_is_reported_not_raised(tmp_path: Path) -> None:
 
 def test_an_ngc_like_probe_meets_an_ngc_contract() -> None:
     contract = BaseContract(python="3.12", torch="2.9", torch_cuda="13.0", cudnn="9.14", nvcc=True)
-    probe = verify.Probe(python="3.12.3", torch="2.9.0a0+50eac811a6.nv25.09", torch_cuda="13.0",
-                         cudnn="9.14.0", cuda_home="/usr/local/cuda", nvcc="/usr/local/cuda/bin/nvcc")
+    probe = verify.BaseProbe(python="3.12.3", torch="2.9.0a0+50eac811a6.nv25.09", torch_cuda="13.0",
+                             cudnn="9.14.0", cuda_home="/usr/local/cuda", nvcc="/usr/local/cuda/bin/nvcc")
     assert [c.status for c in verify.check_probe(contract, probe)] == ["ok"] * 5
 
 
@@ -134,7 +134,7 @@ def test_a_foreign_platform_skips_the_probe_and_says_why(tmp_path: Path) -> None
     variant_arm = Variant(name="bookworm", image=REF, platform="linux/arm64", cuda="0")
     eng = fake(platform="linux/arm64")
     result = verify.verify(alias="demo-base", stack="demo", variant=variant_arm, contract=CONTRACT, lock=lock(OLD),
-                           engine=eng, mirrors={}, store=verify.RecordStore(tmp_path))
+                           engine=eng, mirrors={}, store=verify.BaseRecords(tmp_path))
     assert result.ok
     assert not [c for c in eng.calls if c[0] == "run"]
     assert {c.status for c in result.checks if c.name in ("python", "torch", "nvcc")} == {"skip"}
@@ -155,7 +155,7 @@ def test_a_mirror_is_used_for_the_lookup(tmp_path: Path) -> None:
     eng.images = {f"mirror.example:5000/buildctl/demo-base@{OLD}": Image(env=ENV)}
     result = verify.verify(alias="demo-base", stack="demo", variant=VARIANT, contract=CONTRACT, lock=lock(OLD),
                            engine=eng, mirrors={"127.0.0.1:5999": "mirror.example:5000"},
-                           store=verify.RecordStore(tmp_path))
+                           store=verify.BaseRecords(tmp_path))
     assert result.ok and result.checked_ref == "mirror.example:5000/buildctl/demo-base:bookworm"
     assert "(mirror of 127.0.0.1:5999/buildctl/demo-base:bookworm)" in verify.render(result).splitlines()[0]
 
@@ -213,6 +213,6 @@ def test_find_base_prefers_the_default_stack_then_the_only_match(tmp_path: Path)
 def test_a_lock_of_another_base_is_a_failure_not_a_comparison(tmp_path: Path) -> None:
     other = VariantLock(base=LockedBase(ref="127.0.0.1:5999/buildctl/other:1", digest=OLD, platform="linux/amd64"))
     result = verify.verify(alias="demo-base", stack="demo", variant=VARIANT, contract=CONTRACT, lock=other,
-                           engine=fake(), mirrors={}, store=verify.RecordStore(tmp_path))
+                           engine=fake(), mirrors={}, store=verify.BaseRecords(tmp_path))
     assert [c.name for c in result.failures] == ["digest"] and result.locked_digest is None
     assert "the lock is of 127.0.0.1:5999/buildctl/other:1" in verify.render(result)

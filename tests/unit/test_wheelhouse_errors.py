@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from buildctl.build.wheelhouse import build_output, sdist_script, unavailable
+from buildctl.builder.wheelhouse import build_output, sdist_script, unavailable
 
 
 def test_the_requirement_and_the_versions_pip_saw() -> None:

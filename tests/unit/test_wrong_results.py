@@ -85,13 +85,13 @@ CRLF = MINIMAL.replace("\n", "\r\n") + ("components:\r\n  lib:\r\n    repo: ../u
 
 def test_a_crlf_manifest_locked_as_lock_does_is_current_for_bump(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from buildctl.services import bumping
+    from buildctl.services import bump
 
     manifest, lock = _project(tmp_path, monkeypatch, CRLF.encode())
     _write_lock(manifest, lock)  # manifest_sha256: what `lock` records, of the file's bytes
     text = pins.read_text_exact(manifest)
     assert text == CRLF and pins.text_sha256(text) == pins.manifest_sha256(manifest)
-    assert bumping._current(manifest, text, "t").manifest_sha256 == pins.manifest_sha256(manifest)  # no LockError
+    assert bump._current(manifest, text, "t").manifest_sha256 == pins.manifest_sha256(manifest)  # no LockError
 
 
 def test_bumps_edit_of_a_crlf_manifest_keeps_crlf_and_hashes_as_lock_will(tmp_path: Path,

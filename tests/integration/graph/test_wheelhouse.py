@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from buildctl.build import wheelhouse
+from buildctl.builder import wheelhouse
 from buildctl.config import CacheLayout, Config
 from buildctl.errors import BuildFailed
 from buildctl.graph.specs import PipPin

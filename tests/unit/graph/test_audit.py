@@ -128,7 +128,7 @@ def test_drift_and_floating_by_node(gs: Any) -> None:
     assert f.status == "locked" and f.what == "gpu13: pip floaty: 1.0 -> 1.1"
     m = gs.load()
     g = gs.make(m, gs.lock_for(m))
-    hint = audit.Finding(rule="manifest-pip", status="locked", where="m", what="pip x", node="python", packages=("x",))
+    hint = audit.AuditFinding(rule="manifest-pip", status="locked", where="m", what="pip x", node="python", packages=("x",))
     by = audit.floating_by_node([hint, f], g)
     assert set(by) == {"python", "assemble", "entrypoint"}  # the node and what builds on it
     assert by["assemble"][0].packages == ("x",)

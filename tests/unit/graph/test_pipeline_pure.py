@@ -7,7 +7,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from buildctl.build.pipeline import compile_jobs, extract_wheel, label_instruction
+from buildctl.builder.pipeline import compile_jobs, extract_wheel, label_instruction
 
 
 def test_compile_jobs_follow_cores_and_memory() -> None:

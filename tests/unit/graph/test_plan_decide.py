@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from buildctl.build import pipeline
+from buildctl.builder import pipeline
 from buildctl.errors import BuildFailed, UnreachableError
 from buildctl.graph import plan
 from buildctl.graph.graph import Graph, Node

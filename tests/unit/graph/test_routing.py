@@ -1,5 +1,5 @@
 """Builders by platform: the configuration's forms and errors, routing a variant to the builders of its platform
-(each builder asked, through a fake Probe), the refusal of what no native builder may build, the plan's builder
+(each builder asked, through a fake BuilderProbe), the refusal of what no native builder may build, the plan's builder
 per node and a nightly over a stack of two platforms. The emulated build itself: tests/engine/test_emulated_builder.py."""
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ def test_the_plan_refuses_compiles_without_a_native_builder(gs: Any) -> None:
     assert p.node("system").builder == "local (emulated on linux/amd64)"
     assert any(n.startswith("--emulate: linux/arm64 nodes run under QEMU on local") for n in p.notes)
     assert p.to_json()["refused"]["what"] == p.refused[0]
-    from buildctl.build import pipeline
+    from buildctl.builder import pipeline
     with pytest.raises(EngineError) as failed:  # the build stops on it before anything starts
         pipeline.executed(p)
     assert failed.value.what.startswith("cannot build graphstack/gpu13 (linux/arm64): wheel:engine, wheel:kernels")

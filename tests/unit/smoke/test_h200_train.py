@@ -17,7 +17,7 @@ from typing import Any
 from buildctl.graph.entrypoint import variant_entrypoint
 from buildctl.manifest import pins
 from buildctl.manifest.profiles import effective_args
-from buildctl.megatron.argslint import lint
+from buildctl.megatron.lintargs import lint
 from smoke import trainlog
 from tests.helpers import load_script
 

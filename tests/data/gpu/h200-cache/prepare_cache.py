@@ -33,7 +33,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from buildctl.build import pipeline
+from buildctl.builder import pipeline
 from buildctl.config import load_config
 from buildctl.graph.specs import CompileEnvNodeSpec, WheelNodeSpec
 from buildctl.lock.lockfile import LockedPick, LockedPr

@@ -23,7 +23,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from buildctl.build import pipeline
+from buildctl.builder import pipeline
 from buildctl.config import load_config
 from buildctl.graph import smoke_expect
 from buildctl.graph.specs import CompileEnvNodeSpec, WheelNodeSpec

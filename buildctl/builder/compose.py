@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from buildctl import quoting
-from buildctl.build import normalise
+from buildctl.builder import normalise
 
 if TYPE_CHECKING:
     from buildctl.engine.engine import Engine
@@ -72,7 +72,7 @@ def write_layer(root: Path, dest: Path, *, extra_dirs: Sequence[str] = (), epoch
     entries.sort(key=lambda e: e[0])
     digest = hashlib.sha256()
     with dest.open("wb") as raw:
-        out = _Hashing(raw, digest)
+        out = _DigestingFile(raw, digest)
         with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf:  # type: ignore[call-overload]
             for rel, path in entries:
                 info = tarfile.TarInfo(rel)
@@ -99,13 +99,13 @@ def write_layer(root: Path, dest: Path, *, extra_dirs: Sequence[str] = (), epoch
     return "sha256:" + digest.hexdigest()
 
 
-class _Hashing:
+class _DigestingFile:
     def __init__(self, raw: Any, digest: Any) -> None:
         self.raw, self.digest = raw, digest
 
-    def write(self, b: bytes) -> int:
-        self.digest.update(b)
-        return int(self.raw.write(b))
+    def write(self, chunk: bytes) -> int:
+        self.digest.update(chunk)
+        return int(self.raw.write(chunk))
 
     def tell(self) -> int:
         return int(self.raw.tell())
@@ -118,12 +118,12 @@ def _opaque(path: str) -> bool:
     return opaque
 
 
-def _kind(st: os.stat_result) -> Kind:
-    if stat.S_ISDIR(st.st_mode):
+def _kind(stat_result: os.stat_result) -> Kind:
+    if stat.S_ISDIR(stat_result.st_mode):
         return "dir"
-    if stat.S_ISLNK(st.st_mode):
+    if stat.S_ISLNK(stat_result.st_mode):
         return "link"
-    return "file" if stat.S_ISREG(st.st_mode) else "other"
+    return "file" if stat.S_ISREG(stat_result.st_mode) else "other"
 
 
 def lookup(layer_dirs: Sequence[str], rel: str) -> Kind | None:

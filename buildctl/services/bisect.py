@@ -9,7 +9,7 @@
    first-parent history between the two commits is bisected the same way, each candidate re-resolved as
    `buildctl lock` resolves a component (its PRs and patches applied on the candidate).
 
-A judgement builds the state through building.build_target: the plan builds only what the cache (engine,
+A judgement builds the state through build.build_target: the plan builds only what the cache (engine,
 registry, wheel cache) does not hold, so a state seen before costs one smoke run. The smoke gate runs the
 build-host tier and stops the build there (a bisection needs no entrypoint); the verdict is taken from
 the gate's report (or, where everything was there already and no gate ran, from a smoke run of the assembled
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from buildctl.build import smoke
-from buildctl.build.smoke import SmokeEngine
+from buildctl.builder import smoke
+from buildctl.builder.smoke import SmokeEngine
 from buildctl.config import Config
 from buildctl.errors import SmokeFailed, SourceError, UsageError
 from buildctl.lock import archive
@@ -35,7 +35,7 @@ from buildctl.lock.pinsteps import Bisection, PinChange, apply, pin_changes
 from buildctl.lock.resolve import resolve_component
 from buildctl.manifest import pins
 from buildctl.manifest.model import SMOKE_CHECKS, Manifest
-from buildctl.services import building, lockarchive, target, wiring
+from buildctl.services import build, lockarchive, target, wiring
 from buildctl.sources.prepare import locked_signature
 from buildctl.ui import UI, NodeProgress
 
@@ -117,10 +117,10 @@ class ProbeGate:
                           why=report.summary())
 
 
-def _manifest_for(manifest: Manifest, v: VariantLock) -> Manifest:
-    """The manifest with each component's commit as ``v`` locks it (the graph takes a lock only where the
+def _manifest_for(manifest: Manifest, variant_lock: VariantLock) -> Manifest:
+    """The manifest with each component's commit as ``variant_lock`` locks it (the graph takes a lock only where the
     manifest asks for what it pins)."""
-    comps = tuple(dataclasses.replace(c, commit=v.components[c.name].commit) if c.name in v.components else c
+    comps = tuple(dataclasses.replace(c, commit=variant_lock.components[c.name].commit) if c.name in variant_lock.components else c
                   for c in manifest.components)
     return dataclasses.replace(manifest, components=comps)
 
@@ -138,24 +138,24 @@ class Judge:
     sha: str
     steps: list[Step] = field(default_factory=list)
 
-    def __call__(self, v: VariantLock, what: str) -> bool:
-        """Build ``v`` (what the cache lacks) and say whether CHECK fails on it."""
-        lock = Lock(stack=self.stack, manifest_sha256=self.sha, variants={self.variant: v})
+    def __call__(self, variant_lock: VariantLock, what: str) -> bool:
+        """Build ``variant_lock`` (what the cache lacks) and say whether CHECK fails on it."""
+        lock = Lock(stack=self.stack, manifest_sha256=self.sha, variants={self.variant: variant_lock})
         t = target.load(self.project, self.config, self.stack, self.variant, lock_override=lock,
-                        manifest_override=(_manifest_for(self.manifest, v), self.sha))
+                        manifest_override=(_manifest_for(self.manifest, variant_lock), self.sha))
         probe = ProbeGate(self.check, self.config.cache.reports / "smoke" / self.stack / self.variant)
         self.ui.info(f"bisect: judging {what}")
         with wiring.registry_credentials(t.registry, os.environ):
             engine = wiring.engine(self.config)
             try:
-                from buildctl.build import pipeline
+                from buildctl.builder import pipeline
 
                 with NodeProgress(self.ui, t.graph.names()) as shown:
                     progress = Counting(shown)
                     try:
-                        building.build_target(t, engines=[engine], config=self.config, progress=progress,
-                                              project=self.project, options=pipeline.Options(jobs=self.jobs),
-                                              smoke_gate=probe)
+                        build.build_target(t, engines=[engine], config=self.config, progress=progress,
+                                           project=self.project, options=pipeline.BuildOptions(jobs=self.jobs),
+                                           smoke_gate=probe)
                     except SmokeFailed:
                         if probe.status is None:
                             raise
@@ -203,7 +203,7 @@ def _component_at(manifest: Manifest, name: str, commit: str, base_dir: Path, co
 
 
 def bisect(project: Path, config: Config, stack: str, *, good: str, bad: str, check: str, variant: str | None,
-           jobs: int, ui: UI, cwd: Path) -> BisectReport:
+           jobs: int, terminal: UI, cwd: Path) -> BisectReport:
     if check not in SMOKE_CHECKS:
         raise UsageError(f"{check!r} is not a smoke check", fix="one of: " + ", ".join(SMOKE_CHECKS))
     path = pins.find(project / "pins", stack)
@@ -225,7 +225,7 @@ def bisect(project: Path, config: Config, stack: str, *, good: str, bad: str, ch
     if not changes:
         raise UsageError(f"the good and the bad lock pin the same (hash {g.lock_hash[:16]}): nothing to bisect")
     judge = Judge(project=project, config=config, manifest=manifest, stack=manifest.stack, variant=name, check=check,
-                  jobs=jobs, ui=ui, sha=g.lock.manifest_sha256)
+                  jobs=jobs, ui=terminal, sha=g.lock.manifest_sha256)
     if judge(gv, "the good lock"):
         raise UsageError(f"{check} fails with the good lock already ({g.lock_hash[:16]})", fix="give an older good lock")
     if not judge(bv, "the bad lock"):
@@ -244,19 +244,19 @@ def bisect(project: Path, config: Config, stack: str, *, good: str, bad: str, ch
     history = wiring.sources(config, base_dir=path.parent).first_parent(manifest.component(culprit.name).repo,
                                                                          a.commit, z.commit)
 
-    def at(i: int) -> bool:
-        lc = _component_at(manifest, culprit.name, history[i].sha, path.parent, config, z)
+    def at(index: int) -> bool:
+        lc = _component_at(manifest, culprit.name, history[index].sha, path.parent, config, z)
         v = dataclasses.replace(before, components={**before.components, culprit.name: lc})
-        return judge(v, f"{culprit.name} at {history[i].sha[:12]} ({i + 1} of {len(history)})")
+        return judge(v, f"{culprit.name} at {history[index].sha[:12]} ({index + 1} of {len(history)})")
 
     first = _bisect(len(history), at)
     return dataclasses.replace(report, commit=history[first].sha, subject=history[first].subject,
                                commits=len(history), steps=tuple(judge.steps))
 
 
-def _bisect(n: int, is_bad: Callable[[int], bool]) -> int:
-    """The first bad of ``n`` candidates (the state before the first good, the last bad: both judged already)."""
-    search = Bisection(n)
+def _bisect(count: int, is_bad: Callable[[int], bool]) -> int:
+    """The first bad of ``count`` candidates (the state before the first good, the last bad: both judged already)."""
+    search = Bisection(count)
     while (k := search.next()) is not None:
         search.record(k, is_bad(k))
     return search.culprit

@@ -15,8 +15,8 @@ from buildctl import cli
 from buildctl.errors import ArgsLintFailed
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
-from buildctl.megatron.argslint import LintReport, lint, lint_for_plan, no_source_cache
 from buildctl.megatron.consistency import LayoutError, moe_layer_pattern, parse_layout
+from buildctl.megatron.lintargs import LintReport, lint, lint_for_plan, no_source_cache
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -275,7 +275,7 @@ def test_report_json_is_complete(megatron: Path) -> None:
 def test_bert_example_as_shipped_is_impossible_on_8_gpus() -> None:
     m = pins.load(PROJECT / "pins" / "megatron-bert.yaml")
     r = lint(m, m.default_variant, None, "bert-340m")
-    f, layers = r.errors  # the world size, and 24 layers over PP 16 (test_argslint_rules has the detail)
+    f, layers = r.errors  # the world size, and 24 layers over PP 16 (test_lintargs_rules has the detail)
     assert layers.check == "layers-pp"
     assert f.check == "parallel-sizes" and f.flag == "--pipeline-model-parallel-size"
     assert "TP 8 x PP 16 x CP 1 = 128" in f.message and "8 GPUs" in f.message

@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildctl.build import compilecache, wheelhouse
-from buildctl.build.inputs import Fetchers
-from buildctl.build.state import Action, RunState
+from buildctl.builder import compilecache, wheelhouse
+from buildctl.builder.inputs import Fetchers
+from buildctl.builder.state import Action, RunState
 from buildctl.errors import BuildctlError, BuildFailed
 from buildctl.graph import render
 from buildctl.graph.specs import (
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
 
 class HostPrep:
-    def __init__(self, s: RunState, *, fetchers: Fetchers, ensure: Callable[[Engine, str], None]) -> None:
-        self.s = s
+    def __init__(self, state: RunState, *, fetchers: Fetchers, ensure: Callable[[Engine, str], None]) -> None:
+        self.s = state
         self.fetchers = fetchers
         self.ensure = ensure  # make a node's image present in an engine (steps.Steps.ensure)
 
@@ -52,7 +52,7 @@ class HostPrep:
         return f"wheel:{component}" if f"wheel:{component}" in self.s.g.names() else "assemble"
 
     def fetch_compile_tool(self, actions: Mapping[str, Action]) -> None:
-        """The compiler cache's binary (build/compilecache.py), when a compile to run uses the cache."""
+        """The compiler cache's binary (builder/compilecache.py), when a compile to run uses the cache."""
         if self.s.config.compile_cache.off:
             return
         compiles = [n for n in self.s.g.nodes if isinstance(n.spec, WheelNodeSpec) and n.spec.compile_cache
@@ -87,9 +87,9 @@ class HostPrep:
                 self._download(fetcher, f, dest)
             self.s.downloads[f.name] = dest
 
-    def _download(self, fetcher: HttpFetcher, f: FileSpec, dest: Path) -> None:
-        assert f.sha256, "a locked graph has every checksum"
-        fetch_verified(fetcher, f.url, f.sha256, dest, label=f"download {f.name} from {f.url}",
+    def _download(self, fetcher: HttpFetcher, file_spec: FileSpec, dest: Path) -> None:
+        assert file_spec.sha256, "a locked graph has every checksum"
+        fetch_verified(fetcher, file_spec.url, file_spec.sha256, dest, label=f"download {file_spec.name} from {file_spec.url}",
                        fix="the file changed upstream: check it, then update the manifest or re-lock")
 
     def fetch_pip(self, actions: Mapping[str, Action]) -> None:

@@ -200,7 +200,7 @@ class ImageLabels(Protocol):
 
 
 class EvidenceLookup(Protocol):
-    """Evidence an unchanged image reuses instead of running the suite (services/evidencing.GateReuse)."""
+    """Evidence an unchanged image reuses instead of running the suite (services/evidence.GateReuse)."""
 
     def reusable(self, repo_digests: Sequence[str], suite_hash: str) -> Mapping[str, str] | None: ...
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 _DROPPED_PAX = ("atime", "ctime")
 
 
-class _Hashing(io.RawIOBase):
+class _HashingStream(io.RawIOBase):
     """A write-only file that hashes what goes through it on its way to ``out``."""
 
     def __init__(self, out: IO[bytes]) -> None:
@@ -53,8 +53,8 @@ class _Hashing(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, b: Any) -> int:
-        data = bytes(b)
+    def write(self, chunk: Any) -> int:
+        data = bytes(chunk)
         self.sha.update(data)
         self.out.write(data)
         return len(data)
@@ -76,7 +76,7 @@ def needs_settling(src: IO[bytes], *, epoch: int) -> bool:
 def normalise_layer(src: IO[bytes], dst: IO[bytes], *, epoch: int) -> str:
     """Copy a layer tar with every whiteout's mtime set to ``epoch`` and pax atime/ctime dropped, entries in
     the same order; return the diff ID of what was written."""
-    out = _Hashing(dst)
+    out = _HashingStream(dst)
     with tarfile.open(fileobj=src, mode="r|") as tin, \
             tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tout:
         for m in tin:

@@ -1,6 +1,6 @@
 """Building a stack's variant: the plan's actions, the host's part first, then the missing nodes in parallel.
 
-The run's parts, each a module of buildctl/build/: state.py (what the parts share; options, report),
+The run's parts, each a module of buildctl/builder/: state.py (what the parts share; options, report),
 prepare.py (the host's part: sources, downloads, pip wheels), schedule.py (one run per stack, the
 parallel executor over the engines, leftovers, interrupts), steps.py (building, pulling, publishing one
 node), dryrun.py (what `build --dry-run` writes). This module puts them in order.
@@ -9,7 +9,7 @@ Its input is a ``BuildInput`` (inputs.py: the graph, names, a few values; never 
 lock file) and the plan (buildctl.graph.plan), made once this run holds the stack's lock; the plan
 alone decides, per node, have / pull / build / publish. Order (each step fails before the next starts):
 
-1. (before this module: buildctl.services.building checks the lock);
+1. (before this module: buildctl.services.build checks the lock);
 2. the plan: its actions are executed, nothing else (``buildctl plan`` shows the same actions);
 3. the engine's platform against the variant's;
 4. on the host: prepare the git sources the builds need (a PR that does not apply stops here),
@@ -45,13 +45,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildctl import runs
-from buildctl.build import wheelhouse
-from buildctl.build.dryrun import Renderable, dry_run
-from buildctl.build.inputs import BuildInput, Fetchers
-from buildctl.build.prepare import HostPrep
-from buildctl.build.schedule import Scheduler
-from buildctl.build.state import Action, NodeResult, Options, Outcome, Progress, Report, RunState, SmokeGate
-from buildctl.build.steps import Steps, compile_jobs, extract_wheel, label_instruction, smoke_label
+from buildctl.builder import wheelhouse
+from buildctl.builder.dryrun import Renderable, dry_run
+from buildctl.builder.inputs import BuildInput, Fetchers
+from buildctl.builder.prepare import HostPrep
+from buildctl.builder.schedule import Scheduler
+from buildctl.builder.state import (
+    Action,
+    BuildOptions,
+    BuildProgress,
+    BuildReport,
+    NodeResult,
+    Outcome,
+    RunState,
+    SmokeGate,
+)
+from buildctl.builder.steps import Steps, compile_jobs, extract_wheel, label_instruction, smoke_label
 from buildctl.config import Config
 from buildctl.errors import BuildFailed, EngineError, Interrupted, UsageError
 from buildctl.graph.plan import ArchCheck, Plan
@@ -64,12 +73,12 @@ if TYPE_CHECKING:
 __all__ = [
     "SMOKE_LABEL",
     "Action",
+    "BuildOptions",
+    "BuildProgress",
+    "BuildReport",
     "NodeResult",
-    "Options",
     "Outcome",
-    "Progress",
     "Renderable",
-    "Report",
     "SmokeGate",
     "compile_jobs",
     "dry_run",
@@ -101,8 +110,8 @@ def executed(plan: Plan) -> tuple[dict[str, Action], set[str]]:
 
 
 def run(job: BuildInput, *, decide: Callable[[], Plan], engines: Sequence[Engine], config: Config, fetchers: Fetchers,
-        progress: Progress, project: Path, options: Options | None = None,
-        smoke_gate: SmokeGate | None = None) -> Report:
+        progress: BuildProgress, project: Path, options: BuildOptions | None = None,
+        smoke_gate: SmokeGate | None = None) -> BuildReport:
     """Build ``job`` as the plan says. ``decide`` makes the plan (buildctl.graph.plan.make) once this run holds
     the stack's lock, so that a run that waited for another plans with what that one built."""
     if not engines:
@@ -111,14 +120,14 @@ def run(job: BuildInput, *, decide: Callable[[], Plan], engines: Sequence[Engine
         raise UsageError("several engines share a build through a registry, and there is none",
                          fix="pass --registry HOST:PORT (or set `registry` in the configuration)")
     return _Build(job, decide=decide, engines=engines, config=config, fetchers=fetchers, progress=progress,
-                  project=project, options=options or Options(), smoke_gate=smoke_gate).run()
+                  project=project, options=options or BuildOptions(), smoke_gate=smoke_gate).run()
 
 
 class _Build:
     """One run: the plan, the host's part, then the scheduler over the node steps."""
 
     def __init__(self, job: BuildInput, *, decide: Callable[[], Plan], engines: Sequence[Engine], config: Config,
-                 fetchers: Fetchers, progress: Progress, project: Path, options: Options,
+                 fetchers: Fetchers, progress: BuildProgress, project: Path, options: BuildOptions,
                  smoke_gate: SmokeGate | None) -> None:
         self.s = RunState(job, engines=engines, config=config, progress=progress, project=project, options=options,
                           smoke_gate=smoke_gate)
@@ -128,7 +137,7 @@ class _Build:
         self.steps = Steps(self.s, engine_for=self.schedule.engine)
         self.host = HostPrep(self.s, fetchers=fetchers, ensure=self.steps.ensure)
 
-    def run(self) -> Report:
+    def run(self) -> BuildReport:
         with self.schedule.exclusive():
             try:
                 self.schedule.remove_leftovers()
@@ -144,7 +153,7 @@ class _Build:
                     e.intermediates = None
                 shutil.rmtree(self.s.scratch, ignore_errors=True)
 
-    def _run(self) -> Report:
+    def _run(self) -> BuildReport:
         actions, publish = self._actions()
         for name in sorted(n for n in self.s.untrusted if actions.get(n) not in (None, "have")):
             self.s.progress.node(name, "untrusted", "tagged in the engine without a record of a completed build "
@@ -184,8 +193,8 @@ class _Build:
             holder = next(e for e in (self.s.e0, *self.s.engines) if e.name in there)
             labels = holder.inspect_image(self.s.ref(final)).labels
             self.s.smoke = "skipped" if labels.get(SMOKE_LABEL) == "skipped" else "passed"
-        return Report(final=self.s.ref(final), nodes=tuple(self.s.results), smoke=self.s.smoke, wheels=dict(self.s.wheels),
-                      backend="+".join(dict.fromkeys(e.backend for e in self.s.engines)))
+        return BuildReport(final=self.s.ref(final), nodes=tuple(self.s.results), smoke=self.s.smoke, wheels=dict(self.s.wheels),
+                           backend="+".join(dict.fromkeys(e.backend for e in self.s.engines)))
 
     def _actions(self) -> tuple[dict[str, Action], set[str]]:
         """The plan's actions and what it publishes; nothing else decides."""

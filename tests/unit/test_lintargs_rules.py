@@ -19,8 +19,8 @@ from buildctl.errors import ManifestErrors
 from buildctl.graph import entrypoint
 from buildctl.manifest import pins
 from buildctl.manifest.model import Manifest
-from buildctl.megatron import argslint
-from buildctl.megatron.argslint import LintReport, lint
+from buildctl.megatron import lintargs
+from buildctl.megatron.lintargs import LintReport, lint
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +51,7 @@ def manifest(args: str, *, gpus: int = 8, variant: str = "", env: str = "", laun
 GRAPHS = "- --cuda-graph-impl: transformer_engine\n- --cuda-graph-scope: [attn, moe_router, moe_preprocess]\n"
 
 
-def errors(report: LintReport, check: str | None = None) -> list[argslint.Finding]:
+def errors(report: LintReport, check: str | None = None) -> list[lintargs.LintFinding]:
     return [f for f in report.errors if check is None or f.check == check]
 
 

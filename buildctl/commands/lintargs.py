@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 from buildctl.errors import ArgsLintFailed, UsageError
 from buildctl.manifest import pins
-from buildctl.megatron import argslint
+from buildctl.megatron import lintargs as linter
 from buildctl.services import lintargs
 
 if TYPE_CHECKING:
-    from buildctl.cli import Context
+    from buildctl.commands.context import Context
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace, ctx: Context, locate: argslint.MegatronSourceLocator | None = None) -> int:
+def run(args: argparse.Namespace, ctx: Context, locate: linter.MegatronSourceLocator | None = None) -> int:
     path = pins.find(ctx.pins_dir, args.stack)
     manifest = pins.load(path)
     variant = pins.select_variant(manifest, args.variant)
@@ -43,8 +43,8 @@ def run(args: argparse.Namespace, ctx: Context, locate: argslint.MegatronSourceL
         if not args.megatron_src.is_dir():
             raise UsageError(f"--megatron-src {args.megatron_src} is not a folder",
                              fix="give the root of a Megatron-LM checkout (the folder holding megatron/)")
-        locate = argslint.given_source(args.megatron_src)
-    report = argslint.lint_for_plan(manifest, variant, locate or lintargs.prepared_source(ctx.config, path), args.profile)
+        locate = linter.given_source(args.megatron_src)
+    report = linter.lint_for_plan(manifest, variant, locate or lintargs.prepared_source(ctx.config, path), args.profile)
 
     ui = ctx.ui
     if args.json:

@@ -28,16 +28,16 @@ class Renderable(Protocol):
     def templates(self) -> render.Templates: ...
 
 
-def dry_run(t: Renderable, out: Path, *, wheels: Mapping[str, render.WheelFile] | None = None) -> list[Path]:
+def dry_run(target: Renderable, out: Path, *, wheels: Mapping[str, render.WheelFile] | None = None) -> list[Path]:
     """Write every node's rendered Dockerfile, compile script, context listing and every text file of its
     context (``<node>.context/<path>``: the launch script among them) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for n in t.graph.nodes:
+    for n in target.graph.nodes:
         if n.kind == "base":
             continue
-        parent = t.base_ref if n.parents[0] == "base" else t.refs[n.parents[0]]
-        r = render.render(n, templates=t.templates, parent_ref=parent, wheels=wheels)
+        parent = target.base_ref if n.parents[0] == "base" else target.refs[n.parents[0]]
+        r = render.render(n, templates=target.templates, parent_ref=parent, wheels=wheels)
         df = out / f"{n.slug}.Dockerfile"
         df.write_text(r.dockerfile)
         written.append(df)
@@ -63,8 +63,8 @@ def dry_run(t: Renderable, out: Path, *, wheels: Mapping[str, render.WheelFile] 
                 f"text, {len(c.text or '')} bytes, in {folder.name}/{c.path}") + "\n" for c in r.context))
             written.append(listing)
     summary = out / "graph.json"
-    summary.write_text(json.dumps({"stack": t.graph.stack, "variant": t.graph.variant, "nodes": [
-        {"name": n.name, "key": n.key, "ref": t.refs[n.name], "parents": list(n.parents),
-         "unlocked": list(n.unlocked)} for n in t.graph.nodes]}, indent=2) + "\n")
+    summary.write_text(json.dumps({"stack": target.graph.stack, "variant": target.graph.variant, "nodes": [
+        {"name": n.name, "key": n.key, "ref": target.refs[n.name], "parents": list(n.parents),
+         "unlocked": list(n.unlocked)} for n in target.graph.nodes]}, indent=2) + "\n")
     written.append(summary)
     return written

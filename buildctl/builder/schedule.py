@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from buildctl import runs
-from buildctl.build.state import Action, RunState
+from buildctl.builder.state import Action, RunState
 from buildctl.errors import BuildctlError, BuildFailed, disk_full
 
 if TYPE_CHECKING:
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 
 class Scheduler:
-    def __init__(self, s: RunState) -> None:
-        self.s = s
+    def __init__(self, state: RunState) -> None:
+        self.s = state
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -174,7 +174,7 @@ class Scheduler:
             raise failures[0]
 
     def _push_failures(self, failures: list[BaseException]) -> None:
-        """A push that failed (build/pushes.py) stops the run as a failed node does."""
+        """A push that failed (builder/pushes.py) stops the run as a failed node does."""
         for n, exc in self.s.pushes.new_failures():
             failures.append(exc)
             self.s.progress.node(n, "failed", getattr(exc, "what", str(exc)))
@@ -198,8 +198,8 @@ class Scheduler:
                 self.s.busy[e.name] -= 1
 
 
-def join(th: threading.Thread, deadline: float, *, settle_s: float = 2.0) -> None:
-    """Wait for ``th`` until ``deadline`` (monotonic). A signal can land inside ``th.start()`` while it waits for the
+def join(thread: threading.Thread, deadline: float, *, settle_s: float = 2.0) -> None:
+    """Wait for ``thread`` until ``deadline`` (monotonic). A signal can land inside ``thread.start()`` while it waits for the
     new thread to say that it runs (seen in tests/engine/test_interrupts.py: SIGINT as a node's pull began): the
     thread runs all the same, but ``join`` refuses it (RuntimeError) until it has said so. This waits for that,
     ``settle_s`` at the most: a start cut before the thread existed never says so, and such a thread, or one
@@ -207,7 +207,7 @@ def join(th: threading.Thread, deadline: float, *, settle_s: float = 2.0) -> Non
     settle = min(deadline, time.monotonic() + settle_s)
     while True:
         try:
-            th.join(timeout=max(0.1, deadline - time.monotonic()))
+            thread.join(timeout=max(0.1, deadline - time.monotonic()))
             return
         except RuntimeError:  # not started yet
             if time.monotonic() >= settle:

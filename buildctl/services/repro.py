@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from buildctl.build import pipeline
+from buildctl.builder import pipeline
 from buildctl.config import CacheLayout, CompileCache, Config
 from buildctl.errors import BuildctlError, LockError
 from buildctl.graph import plan
@@ -50,7 +50,7 @@ from buildctl.repro import audit, repro
 from buildctl.repro import levels as levels_of
 from buildctl.repro.archive import ImageConfig, SavedImages
 from buildctl.safepath import write_atomic
-from buildctl.services import building, target
+from buildctl.services import build, target
 
 if TYPE_CHECKING:
     from buildctl.engine.engine import Engine
@@ -59,16 +59,16 @@ if TYPE_CHECKING:
 SIDES = ("a", "b")
 
 
-class Progress(Protocol):
+class ReproProgress(Protocol):
     """What the runner says while it works; ``build`` gives the node progress of one of the two builds."""
 
     def step(self, text: str) -> None: ...
 
-    def build(self, side: str, nodes: Sequence[str]) -> AbstractContextManager[pipeline.Progress]: ...
+    def build(self, side: str, nodes: Sequence[str]) -> AbstractContextManager[pipeline.BuildProgress]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class ReproOptions:
     mode: Literal["lock", "relock"] = "lock"
     jobs: int = 2
     keep: bool = False  # keep both builds' images, caches and archives (to look at them)
@@ -78,7 +78,7 @@ class Options:
 
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
-    report: repro.Report
+    report: repro.ReproReport
     report_file: Path
     run_dir: Path
     refs: dict[str, dict[str, str]]  # side -> node -> image reference (removed unless keep)
@@ -110,12 +110,12 @@ def side_config(config: Config, root: Path, *, compile_folder: Path | None = Non
     return dataclasses.replace(config, cache=CacheLayout(root=root), registry=None, compile_cache=compile_cache)
 
 
-def compiles_line(config: Config, options: Options, b: pipeline.Report) -> str:
+def compiles_line(config: Config, options: ReproOptions, report_b: pipeline.BuildReport) -> str:
     """How the two builds compiled, in one line: what the report's ``compiles`` says."""
     if config.compile_cache.off:
         return "both builds compiled without a compiler cache (compile_cache is off)"
     counts = "; ".join(f"{n.name}: {n.cache_hits} of {n.cache_hits + n.cache_misses} objects from the cache"
-                       for n in b.nodes if n.cache_hits is not None and n.cache_misses is not None)
+                       for n in report_b.nodes if n.cache_hits is not None and n.cache_misses is not None)
     if options.cold_compiles:
         return "both builds compiled cold, each with an empty compiler cache of its own" + (
             f" (b: {counts})" if counts else "")
@@ -123,22 +123,22 @@ def compiles_line(config: Config, options: Options, b: pipeline.Report) -> str:
             "from cache hits is compared with the cold compile" + (f" (b: {counts})" if counts else ""))
 
 
-def audit_target(t: target.Target, *, drift: Sequence[object] = ()) -> list[audit.Finding]:
-    return audit.audit(t.manifest, t.vlock, t.variant, t.graph, t.templates, t.refs, drift)
+def audit_target(target: target.Target, *, drift: Sequence[object] = ()) -> list[audit.AuditFinding]:
+    return audit.audit(target.manifest, target.vlock, target.variant, target.graph, target.templates, target.refs, drift)
 
 
-def lock_check(t: target.Target, resolvers: Resolvers, config: Config) -> tuple[list[object], str]:
+def lock_check(target: target.Target, resolvers: Resolvers, config: Config) -> tuple[list[object], str]:
     """`buildctl lock --check` for the variant: (drift, "" ) or ([], why it could not be checked)."""
     try:
-        drift = check(t.manifest, t.manifest_path.name, pins.manifest_sha256(t.manifest_path), [t.variant.name],
-                      resolvers, config, t.lock)
+        drift = check(target.manifest, target.manifest_path.name, pins.manifest_sha256(target.manifest_path), [target.variant.name],
+                      resolvers, config, target.lock)
     except BuildctlError as exc:
         return [], f"the lock could not be checked: {exc.what}" + (f" ({exc.why})" if exc.why else "")
     return list(drift), ""
 
 
-def relock(t: target.Target, resolvers: Resolvers, config: Config) -> Lock:
-    outcome = lock_stack(t.manifest, pins.manifest_sha256(t.manifest_path), [t.variant.name], resolvers, config,
+def relock(target: target.Target, resolvers: Resolvers, config: Config) -> Lock:
+    outcome = lock_stack(target.manifest, pins.manifest_sha256(target.manifest_path), [target.variant.name], resolvers, config,
                          None)
     return outcome.lock
 
@@ -148,9 +148,9 @@ def _image_config(info: ImageInfo) -> ImageConfig:
                              entrypoint=info.entrypoint, cmd=info.cmd, workdir=info.workdir, user=info.user)
 
 
-def _parent_layers(engine: Engine, g: Graph, refs: dict[str, str], name: str,
+def _parent_layers(engine: Engine, graph: Graph, refs: dict[str, str], name: str,
                    cache: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
-    node = g.node(name)
+    node = graph.node(name)
     if node.kind == "wheel":
         return ()  # FROM scratch: the compile ran in compile-env, but the image holds the wheel alone
     parent = node.parents[0]
@@ -185,14 +185,14 @@ def compare(engine: Engine, graphs: dict[str, Graph], refs: dict[str, dict[str, 
                                   config=config, archive=archive)
         level = levels_of.level_for(node.kind, levels)
         upstream = [p for p in node.parents if p in verdicts and verdicts[p] is not repro.Verdict.BIT]
-        report = repro.compare_node(node=node.name, kind=node.kind, level=level, a=sides["a"], b=sides["b"],
+        report = repro.compare_node(node=node.name, kind=node.kind, level=level, side_a=sides["a"], side_b=sides["b"],
                                     floating=floating.get(node.name, ()), upstream=upstream)
         verdicts[node.name] = report.verdict
         reports.append(report)
     return reports
 
 
-def write_report(report: repro.Report, folder: Path, name: str) -> Path:
+def write_report(report: repro.ReproReport, folder: Path, name: str) -> Path:
     """The report as canonical JSON, written whole or not at all."""
     folder.mkdir(parents=True, exist_ok=True)
     dest = folder / name
@@ -229,8 +229,8 @@ def _cleanup(engine: Engine, refs: dict[str, dict[str, str]], run_dir: Path, kee
                                 why="; ".join(errors[:4]), fix="remove them with `docker rmi`")
 
 
-def run(*, project: Path, config: Config, stack: str, variant: str | None, engine: Engine, progress: Progress,
-        resolvers: Callable[[Config], Resolvers], options: Options = Options(),
+def run(*, project: Path, config: Config, stack: str, variant: str | None, engine: Engine, progress: ReproProgress,
+        resolvers: Callable[[Config], Resolvers], options: ReproOptions = ReproOptions(),
         between: Callable[[], None] | None = None) -> Outcome:
     """Build twice, compare, report (the report says whether every node met its declared level).
 
@@ -259,7 +259,7 @@ def run(*, project: Path, config: Config, stack: str, variant: str | None, engin
     graphs: dict[str, Graph] = {}
     locks: dict[str, Lock | None] = {}
     bases: dict[str, str] = {}
-    built: dict[str, pipeline.Report] = {}
+    built: dict[str, pipeline.BuildReport] = {}
     with _cleanup(engine, refs, run_dir, options.keep):
         for side in SIDES:
             warm = side == "b" and not options.cold_compiles
@@ -279,10 +279,10 @@ def run(*, project: Path, config: Config, stack: str, variant: str | None, engin
             bases[side] = t.refs["base"]
             progress.step(f"build {side} of 2: every node afresh (no step cache, cache root {cfg.cache.root})")
             with progress.build(side, t.graph.names()) as node_progress:
-                built[side] = building.build_target(t, engines=[engine], config=cfg,
+                built[side] = build.build_target(t, engines=[engine], config=cfg,
                                       sources=Sources.from_config(cfg, base_dir=t.manifest_path.parent),
                                       progress=node_progress, project=project,
-                                      options=pipeline.Options(jobs=options.jobs, skip_smoke=True, nocache=True))
+                                      options=pipeline.BuildOptions(jobs=options.jobs, skip_smoke=True, nocache=True))
             if side == "a" and between is not None:
                 between()
         if options.mode == "relock":
@@ -302,9 +302,9 @@ def run(*, project: Path, config: Config, stack: str, variant: str | None, engin
         if engine.backend == "buildkit" and any(
                 n.level is ReproLevel.BIT and n.verdict is repro.Verdict.SEMANTIC for n in nodes):
             notes.append(BUILDKIT_MTIMES)
-        report = repro.Report(stack=t0.graph.stack, variant=t0.graph.variant, mode=options.mode, nodes=tuple(nodes),
-                              audit=tuple(f.to_json() for f in findings), notes=tuple(notes), backend=engine.backend,
-                              compiles=compiles_line(config, options, built["b"]))
+        report = repro.ReproReport(stack=t0.graph.stack, variant=t0.graph.variant, mode=options.mode, nodes=tuple(nodes),
+                                   audit=tuple(f.to_json() for f in findings), notes=tuple(notes), backend=engine.backend,
+                                   compiles=compiles_line(config, options, built["b"]))
         report_file = write_report(report, config.cache.reports / "repro",
                                    f"{t0.graph.stack}-{t0.graph.variant}-{rid}.json")
     return Outcome(report=report, report_file=report_file, run_dir=run_dir, refs=refs)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from buildctl import runs
-from buildctl.build.inputs import BuildInput
-from buildctl.build.pushes import EarlyPull, Pushes
+from buildctl.builder.inputs import BuildInput
+from buildctl.builder.pushes import EarlyPull, Pushes
 from buildctl.config import Config
 from buildctl.graph.records import RecordStore, state_root
 
@@ -25,7 +25,7 @@ Action = Literal["have", "pull", "build"]  # what a build executes (the plan's h
 Outcome = Literal["cached", "pulled", "built"]
 
 
-class Progress(Protocol):
+class BuildProgress(Protocol):
     def node(self, name: str, state: str, detail: str = "") -> None: ...
 
     def log(self, name: str, line: str) -> None: ...
@@ -38,7 +38,7 @@ class SmokeGate(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class BuildOptions:
     jobs: int = 2  # nodes built at once, over all engines
     skip_smoke: bool = False
     compile_timeout: float = 6 * 3600.0  # a cold Transformer Engine build takes hours
@@ -64,7 +64,7 @@ class NodeResult:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Report:
+class BuildReport:
     final: str
     nodes: tuple[NodeResult, ...]
     smoke: Literal["passed", "skipped", "not-run"]
@@ -106,8 +106,8 @@ class RunState:
     """What the parts of one run (host preparation, scheduler, node steps) share: the input, the engines, and
     what the run found and made so far. Fields written from worker threads are written under ``lock``."""
 
-    def __init__(self, job: BuildInput, *, engines: Sequence[Engine], config: Config, progress: Progress,
-                 project: Path, options: Options, smoke_gate: SmokeGate | None) -> None:
+    def __init__(self, job: BuildInput, *, engines: Sequence[Engine], config: Config, progress: BuildProgress,
+                 project: Path, options: BuildOptions, smoke_gate: SmokeGate | None) -> None:
         self.t = job
         self.g = job.graph
         self.engines = list(engines)
@@ -125,7 +125,7 @@ class RunState:
         self.pip_files: dict[str, Path] = {}  # path in the wheelhouse -> a downloaded wheel (install: pip; the installer), verified
         self.built: dict[str, str] = {}  # "name==version" -> sha256 of the wheel built from its locked sdist
         self.wheels: dict[str, Path] = {}  # component -> its compiled wheel file
-        self.compile_tool: Path | None = None  # the compiler cache's binary (build/compilecache.py), when compiles use it
+        self.compile_tool: Path | None = None  # the compiler cache's binary (builder/compilecache.py), when compiles use it
         self.cache_stats: dict[str, tuple[int, int]] = {}  # compile node -> (cache hits, misses) of its compile here
         self.busy: dict[str, int] = {e.name: 0 for e in self.engines}
         self.lock = threading.Lock()
@@ -165,6 +165,6 @@ class RunState:
     def log_file(self, name: str) -> Path:
         return self.config.cache.node_log(self.g.stack, self.g.variant, name.replace(":", "-"))
 
-    def have(self, name: str, e: Engine) -> None:
+    def have(self, name: str, engine: Engine) -> None:
         with self.lock:
-            self.where.setdefault(name, set()).add(e.name)
+            self.where.setdefault(name, set()).add(engine.name)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from buildctl import quoting, runs, safepath
-from buildctl.build import compilecache, compose, normalise, wheelhouse
-from buildctl.build.pushes import EarlyPull
-from buildctl.build.state import Action, NodeResult, Outcome, RunState
+from buildctl.builder import compilecache, compose, normalise, wheelhouse
+from buildctl.builder.pushes import EarlyPull
+from buildctl.builder.state import Action, NodeResult, Outcome, RunState
 from buildctl.errors import BuildctlError, BuildFailed, SmokeFailed, disk_full
 from buildctl.graph import render
 from buildctl.graph.graph import Node, shared_labels
@@ -43,8 +43,8 @@ def smoke_label(spec: EntrypointNodeSpec) -> Literal["skipped", "passed"]:
 
 
 class Steps:
-    def __init__(self, s: RunState, *, engine_for: Callable[[Sequence[str]], AbstractContextManager[Engine]]) -> None:
-        self.s = s
+    def __init__(self, state: RunState, *, engine_for: Callable[[Sequence[str]], AbstractContextManager[Engine]]) -> None:
+        self.s = state
         self.engine_for = engine_for  # the engine for a task, preferring one that holds these parents
 
     def task(self, name: str, action: Action, publish: bool) -> None:
@@ -106,45 +106,45 @@ class Steps:
         """The platform a pull asks for: the variant's for the base (a multi-platform image), none for ours."""
         return self.s.g.platform if node.kind == "base" else None
 
-    def _pulled(self, node: Node, e: Engine) -> None:
-        """A node's image just pulled into ``e``: where it is, and (but for the base) its record."""
-        self.s.have(node.name, e)
+    def _pulled(self, node: Node, engine: Engine) -> None:
+        """A node's image just pulled into ``engine``: where it is, and (but for the base) its record."""
+        self.s.have(node.name, engine)
         if node.kind != "base":
-            self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(self.s.g, node, engine=e.name))
+            self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(self.s.g, node, engine=engine.name))
 
-    def ensure(self, e: Engine, name: str) -> None:
-        """Make the image of node ``name`` present in engine ``e`` (pulling what another engine pushed, once that
+    def ensure(self, engine: Engine, name: str) -> None:
+        """Make the image of node ``name`` present in engine ``engine`` (pulling what another engine pushed, once that
         push ended)."""
         ref = self.s.ref(name)
-        if e.name in self.s.where.get(name, ()) or e.image_exists(ref):
-            self.s.have(name, e)
+        if engine.name in self.s.where.get(name, ()) or engine.image_exists(ref):
+            self.s.have(name, engine)
             return
         self.s.pushes.wait(name)
-        if e.image_exists(ref):  # made here in the background meanwhile (a wheel's one-file image)
-            self.s.have(name, e)
+        if engine.image_exists(ref):  # made here in the background meanwhile (a wheel's one-file image)
+            self.s.have(name, engine)
             return
         node = self.s.g.node(name)
-        e.pull(ref, platform=self._pull_platform(node))
-        self.s.have(name, e)
+        engine.pull(ref, platform=self._pull_platform(node))
+        self.s.have(name, engine)
 
-    def _push(self, e: Engine, node: Node) -> None:
+    def _push(self, engine: Engine, node: Node) -> None:
         """Start the push of a node just built (or found unpublished): it runs in the background while the
-        node's children build (build/pushes.py); the run ends only once it did."""
+        node's children build (builder/pushes.py); the run ends only once it did."""
         if self._pushes():
             self.s.progress.node(node.name, "pushing", self.s.ref(node.name))
-            self.s.pushes.start(node.name, functools.partial(e.push, self.s.ref(node.name)))
+            self.s.pushes.start(node.name, functools.partial(engine.push, self.s.ref(node.name)))
 
     def _pushes(self) -> bool:
         """Whether a node built now goes to the registry: there is one, and the run was not interrupted."""
         return self.s.t.registry is not None and not self.s.cancelled.is_set()
 
-    def _publish(self, e: Engine, node: Node) -> None:
+    def _publish(self, engine: Engine, node: Node) -> None:
         """A node present here but not in the registry (built before with the registry down): push it."""
-        if node.kind == "wheel" and not e.image_exists(self.s.ref(node.name)):
-            self._wheel_image(e, node, self.s.wheels[node.component or ""])
+        if node.kind == "wheel" and not engine.image_exists(self.s.ref(node.name)):
+            self._wheel_image(engine, node, self.s.wheels[node.component or ""])
         else:
-            self.ensure(e, node.name)
-        self._push(e, node)
+            self.ensure(engine, node.name)
+        self._push(engine, node)
 
     def _labels(self, node: Node) -> dict[str, str]:
         labels = {
@@ -164,10 +164,10 @@ class Steps:
     def _parent_ref(self, node: Node) -> str:
         return self.s.t.base_ref if node.parents[0] == "base" else self.s.ref(node.parents[0])
 
-    def _build_image(self, e: Engine, node: Node) -> None:
-        self.ensure(e, node.parents[0])
+    def _build_image(self, engine: Engine, node: Node) -> None:
+        self.ensure(engine, node.parents[0])
         if isinstance(node.spec, EntrypointNodeSpec) and node.spec.smoke == "gate":
-            self._gate(e, node)
+            self._gate(engine, node)
         wheels: dict[str, render.WheelFile] = {}
         if isinstance(node.spec, AssembleNodeSpec):
             for w in node.spec.wheels:
@@ -181,24 +181,24 @@ class Steps:
         labels = self._labels(node)
         try:
             with self._context(node, rendered, labels=labels) as ctx:
-                if not self._compose(e, node, rendered, ctx, part, labels):
-                    e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
-                            buildargs={render.WHEELHOUSE_ARG: self.s.wheelhouse_url} if rendered.wheelhouse else None,
-                            network_mode="host" if rendered.wheelhouse else None,
-                            on_log=lambda line: self.s.progress.log(node.name, line),
-                            log_file=self.s.log_file(node.name), nocache=self.s.opt.nocache)
-            self._settle_whiteouts(e, node, rendered, part)
-            self._record_and_tag(e, node, part)
+                if not self._compose(engine, node, rendered, ctx, part, labels):
+                    engine.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
+                                 buildargs={render.WHEELHOUSE_ARG: self.s.wheelhouse_url} if rendered.wheelhouse else None,
+                                 network_mode="host" if rendered.wheelhouse else None,
+                                 on_log=lambda line: self.s.progress.log(node.name, line),
+                                 log_file=self.s.log_file(node.name), nocache=self.s.opt.nocache)
+            self._settle_whiteouts(engine, node, rendered, part)
+            self._record_and_tag(engine, node, part)
         finally:
             with contextlib.suppress(BuildctlError):
-                e.remove_image(part)  # the temporary tag (with it the image, when it never got its content tag)
-        self.s.have(node.name, e)
-        self._push(e, node)
+                engine.remove_image(part)  # the temporary tag (with it the image, when it never got its content tag)
+        self.s.have(node.name, engine)
+        self._push(engine, node)
 
-    def _compose(self, e: Engine, node: Node, rendered: render.Rendered, ctx: Path, part: str,
+    def _compose(self, engine: Engine, node: Node, rendered: render.Rendered, ctx: Path, part: str,
                  labels: Mapping[str, str]) -> bool:
         """A node that only copies files (the entrypoint, a wheel's one-file image) composed on this host, without
-        the builder (build/compose.py); False where it cannot be, and the builder builds it."""
+        the builder (builder/compose.py); False where it cannot be, and the builder builds it."""
         spec = node.spec
         if isinstance(spec, EntrypointNodeSpec):
             changes = compose.Changes(labels=labels, workdir=spec.workdir, entrypoint=spec.entrypoint, cmd=spec.cmd)
@@ -210,7 +210,7 @@ class Steps:
         if not compose.plain(rendered.dockerfile, changes, scratch=parent is None):
             return False  # a template that does more than copy and set metadata: the builder's
         log = self.s.log_file(node.name + ("-image" if parent is None else ""))
-        if compose.compose(e, parent_ref=parent, platform=str(self.s.g.platform), root=ctx / "rootfs", changes=changes,
+        if compose.compose(engine, parent_ref=parent, platform=str(self.s.g.platform), root=ctx / "rootfs", changes=changes,
                            tag=part, scratch=self.s.scratch, epoch=render.EPOCH) is None:
             return False
         msg = "composed on this host: one layer and its config, loaded (no builder)"
@@ -221,26 +221,26 @@ class Steps:
             self.s.progress.log(node.name, msg)
         return True
 
-    def _on(self, e: Engine) -> str:
+    def _on(self, engine: Engine) -> str:
         """The engine as a record and the progress name it: said when it runs the variant's platform under QEMU."""
-        return e.name + (f" (emulating {self.s.g.platform})" if e.name in self.s.opt.emulated else "")
+        return engine.name + (f" (emulating {self.s.g.platform})" if engine.name in self.s.opt.emulated else "")
 
     def _part_ref(self, node: Node) -> str:
         from buildctl.engine.values import PART_REPOSITORY
 
         return f"{PART_REPOSITORY}/{runs.owner()}:{node.slug}"
 
-    def _record_and_tag(self, e: Engine, node: Node, part: str, *, stats: compilecache.Stats | None = None) -> None:
+    def _record_and_tag(self, engine: Engine, node: Node, part: str, *, stats: compilecache.Stats | None = None) -> None:
         """The record of the completed build first, then the content tag: a tag always has its record."""
         if self.s.cancelled.is_set():
             raise BuildFailed(f"{node.name}: cancelled", why="the build was interrupted")
         self.s.records.save(self.s.g.stack, self.s.g.variant, NodeRecord.of(
             self.s.g, node, built_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            engine=self._on(e), backend=e.backend, cache_hits=None if stats is None else stats.hits,
+            engine=self._on(engine), backend=engine.backend, cache_hits=None if stats is None else stats.hits,
             cache_misses=None if stats is None else stats.misses))
-        e.tag(part, self.s.ref(node.name))
+        engine.tag(part, self.s.ref(node.name))
 
-    def _settle_whiteouts(self, e: Engine, node: Node, rendered: render.Rendered, ref: str) -> None:
+    def _settle_whiteouts(self, engine: Engine, node: Node, rendered: render.Rendered, ref: str) -> None:
         """Give the whiteouts of a node declared bit-level a fixed time (normalise.py): a RUN that deleted a file
         of a lower layer left one with the time of the build, and a RUN cannot touch it. The check costs a
         `docker save` of the node image (about 1.7 s for the demo's 190 MB), so only bit-level RUN nodes pay it."""
@@ -248,12 +248,12 @@ class Steps:
             return
         if not any(line.startswith("RUN ") for line in rendered.dockerfile.splitlines()):
             return
-        below = len(e.inspect_image(self._parent_ref(node)).layers)
-        if normalise.settle_whiteouts(e, ref, parent_layers=below, scratch=self.s.scratch,
+        below = len(engine.inspect_image(self._parent_ref(node)).layers)
+        if normalise.settle_whiteouts(engine, ref, parent_layers=below, scratch=self.s.scratch,
                                       epoch=render.EPOCH):
             self.s.progress.log(node.name, "whiteouts given a fixed time (save, rewrite, load)")
 
-    def _gate(self, e: Engine, node: Node) -> None:
+    def _gate(self, engine: Engine, node: Node) -> None:
         assemble = self.s.ref("assemble")
         if self.s.smoke_gate is None:
             raise SmokeFailed("no smoke runner is available to gate the entrypoint",
@@ -261,7 +261,7 @@ class Steps:
         # the suite's report names the assembled image's registry digest: its push (in the background) first
         self.s.pushes.wait("assemble")
         self.s.progress.node(node.name, "smoke", f"build-host tier on {assemble}")
-        summary = self.s.smoke_gate(e, assemble, log_file=self.s.log_file("smoke"))
+        summary = self.s.smoke_gate(engine, assemble, log_file=self.s.log_file("smoke"))
         self.s.smoke = "passed"
         self.s.progress.log(node.name, summary)
 
@@ -284,20 +284,20 @@ class Steps:
         finally:
             shutil.rmtree(ctx, ignore_errors=True)
 
-    def _materialize(self, ctx: Path, cf: render.ContextFile) -> None:
-        materialize(ctx, cf, trees=self.s.prepared, downloads=self.s.downloads, wheels=self.s.wheels)
+    def _materialize(self, ctx: Path, context_file: render.ContextFile) -> None:
+        materialize(ctx, context_file, trees=self.s.prepared, downloads=self.s.downloads, wheels=self.s.wheels)
 
-    def _build_wheel(self, e: Engine, node: Node) -> None:
+    def _build_wheel(self, engine: Engine, node: Node) -> None:
         from buildctl.engine.values import Mount
 
         spec = node.spec
         assert isinstance(spec, WheelNodeSpec) and node.component
-        self.ensure(e, node.parents[0])
+        self.ensure(engine, node.parents[0])
         rendered = render.render(node, templates=self.s.t.templates, parent_ref=self.s.ref(node.parents[0]))
         assert rendered.script is not None
         compiles = sum(1 for n in self.s.g.nodes if n.kind == "wheel")
         # sized by the builder's host: this one's figures, or what another host's engine says of its own
-        cores, memory = e.capacity() if e.far else (self.s.opt.host_cores, self.s.opt.host_memory_gib)
+        cores, memory = engine.capacity() if engine.far else (self.s.opt.host_cores, self.s.opt.host_memory_gib)
         jobs = compile_jobs(cores=cores, memory_gib=memory, per_job_gib=spec.memory_per_job_gib,
                             concurrent=min(self.s.opt.jobs, compiles))
         cache = compilecache.setup(self.s.config.compile_cache, self.s.config.cache, self.s.compile_tool,
@@ -312,22 +312,22 @@ class Steps:
         # an engine on another host gets the source and gives the wheel back as copies (Engine.run); this host's
         # cache folder stays here (copying it both ways would cost more than the compiles it saves): a server only
         where = ""
-        if e.far:
+        if engine.far:
             cache = compilecache.elsewhere(cache)
-            where = (f" on {e.name}, another host (the source copied in, the wheel copied out): "
+            where = (f" on {engine.name}, another host (the source copied in, the wheel copied out): "
                      + ("the compiler cache server only, not this host's cache folder" if cache.on else
                         "without a compiler cache (this host's cache folder is not shared; compile_cache names no server)"))
         try:
             self.s.progress.log(node.name, f"compiling with {jobs} job(s){where}")
-            result = e.run(self.s.ref(node.parents[0]), ["/buildctl/wheel.sh"], entrypoint=["/bin/sh"],
-                           # the tree keeps the host user's uid (cp -a): git would call it "dubious" and the
-                           # version would lose its +sha, so the copy is marked safe (sources.BUILD_GIT_ENV)
-                           env={"BUILDCTL_JOBS": str(jobs), **BUILD_GIT_ENV, **cache.env},
-                           mounts=[Mount(source=self.s.prepared[node.component], target="/src", read_only=True),
-                                   Mount(source=out, target="/out", read_only=False),
-                                   *(Mount(source=src, target=dst, read_only=ro) for src, dst, ro in cache.mounts),
-                                   Mount(source=script, target="/buildctl/wheel.sh", read_only=True)],
-                           network_mode=cache.network_mode, timeout=self.s.opt.compile_timeout)
+            result = engine.run(self.s.ref(node.parents[0]), ["/buildctl/wheel.sh"], entrypoint=["/bin/sh"],
+                                # the tree keeps the host user's uid (cp -a): git would call it "dubious" and the
+                                # version would lose its +sha, so the copy is marked safe (sources.BUILD_GIT_ENV)
+                                env={"BUILDCTL_JOBS": str(jobs), **BUILD_GIT_ENV, **cache.env},
+                                mounts=[Mount(source=self.s.prepared[node.component], target="/src", read_only=True),
+                                        Mount(source=out, target="/out", read_only=False),
+                                        *(Mount(source=src, target=dst, read_only=ro) for src, dst, ro in cache.mounts),
+                                        Mount(source=script, target="/buildctl/wheel.sh", read_only=True)],
+                                network_mode=cache.network_mode, timeout=self.s.opt.compile_timeout)
             log.write_text(f"$ compile {node.component} in {self.s.ref(node.parents[0])} ({jobs} jobs){where}\n"
                            + result.stdout + result.stderr)
             lines = (result.stdout + result.stderr).strip().splitlines()
@@ -351,8 +351,8 @@ class Steps:
             shutil.rmtree(out, ignore_errors=True)
             shutil.rmtree(script.parent, ignore_errors=True)
         # the nodes that install the wheel take it from this host: its one-file image (what another builder pulls
-        # instead of compiling), record, tag and push go on in the background while they build (build/pushes.py)
-        self.s.pushes.start(node.name, lambda: self._wheel_image(e, node, wheel, stats=stats, push=True))
+        # instead of compiling), record, tag and push go on in the background while they build (builder/pushes.py)
+        self.s.pushes.start(node.name, lambda: self._wheel_image(engine, node, wheel, stats=stats, push=True))
 
     def _keep_wheel(self, node: Node, made: Path) -> Path:
         """Move a finished wheel to wheels/<component>/<key>/, whole or not at all."""
@@ -364,7 +364,7 @@ class Steps:
             self.s.wheels[node.component] = kept
         return kept
 
-    def _wheel_image(self, e: Engine, node: Node, wheel: Path, *, stats: compilecache.Stats | None = None,
+    def _wheel_image(self, engine: Engine, node: Node, wheel: Path, *, stats: compilecache.Stats | None = None,
                      push: bool = False) -> None:
         """The wheel's one-file image, its record and content tag; with ``push``, its push too (in this thread:
         the caller runs it in the background)."""
@@ -375,28 +375,28 @@ class Steps:
         labels = self._labels(node)
         try:
             with self._context(node, rendered, labels=labels) as ctx:
-                if not self._compose(e, node, rendered, ctx, part, labels):
-                    e.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
-                            log_file=self.s.log_file(node.name + "-image"), nocache=self.s.opt.nocache)
-            self._record_and_tag(e, node, part, stats=stats)
+                if not self._compose(engine, node, rendered, ctx, part, labels):
+                    engine.build(context_dir=ctx, dockerfile="Dockerfile", tag=part, labels={},
+                                 log_file=self.s.log_file(node.name + "-image"), nocache=self.s.opt.nocache)
+            self._record_and_tag(engine, node, part, stats=stats)
         finally:
             with contextlib.suppress(BuildctlError):
-                e.remove_image(part)
-        self.s.have(node.name, e)
+                engine.remove_image(part)
+        self.s.have(node.name, engine)
         if push and self._pushes():
             self.s.progress.node(node.name, "pushing", self.s.ref(node.name))
-            e.push(self.s.ref(node.name))
+            engine.push(self.s.ref(node.name))
 
-    def _pull_wheel(self, e: Engine, node: Node) -> None:
+    def _pull_wheel(self, engine: Engine, node: Node) -> None:
         """Take the wheel out of its one-file image (pulled when the engine lacks it): no compile."""
         assert node.component
         ref = self.s.ref(node.name)
-        if not e.image_exists(ref):
-            e.pull(ref)
-        self.s.have(node.name, e)
+        if not engine.image_exists(ref):
+            engine.pull(ref)
+        self.s.have(node.name, engine)
         with tempfile.TemporaryDirectory(prefix="wheel-", dir=self.s.scratch) as tmp:
             tar = Path(tmp) / "image.tar"
-            e.save(ref, tar)
+            engine.save(ref, tar)
             found = extract_wheel(tar, Path(tmp) / "out")
             if found is None:
                 raise BuildFailed(f"the image {ref} holds no wheel", fix="remove it from the registry and build again")
@@ -453,26 +453,26 @@ def compile_jobs(*, cores: int, memory_gib: float, per_job_gib: float, concurren
     return max(1, min(by_cores, by_memory))
 
 
-def materialize(ctx: Path, cf: render.ContextFile, *, trees: Mapping[str, Path], downloads: Mapping[str, Path],
+def materialize(ctx: Path, context_file: render.ContextFile, *, trees: Mapping[str, Path], downloads: Mapping[str, Path],
                 wheels: Mapping[str, Path]) -> None:
     """Put one file of a rendered context (render.ContextFile) under ``ctx``: a source tree (component ->
     exported tree), a wheel (component -> wheel file), a download (name -> verified file) or text; files get
     their mode and the fixed time (render.EPOCH). Shared with bench/baselines.py, which writes the same contexts."""
-    target = safepath.inside(ctx, cf.path)
-    if cf.tree is not None:
-        shutil.copytree(trees[cf.tree], target, symlinks=True)
+    target = safepath.inside(ctx, context_file.path)
+    if context_file.tree is not None:
+        shutil.copytree(trees[context_file.tree], target, symlinks=True)
         return
-    if cf.wheel is not None:
+    if context_file.wheel is not None:
         target.mkdir(parents=True, exist_ok=True)
-        f = wheels[cf.wheel]
+        f = wheels[context_file.wheel]
         shutil.copy2(f, target / f.name)
         os.utime(target / f.name, (render.EPOCH, render.EPOCH))
         return
-    if cf.download is not None:
-        shutil.copyfile(downloads[cf.download], target)
+    if context_file.download is not None:
+        shutil.copyfile(downloads[context_file.download], target)
     else:
-        target.write_text(cf.text or "")
-    os.chmod(target, int(cf.mode, 8))
+        target.write_text(context_file.text or "")
+    os.chmod(target, int(context_file.mode, 8))
     os.utime(target, (render.EPOCH, render.EPOCH))
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from buildctl import untrusted
-from buildctl.build import smoke
+from buildctl.builder import smoke
 from buildctl.config import Config
 from buildctl.errors import PushError, UnreachableError, UsageError
 from buildctl.graph import graph
@@ -57,11 +57,11 @@ def read(reg: attest.ArtifactRegistry, repository: str, digest: str) -> tuple[li
     return found, problems
 
 
-def attach(reg: attest.ArtifactRegistry, repository: str, digest: str, e: ev.SmokeEvidence) -> ev.SmokeEvidence:
+def attach(reg: attest.ArtifactRegistry, repository: str, digest: str, evidence: ev.SmokeEvidence) -> ev.SmokeEvidence:
     done = attest.attach(reg, repository, digest, attest.Evidence(
-        kind="smoke", artifact_type=ev.ARTIFACT_TYPE, media_type=ev.ARTIFACT_TYPE, payload=e.to_payload(),
-        annotations=e.annotations()))
-    return replace(e, artifact=done.artifact)
+        kind="smoke", artifact_type=ev.ARTIFACT_TYPE, media_type=ev.ARTIFACT_TYPE, payload=evidence.to_payload(),
+        annotations=evidence.annotations()))
+    return replace(evidence, artifact=done.artifact)
 
 
 def _image(reg: RegistryClient, image: str) -> sizes.RemoteImage:
@@ -125,7 +125,7 @@ def attach_report(config: Config, image: str, report_file: Path) -> tuple[str, e
 
 @dataclass(frozen=True, kw_only=True)
 class PromotionCheck:
-    """What promotion read for one pushed image (push.Verdict)."""
+    """What promotion read for one pushed image (push.PromotionVerdict)."""
 
     image: str
     decision: ev.Decision
@@ -147,7 +147,7 @@ class PromotionCheck:
                 "problems": list(self.problems)}
 
 
-def _gate_evidence(reg: RegistryClient, t: target.Target, assemble: sizes.RemoteImage, report_dir: Path,
+def _gate_evidence(reg: RegistryClient, target: target.Target, assemble: sizes.RemoteImage, report_dir: Path,
                    local_id: str | None, suite: str) -> tuple[ev.SmokeEvidence | None, str]:
     """The build-tier evidence of the assembled image: in the registry, else the gate's saved report of this
     very image (same config digest), attached now."""
@@ -161,21 +161,21 @@ def _gate_evidence(reg: RegistryClient, t: target.Target, assemble: sizes.Remote
     if saved is None or saved.suite_hash != suite:
         return None, ""
     made = ev.from_report({**saved.raw, "subject": assemble.digest}, where=str(saved.report_path),
-                          subject=assemble.digest, suite_hash=suite, stack=t.manifest.stack, variant=t.variant.name,
+                          subject=assemble.digest, suite_hash=suite, stack=target.manifest.stack, variant=target.variant.name,
                           attached_by="smoke gate")
     done = attach(reg, assemble.repository, assemble.digest, made)
     return done, f"attached the smoke gate's report to {assemble.repository}@{assemble.digest} ({done.artifact})"
 
 
-def checker(config: Config, t: target.Target, *, registry: str, moving: Sequence[str],
+def checker(config: Config, target: target.Target, *, registry: str, moving: Sequence[str],
             local_id: Callable[[str], str | None]) -> Callable[[Pushed], PromotionCheck]:
-    """push.run's ``evidence``: the promotion check of the final image of ``t``. ``local_id(node)`` is the
+    """push.run's ``evidence``: the promotion check of the final image of ``target``. ``local_id(node)`` is the
     local image id of a node (None: not here)."""
     reg = client(config, registry)
-    report_dir = config.cache.reports / "smoke" / t.manifest.stack / t.variant.name
-    smoke_spec = t.manifest.smoke
+    report_dir = config.cache.reports / "smoke" / target.manifest.stack / target.variant.name
+    smoke_spec = target.manifest.smoke
     waiver = smoke_spec.gpu_waiver if smoke_spec.gpu_tier is GpuTier.WAIVED else None
-    budget = t.variant.budget or t.manifest.budget
+    budget = target.variant.budget or target.manifest.budget
 
     def check(pushed: Pushed) -> PromotionCheck:
         suite = smoke.suite_hash()
@@ -187,19 +187,19 @@ def checker(config: Config, t: target.Target, *, registry: str, moving: Sequence
         notes = []
         if ev.newest(found, "build", suite) is not None:
             notes.append("build-tier evidence of this digest and suite is in the registry: reused")
-        elif t.graph.gate:
-            node = t.graph.node("assemble")
-            aref = ImageRef.parse(graph.image_ref(registry, t.repository, node.name, node.key))
+        elif target.graph.gate:
+            node = target.graph.node("assemble")
+            aref = ImageRef.parse(graph.image_ref(registry, target.repository, node.name, node.key))
             assemble = sizes.remote_image(reg, aref.name(), aref.tag or "")
             if assemble is not None and sizes.begins_with(final, assemble):
-                gate_ev, note = _gate_evidence(reg, t, assemble, report_dir, local_id(node.name), suite)
+                gate_ev, note = _gate_evidence(reg, target, assemble, report_dir, local_id(node.name), suite)
                 if gate_ev is not None:
                     notes.append(note)
                     found.append(attach(reg, repository, pushed.digest, ev.carried(
                         gate_ev, subject=pushed.digest, tested=f"{assemble.repository}@{assemble.digest}")))
                     notes.append(f"carried it to {repository}@{pushed.digest} (the assembled image plus the entrypoint)")
         decision = ev.decide(found, subject=pushed.digest, suite_hash=suite, gpu_waiver=waiver)
-        tag = f"{t.variant.name}-{moving[0]}" if moving else ""
+        tag = f"{target.variant.name}-{moving[0]}" if moving else ""
         promoted = sizes.remote_image(reg, repository, tag) if tag else None
         report = sizes.size_report(final, promoted, against_tag=f"{repository}:{tag}", budget=
                                    budget.bytes if budget else None, fail=bool(budget and budget.fail))

@@ -1,7 +1,7 @@
 """What a build is given: the graph's nodes and names, plus the few values the host fetches with.
 
 The build reads neither the manifest nor the lock file: the service that loads a target
-(buildctl.services.building) turns them into this, and the plan (buildctl.graph.plan) says what to do
+(buildctl.services.build) turns them into this, and the plan (buildctl.graph.plan) says what to do
 with each node. Source trees come through ``SourceTrees``, which knows the locked components; what the
 host fetches with through ``Fetchers``.
 """

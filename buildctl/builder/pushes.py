@@ -103,7 +103,7 @@ class EarlyPull:
         return self.ok and engine is self.engine
 
 
-def _join(th: threading.Thread) -> None:
-    """Until ``th`` ended, in bounded waits: Ctrl-C stays deliverable to the main thread."""
-    while th.is_alive():
-        th.join(timeout=0.5)
+def _join(thread: threading.Thread) -> None:
+    """Until ``thread`` ended, in bounded waits: Ctrl-C stays deliverable to the main thread."""
+    while thread.is_alive():
+        thread.join(timeout=0.5)

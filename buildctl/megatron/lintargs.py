@@ -32,7 +32,7 @@ from buildctl.manifest.model import Arg, Manifest, Variant
 from buildctl.manifest.profiles import effective_args
 from buildctl.megatron.asserts import _Consistency
 from buildctl.megatron.flags import FlagSpec, FlagTable, NotMegatronSource, replacement_in
-from buildctl.megatron.report import Finding as Finding
+from buildctl.megatron.report import LintFinding as LintFinding
 from buildctl.megatron.report import LintReport as LintReport
 from buildctl.megatron.report import Severity, _effective, _Use
 from buildctl.megatron.scan import scan
@@ -132,7 +132,7 @@ def lint(manifest: Manifest, variant: Variant, megatron_root: Path | None, profi
             reason = f"cannot read {megatron_root}: {exc}"
 
     uses = [_use(a, table, defaults) for a in args]
-    findings: list[Finding] = []
+    findings: list[LintFinding] = []
     version = (table.version if table else None) or "(version unknown)"
     if table is not None:
         for u in uses:
@@ -156,33 +156,33 @@ def lint(manifest: Manifest, variant: Variant, megatron_root: Path | None, profi
     )
 
 
-def _use(a: Arg, table: FlagTable | None, defaults: Mapping[str, str]) -> _Use:
-    option, eq, inline = a.flag.partition("=")
-    values = ((inline,) if eq else ()) + a.values
+def _use(arg: Arg, table: FlagTable | None, defaults: Mapping[str, str]) -> _Use:
+    option, eq, inline = arg.flag.partition("=")
+    values = ((inline,) if eq else ()) + arg.values
     # Site paths take their defaults here: the check is about the value's form, not the site.
     values = tuple(PATH_REF.sub(lambda m: defaults.get(m.group(1), m.group(0)), v) for v in values)
     spec = table.get(option) if table else None
     if spec is None and table is not None and table.allow_abbrev:
         matches = {s.dest: s for o, s in table.flags.items() if o.startswith(option)}
         spec = next(iter(matches.values())) if len(matches) == 1 else None
-    return _Use(option=option, values=values, at=a.at, spec=spec)
+    return _Use(option=option, values=values, at=arg.at, spec=spec)
 
 
-def _check_flag(u: _Use, table: FlagTable, version: str) -> list[Finding]:
-    out: list[Finding] = []
+def _check_flag(use: _Use, table: FlagTable, version: str) -> list[LintFinding]:
+    out: list[LintFinding] = []
 
     def add(severity: Severity, check: str, message: str, suggestion: str = "") -> None:
-        out.append(Finding(severity=severity, check=check, flag=u.option, message=message, suggestion=suggestion,
-                           at=u.at))
+        out.append(LintFinding(severity=severity, check=check, flag=use.option, message=message, suggestion=suggestion,
+                               at=use.at))
 
-    spec = u.spec
+    spec = use.spec
     if spec is None:
         known = sorted(o for o in table.flags if o.startswith("--"))
-        close = difflib.get_close_matches(u.option, known, n=3, cutoff=0.6)
+        close = difflib.get_close_matches(use.option, known, n=3, cutoff=0.6)
         add("error", "unknown-flag", f"Megatron-LM {version} has no such flag",
             (f"did you mean {' or '.join(close)}?" if close else "no similar flag; remove it or check the pinned commit"))
         return out
-    if u.option not in spec.options:
+    if use.option not in spec.options:
         add("warning", "abbreviation", f"abbreviation of {spec.options[0]} (accepted only while the parser "
             "allows prefixes)", f"write {spec.options[0]}")
     if spec.condition is not None:
@@ -203,23 +203,23 @@ def _check_flag(u: _Use, table: FlagTable, version: str) -> list[Finding]:
         add("warning", "deprecated", f"deprecated in Megatron-LM {version}: {note!r}", fix)
     if spec.action == "other":
         return out  # a custom action: what it does with values is its own business
-    n = len(u.values)
+    n = len(use.values)
     if not spec.takes_value:
         if n:
-            add("error", "bad-count", f"takes no value, but the manifest gives {list(u.values)}",
-                f"write it bare ('- {u.option}'), or remove the value")
+            add("error", "bad-count", f"takes no value, but the manifest gives {list(use.values)}",
+                f"write it bare ('- {use.option}'), or remove the value")
         return out
     expected = spec.nargs
     if expected is None and n != 1:
         add("error", "bad-count", f"takes exactly one value, got {n}",
-            f"write '- {u.option}: VALUE'")
+            f"write '- {use.option}: VALUE'")
     elif expected == "+" and n < 1:
-        add("error", "bad-count", "takes one or more values, got none", f"write '- {u.option}: [V1, V2]'")
+        add("error", "bad-count", "takes one or more values, got none", f"write '- {use.option}: [V1, V2]'")
     elif expected == "?" and n > 1:
         add("error", "bad-count", f"takes at most one value, got {n}")
     elif isinstance(expected, int) and n != expected:
         add("error", "bad-count", f"takes exactly {expected} values, got {n}")
-    for v in u.values:
+    for v in use.values:
         if "${" in v:
             continue
         converted = _convert(v, spec)
@@ -257,14 +257,14 @@ def _convert(value: str, spec: FlagSpec) -> object:
     return value
 
 
-def _duplicates(uses: Sequence[_Use]) -> list[Finding]:
+def _duplicates(uses: Sequence[_Use]) -> list[LintFinding]:
     """A flag given twice: argparse keeps the last value without a word."""
     by_dest: dict[str, list[_Use]] = {}
     for u in uses:
         if u.spec is not None and u.spec.action in ("append", "extend", "count"):
             continue
         by_dest.setdefault(u.dest, []).append(u)
-    out: list[Finding] = []
+    out: list[LintFinding] = []
     for group in by_dest.values():
         if len(group) < 2:
             continue
@@ -272,16 +272,16 @@ def _duplicates(uses: Sequence[_Use]) -> list[Finding]:
         values = [_effective(u) for u in group]
         last = group[-1]
         if all(v == values[0] for v in values):
-            out.append(Finding(severity="warning", check="duplicate", flag=last.option,
-                               message=f"given {len(group)} times with the same value ({lines})",
-                               suggestion="keep one", at=last.at))
+            out.append(LintFinding(severity="warning", check="duplicate", flag=last.option,
+                                   message=f"given {len(group)} times with the same value ({lines})",
+                                   suggestion="keep one", at=last.at))
         else:
             shown = "; ".join(f"{u.option} {' '.join(u.values)}".strip() + f" ({u.at})" for u in group)
-            out.append(Finding(severity="error", check="duplicate", flag=last.option,
-                               message=f"given {len(group)} times with different values: {shown}; "
+            out.append(LintFinding(severity="error", check="duplicate", flag=last.option,
+                                   message=f"given {len(group)} times with different values: {shown}; "
                                        "Megatron silently keeps the last",
-                               suggestion="keep the one you mean (a profile replaces a base argument by itself)",
-                               at=last.at))
+                                   suggestion="keep the one you mean (a profile replaces a base argument by itself)",
+                                   at=last.at))
     return out
 
 

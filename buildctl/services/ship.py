@@ -1,6 +1,8 @@
-"""Publishing a built variant: nodes by content tag, the final image by its public and extra tags, evidence, moving tags.
+"""Shipping a built variant (``publish``): nodes by content tag, the final image by its public and extra tags,
+evidence, moving tags.
 
-Shared by `buildctl push` and `buildctl nightly`.
+Shared by `buildctl push` (commands/ship.py; its verify, bom, provenance and diff call ship/ directly) and
+`buildctl nightly`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from buildctl.imageref import ImageRef
 from buildctl.lock import lockfile
 from buildctl.registry import attest, credentials
 from buildctl.registry.registry import RegistryClient
-from buildctl.services import evidencing, lockarchive, target, wiring
+from buildctl.services import evidence, lockarchive, target, wiring
 from buildctl.ship import provenance, push
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ def _engine(config: Config) -> Iterator[Engine]:
 
 
 def _attacher(project: Path, config: Config, engine: Engine, registry: str, redact: credentials.Redactor, source: str | None,
-              kinds: Sequence[str], t: target.Target) -> Callable[[push.Pushed], list[attest.Attached]]:
+              kinds: Sequence[str], target: target.Target) -> Callable[[push.Pushed], list[attest.Attached]]:
     """What attaches the ``kinds`` of evidence to the final image once it is pushed (push.run calls it):
     ``provenance`` (an in-toto statement) and ``lock`` (the lock it was built from: services/lockarchive.py)."""
 
@@ -49,10 +51,10 @@ def _attacher(project: Path, config: Config, engine: Engine, registry: str, reda
         out = []
         for kind in kinds:
             if kind == "lock":
-                if t.lock is None:
-                    raise PushError(f"cannot attach the lock to {pushed.target}: {t.manifest.stack} has no lock")
+                if target.lock is None:
+                    raise PushError(f"cannot attach the lock to {pushed.target}: {target.manifest.stack} has no lock")
                 out.append(attest.attach(client, pushed.target, pushed.digest,
-                                         lockarchive.lock_evidence(t.lock, t.variant.name)))
+                                         lockarchive.lock_evidence(target.lock, target.variant.name)))
                 continue
             if kind != "provenance":
                 raise UsageError(f"no evidence of kind {kind!r}")
@@ -65,23 +67,23 @@ def _attacher(project: Path, config: Config, engine: Engine, registry: str, reda
     return attach
 
 
-def publish(project: Path, config: Config, t: target.Target, *, registry_arg: str | None, moving: Sequence[str],
+def publish(project: Path, config: Config, built: target.Target, *, registry_arg: str | None, moving: Sequence[str],
             promote: bool, say: Callable[[str], None], warn: Callable[[str], None], extra_tags: Sequence[str] = (),
             attest_kinds: Sequence[str] = (), dated_tags: Sequence[str] = ()) -> tuple[target.Target, push.PushReport]:
     """Push a built variant: nodes by content tag, the final image by its public tag and ``extra_tags``
     (immutable) and ``dated_tags`` (``nightly-YYYYMMDD``: moved to this run's image, confirmed by digest), then the evidence ``attest_kinds`` beside the final image, then, with ``promote``, the
     ``moving`` tags (only past a passed smoke gate). Shared by `buildctl push` and `buildctl nightly`."""
-    lockfile.refuse_partial(t.lock, t.variant.name, action="push", lock_file=str(lockfile.lock_path(t.manifest_path)))
-    if t.registry is None:
-        raise UsageError(f"no registry to push {t.manifest.stack} to",
+    lockfile.refuse_partial(built.lock, built.variant.name, action="push", lock_file=str(lockfile.lock_path(built.manifest_path)))
+    if built.registry is None:
+        raise UsageError(f"no registry to push {built.manifest.stack} to",
                          fix="pass --registry HOST:PORT, set `registry` in the configuration, or add push.registry "
                              "to the manifest")
-    registry = t.registry
+    registry = built.registry
     # Where a build may have tagged its nodes: under the registry it shared them through, or locally only.
-    homes = list(dict.fromkeys([registry, config.registry, t.manifest.push.registry if t.manifest.push else None,
+    homes = list(dict.fromkeys([registry, config.registry, built.manifest.push.registry if built.manifest.push else None,
                                 None]))
     redact = credentials.redactor_for(os.environ, registry)
-    log = config.cache.logs / "push" / t.manifest.stack / f"{t.variant.name}.log"
+    log = config.cache.logs / "push" / built.manifest.stack / f"{built.variant.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with credentials.docker_credentials(os.environ, registry), _engine(config) as engine, \
             log.open("a", encoding="utf-8") as logf:
@@ -96,22 +98,22 @@ def publish(project: Path, config: Config, t: target.Target, *, registry_arg: st
 
         def locate(node: str, key: str) -> str | None:
             return next((ref for home in homes
-                         if engine.image_exists(ref := graph.image_ref(home, t.repository, node, key))), None)
+                         if engine.image_exists(ref := graph.image_ref(home, built.repository, node, key))), None)
 
-        final = t.graph.final
-        if t.graph.gate and locate(final.name, final.key) is None:
+        final = built.graph.final
+        if built.graph.gate and locate(final.name, final.key) is None:
             # A build past a skipped smoke gate made another final image (the gate is one of its inputs):
             # push that one, which is labelled smoke=skipped and so is never promoted.
-            skipped = target.load(project, config, t.manifest.stack, t.variant.name,
+            skipped = target.load(project, config, built.manifest.stack, built.variant.name,
                                   registry=registry_arg, skip_smoke=True)
             if locate(skipped.graph.final.name, skipped.graph.final.key) is not None:
-                warn(f"the final image of {t.manifest.stack}/{t.variant.name} here was built with the smoke "
+                warn(f"the final image of {built.manifest.stack}/{built.variant.name} here was built with the smoke "
                             "gate skipped: pushing it; no moving tag will point at it")
-                t = skipped
+                built = skipped
 
-        items = push.stack_items(t.graph, registry=registry, repository=t.repository, locate=locate,
-                                 moving=moving, default_variant=t.variant.name == t.manifest.default_variant.name)
-        public = f"{registry}/{t.repository.strip('/')}"
+        items = push.stack_items(built.graph, registry=registry, repository=built.repository, locate=locate,
+                                 moving=moving, default_variant=built.variant.name == built.manifest.default_variant.name)
+        public = f"{registry}/{built.repository.strip('/')}"
         last = items[-1]
         items += [push.PushItem(source=last.source, target=f"{public}:{tag}", node=last.node, key=last.key)
                   for tag in extra_tags]
@@ -119,15 +121,15 @@ def publish(project: Path, config: Config, t: target.Target, *, registry_arg: st
                                 dated=True) for tag in dated_tags]
         # evidence goes to the digest of the final image's own tag: the one every moving and dated tag names
         attach = _attacher(project, config, engine, registry, redact, last.source, attest_kinds,
-                           t) if attest_kinds else None
+                           built) if attest_kinds else None
 
         def local_id(node: str) -> str | None:
-            ref = locate(node, t.graph.node(node).key)
+            ref = locate(node, built.graph.node(node).key)
             return engine.inspect_image(ref).id if ref else None
 
         # promotion reads the smoke evidence of the pushed digest from the registry (and the size budget)
-        check = evidencing.checker(config, t, registry=registry, moving=moving, local_id=local_id) if promote else None
-        report = push.run(engine, items, stack=t.manifest.stack, variant=t.variant.name, registry=registry,
+        check = evidence.checker(config, built, registry=registry, moving=moving, local_id=local_id) if promote else None
+        report = push.run(engine, items, stack=built.manifest.stack, variant=built.variant.name, registry=registry,
                           promote=promote, reports=config.cache.reports, redact=redact,
                           say=say, log=write_log, attach=attach, evidence=check, attach_to=last.target)
-    return t, report
+    return built, report

@@ -8,10 +8,10 @@
    comments and layout kept, the diff is the changed lines), and the lock with those components re-resolved
    at the new commits (every other pin exactly as locked). Neither is written yet; the candidate lock is
    archived by its hash (lockarchive.keep);
-3. every variant built from the candidate (building.build_target, the smoke gate included);
+3. every variant built from the candidate (build.build_target, the smoke gate included);
 4. pushed (``push``): nodes and the final image under immutable tags, the lock beside it as an artifact;
 5. only then the manifest and the lock written, both or neither (safepath.write_atomic_both);
-6. with ``push``, the moving tag (``latest``) moved (publishing.publish with promote).
+6. with ``push``, the moving tag (``latest``) moved (ship.publish with promote).
 
 Any failure before 5 changes nothing on disk and moves no tag; the report names the failing stage and
 check and each component's commit range (old..new).
@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from buildctl.build import smoke
-from buildctl.build.smoke import SmokeEngine
+from buildctl.builder import smoke
+from buildctl.builder.smoke import SmokeEngine
 from buildctl.config import Config
 from buildctl.errors import BuildctlError, LockError, PushError, SmokeFailed, UsageError
 from buildctl.lock import lockfile
@@ -37,7 +37,7 @@ from buildctl.lock.resolve import resolve_component
 from buildctl.manifest import edit, pins
 from buildctl.manifest.model import Component, Manifest
 from buildctl.safepath import write_atomic, write_atomic_both
-from buildctl.services import building, lockarchive, publishing, target, wiring
+from buildctl.services import build, lockarchive, ship, target, wiring
 from buildctl.ui import UI, NodeProgress
 
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ def heads(manifest: Manifest, old: Lock, chosen: Sequence[Component], sources: S
 
 
 def bump(project: Path, config: Config, stack: str, names: Sequence[str], *, registry: str | None, jobs: int,
-         push: bool, ui: UI) -> BumpReport:
+         push: bool, terminal: UI) -> BumpReport:
     """The gated bump of ``names`` (default: every component with a branch) of ``stack``; see the module doc."""
     path = pins.find(project / "pins", stack)
     try:
@@ -229,9 +229,9 @@ def bump(project: Path, config: Config, stack: str, names: Sequence[str], *, reg
         t = target.load(project, config, manifest.stack, v.name, registry=registry, lock_override=cand.lock,
                         manifest_override=(cand.manifest, cand.sha256))
         gate = RecordingGate(config.cache.reports / "smoke" / manifest.stack / v.name)
-        ui.info(f"bump {manifest.stack}/{v.name}: building {', '.join(m.component + ' ' + m.range for m in moved)}")
+        terminal.info(f"bump {manifest.stack}/{v.name}: building {', '.join(m.component + ' ' + m.range for m in moved)}")
         try:
-            built = _build(t, config, project, jobs, ui, gate)
+            built = _build(t, config, project, jobs, terminal, gate)
         except BuildctlError as exc:
             stage = "smoke" if isinstance(exc, SmokeFailed) else "build"
             return _failed(report, stage, v.name, exc, gate.failed)
@@ -239,7 +239,7 @@ def bump(project: Path, config: Config, stack: str, names: Sequence[str], *, reg
         targets.append(t)
     if push:
         try:
-            report = _push(project, config, cand, targets, report, registry, ui, moving=())
+            report = _push(project, config, cand, targets, report, registry, terminal, moving=())
         except BuildctlError as exc:
             return _failed(report, "push", "", exc, ())
     try:
@@ -249,40 +249,40 @@ def bump(project: Path, config: Config, stack: str, names: Sequence[str], *, reg
     report = dataclasses.replace(report, written=True)
     if push:
         try:
-            report = _push(project, config, cand, targets, report, registry, ui, moving=MOVING)
+            report = _push(project, config, cand, targets, report, registry, terminal, moving=MOVING)
         except BuildctlError as exc:
             return _failed(report, "promote", "", exc, ())
     return report
 
 
-def _build(t: target.Target, config: Config, project: Path, jobs: int, ui: UI, gate: RecordingGate) -> list[str]:
-    from buildctl.build import pipeline
+def _build(target: target.Target, config: Config, project: Path, jobs: int, terminal: UI, gate: RecordingGate) -> list[str]:
+    from buildctl.builder import pipeline
 
-    with wiring.registry_credentials(t.registry, os.environ):
+    with wiring.registry_credentials(target.registry, os.environ):
         engine = wiring.engine(config)
         try:
-            options = pipeline.Options(jobs=jobs, emulation=wiring.emulation_registered(engine.address,
-                                                                                        t.variant.platform))
-            with NodeProgress(ui, t.graph.names()) as progress:
-                done = building.build_target(t, engines=[engine], config=config, progress=progress, project=project,
-                                             options=options, smoke_gate=gate)
+            options = pipeline.BuildOptions(jobs=jobs, emulation=wiring.emulation_registered(engine.address,
+                                                                                             target.variant.platform))
+            with NodeProgress(terminal, target.graph.names()) as progress:
+                done = build.build_target(target, engines=[engine], config=config, progress=progress, project=project,
+                                          options=options, smoke_gate=gate)
         finally:
             engine.close()
     return list(done.built)
 
 
 def _push(project: Path, config: Config, cand: Candidate, targets: Sequence[target.Target], report: BumpReport,
-          registry: str | None, ui: UI, *, moving: Sequence[str]) -> BumpReport:
+          registry: str | None, terminal: UI, *, moving: Sequence[str]) -> BumpReport:
     """Push every variant (immutable tags; with ``moving``, move them too); the lock beside each final image."""
     pushed = dict(report.pushed)
     promoted = list(report.promoted)
     archived = list(report.archived)
     for t in targets:
         lock_hash = cand.lock.variants[t.variant.name].digest()
-        _t, done = publishing.publish(project, config, t, registry_arg=registry, say=ui.info, warn=ui.warn,
-                                      moving=moving, promote=bool(moving),
-                                      extra_tags=(f"{cand.lock.stack}-{t.variant.name}-{lock_hash[:16]}",),
-                                      attest_kinds=() if moving else ("lock",))
+        _t, done = ship.publish(project, config, t, registry_arg=registry, say=terminal.info, warn=terminal.warn,
+                                moving=moving, promote=bool(moving),
+                                extra_tags=(f"{cand.lock.stack}-{t.variant.name}-{lock_hash[:16]}",),
+                                attest_kinds=() if moving else ("lock",))
         if not done.ok:
             raise PushError("; ".join(f"{f.target}: {f.error}" for f in done.failed) or "the push was not completed")
         if moving and done.not_promoted:
