@@ -29,11 +29,12 @@ help:
 install:
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[dev]'
 
-# --durations=25: CI logs name the slowest cases (set-up and teardown counted apart); -n 2 --dist loadfile:
-# two workers, each test file in one of them (its module fixtures made once), engine files beside each other
-# (tests/conftest.py says what makes that safe)
+# --progress-lines (tests/progress.py): a line per test as it ends (per file for unit tests), engine tests also
+# when they start, so a long engine test never looks hung; --durations=25: CI logs name the slowest cases
+# (set-up and teardown counted apart); -n 2 --dist loadfile: two workers, each test file in one of them (its
+# module fixtures made once), engine files beside each other (tests/conftest.py says what makes that safe).
 test:
-	bash scripts/testenv.sh run -- $(PYTHON) -m pytest -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
+	bash scripts/testenv.sh run -- $(PYTHON) -m pytest -n 2 --dist loadfile --progress-lines --durations=25 $(PYTEST_ARGS)
 
 unit: install
 	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
