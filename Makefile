@@ -26,13 +26,18 @@ help:
 	@echo "make bench             rebuild benchmark: buildctl vs two Dockerfiles (BENCH_ARGS=--quick: CI-sized)"
 	@echo "make demo-up|demo-down engine + demo base + demo registry 127.0.0.1:5000 (what make demo uses)"
 
+# The package in editable mode with the dev tools, and the commit-msg hook (.githooks/commit-msg: subject <= 72,
+# a blank line, a body wrapped at 72; `make test` checks the commits again).
 install:
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@if git rev-parse --git-dir >/dev/null 2>&1; then git config core.hooksPath .githooks \
+	  && echo "commit-msg hook: git config core.hooksPath .githooks"; fi
 
 # --progress-lines (tests/progress.py): a line per test as it ends (per file for unit tests), engine tests also
 # when they start, so a long engine test never looks hung; --durations=25: CI logs name the slowest cases
 # (set-up and teardown counted apart); -n 2 --dist loadfile: two workers, each test file in one of them (its
 # module fixtures made once), engine files beside each other (tests/conftest.py says what makes that safe).
+# The commit-message check is a test too (tests/integration/test_commit_messages.py).
 test:
 	bash scripts/testenv.sh run -- $(PYTHON) -m pytest -n 2 --dist loadfile --progress-lines --durations=25 $(PYTEST_ARGS)
 
@@ -42,7 +47,7 @@ unit: install
 # smoke/ runs inside the images, the oldest on Python 3.10 (NGC 24.01): smoke/ruff.toml lints it for 3.10's
 # syntax, vermin for 3.10's modules and members (tests/unit/test_smoke_python310.py runs both in the tests).
 lint: install
-	$(PYTHON) -m ruff check buildctl tests smoke bench
+	$(PYTHON) -m ruff check buildctl tests smoke bench scripts/commitmsg.py
 	$(PYTHON) -m mypy
 	$(PYTHON) -c 'import sys, vermin; sys.exit(vermin.main())' -q -t=3.10- --no-tips --violations smoke/
 	$(PYTHON) -c 'import sys, vermin; sys.exit(vermin.main())' -q -t=3.8- --no-tips --violations images/protect.py images/install.py
