@@ -13,13 +13,14 @@ endif
 PYTEST_ARGS ?=
 BASE ?= nvcr-base
 
-.PHONY: help install test unit lint demo demo-up demo-down image lock smoke verify push nightly bench
+.PHONY: help install test unit lint docs demo demo-up demo-down image lock smoke verify push nightly bench
 
 help:
 	@echo "make demo              set up engine + registry + demo base, run the nightly job on the demo stack"
 	@echo "make test              set up everything the tests need, run ALL tests (engine ones included)"
 	@echo "make unit              unit tests only (no engine, no processes)"
 	@echo "make lint              ruff + mypy --strict + vermin (smoke/ on Python 3.10, images/*.py on 3.8)"
+	@echo "make docs              the docs site (mkdocs, strict: a broken link or a page left out fails) into site/"
 	@echo "make image CUDA=13     build deepseek-v3-gb200 (CUDA=12 for cuda12; STACK=, VARIANT= override)"
 	@echo "make lock|verify|push|nightly  STACK=, VARIANT= (or CUDA=) pick what; REGISTRY= where to push"
 	@echo "make smoke IMAGE=ref   the smoke suite in an image (GPUS=1 for the GPU tier)"
@@ -37,7 +38,8 @@ install:
 # when they start, so a long engine test never looks hung; --durations=25: CI logs name the slowest cases
 # (set-up and teardown counted apart); -n 2 --dist loadfile: two workers, each test file in one of them (its
 # module fixtures made once), engine files beside each other (tests/conftest.py says what makes that safe).
-# The commit-message check is a test too (tests/integration/test_commit_messages.py).
+# The docs' strict build and the commit-message check are tests too (tests/integration/test_docs_site.py,
+# test_commit_messages.py).
 test:
 	bash scripts/testenv.sh run -- $(PYTHON) -m pytest -n 2 --dist loadfile --progress-lines --durations=25 $(PYTEST_ARGS)
 
@@ -47,10 +49,14 @@ unit: install
 # smoke/ runs inside the images, the oldest on Python 3.10 (NGC 24.01): smoke/ruff.toml lints it for 3.10's
 # syntax, vermin for 3.10's modules and members (tests/unit/test_smoke_python310.py runs both in the tests).
 lint: install
-	$(PYTHON) -m ruff check buildctl tests smoke bench scripts/commitmsg.py
+	$(PYTHON) -m ruff check buildctl tests smoke bench scripts/gendocs.py scripts/commitmsg.py
 	$(PYTHON) -m mypy
 	$(PYTHON) -c 'import sys, vermin; sys.exit(vermin.main())' -q -t=3.10- --no-tips --violations smoke/
 	$(PYTHON) -c 'import sys, vermin; sys.exit(vermin.main())' -q -t=3.8- --no-tips --violations images/protect.py images/install.py
+
+# NO_MKDOCS_2_WARNING: mkdocs-material's notice about MkDocs 2.0 would open every build log
+docs:
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 
 demo-up:
 	bash scripts/testenv.sh up-demo

@@ -2,8 +2,8 @@
 
 ``fields()`` walks ``model.Manifest`` as the loader reads it (a list of named values is written as a mapping
 keyed by name; a requirement, an apt package and a launch argument have short forms of their own), so that
-`buildctl pins schema` says what the loader takes and cannot drift from it. The docs are the ``doc`` metadata
-of the model's fields.
+`buildctl pins schema` and the pages under docs/reference/manifest/ (scripts/gendocs.py) say what the loader
+takes and cannot drift from it. The docs are the ``doc`` metadata of the model's fields.
 """
 
 from __future__ import annotations
