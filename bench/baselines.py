@@ -11,7 +11,7 @@
   of the guide has; every step depends on all steps above it.
 
 Both are built with BuildKit (``docker build``, DOCKER_BUILDKIT=1, Debian's client; no ``# syntax=`` line:
-ENGINE.md), install pip packages from the same loopback wheelhouse buildctl's builds use (one URL for the
+docs/reference/engine-facts.md), install pip packages from the same loopback wheelhouse buildctl's builds use (one URL for the
 whole benchmark, so that the build arg does not defeat the cache), and put ``LABEL io.buildctl.bench=<run>``
 right after FROM: no layer of an earlier run or of buildctl's own builds is reused, and every image of the
 run carries the label, which is how the benchmark finds what to remove.
