@@ -229,7 +229,7 @@ def multistage(t: Target, ctx: Path, inputs: Inputs, run_id: str, *, variant: st
                          "--no-cache-dir --no-compile /tmp/components/*/*.whl && rm -rf /tmp/components")
             n = dataclasses.replace(n, spec=dataclasses.replace(spec, wheels=()))
         # installer=False: pip, as a hand-written file (and the seed guides' recipes) install; buildctl's own
-        # RUNs try images/install.py first, which a Dockerfile's author would have to write (README, bench)
+        # RUNs try images/install.py first, which a Dockerfile's author would have to write (docs/benchmarks/rebuild.md)
         r = render.render(n, templates=t.templates, parent_ref=parent, installer=False)
         text = _from(r.dockerfile.replace("COPY rootfs/ /", f"COPY {name}/rootfs/ /"), parent, name, run_id)
         if extra:
