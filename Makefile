@@ -37,11 +37,14 @@ install:
 # --progress-lines (tests/progress.py): a line per test as it ends (per file for unit tests), engine tests also
 # when they start, so a long engine test never looks hung; --durations=25: CI logs name the slowest cases
 # (set-up and teardown counted apart); -n 2 --dist loadfile: two workers, each test file in one of them (its
-# module fixtures made once), engine files beside each other (tests/conftest.py says what makes that safe).
+# module fixtures made once), engine files beside each other (tests/conftest.py says what makes that safe);
+# --no-loadscope-reorder: files in collection order, so the engine files (few tests, most of the time) start
+# first and the many short unit files even out the end, instead of one worker idling through the other's last
+# engine file.
 # The docs' strict build and the commit-message check are tests too (tests/integration/test_docs_site.py,
 # test_commit_messages.py).
 test:
-	bash scripts/testenv.sh run -- $(PYTHON) -m pytest -n 2 --dist loadfile --progress-lines --durations=25 $(PYTEST_ARGS)
+	bash scripts/testenv.sh run -- $(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --progress-lines --durations=25 $(PYTEST_ARGS)
 
 unit: install
 	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
