@@ -11,7 +11,7 @@
   of the guide has; every step depends on all steps above it.
 
 Both are built with BuildKit (``docker build``, DOCKER_BUILDKIT=1, Debian's client; no ``# syntax=`` line:
-ENGINE.md), install pip packages from the same loopback wheelhouse buildctl's builds use (one URL for the
+docs/reference/engine-facts.md), install pip packages from the same loopback wheelhouse buildctl's builds use (one URL for the
 whole benchmark, so that the build arg does not defeat the cache), and put ``LABEL io.buildctl.bench=<run>``
 right after FROM: no layer of an earlier run or of buildctl's own builds is reused, and every image of the
 run carries the label, which is how the benchmark finds what to remove.
@@ -229,7 +229,7 @@ def multistage(t: Target, ctx: Path, inputs: Inputs, run_id: str, *, variant: st
                          "--no-cache-dir --no-compile /tmp/components/*/*.whl && rm -rf /tmp/components")
             n = dataclasses.replace(n, spec=dataclasses.replace(spec, wheels=()))
         # installer=False: pip, as a hand-written file (and the seed guides' recipes) install; buildctl's own
-        # RUNs try images/install.py first, which a Dockerfile's author would have to write (README, bench)
+        # RUNs try images/install.py first, which a Dockerfile's author would have to write (docs/benchmarks/rebuild.md)
         r = render.render(n, templates=t.templates, parent_ref=parent, installer=False)
         text = _from(r.dockerfile.replace("COPY rootfs/ /", f"COPY {name}/rootfs/ /"), parent, name, run_id)
         if extra:

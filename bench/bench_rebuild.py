@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                     "its wheels into (kept; default: a temporary folder, removed once the base is made)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="folder for the JSON result")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (images are removed regardless)")
-    ap.add_argument("--report", type=Path, metavar="FILE", help="print the README's tables from a result file; "
+    ap.add_argument("--report", type=Path, metavar="FILE", help="print the benchmark tables (docs/benchmarks/) from a result file; "
                     "builds nothing")
     args = ap.parse_args(argv)
     if args.report:

@@ -23,7 +23,7 @@ BASE_PATH = "buildctl/demo-base:bookworm"
 LOCAL_BASE = "buildctl-demo-base:bookworm"
 
 
-DOCKER = "/usr/bin/docker"  # Debian's client: the engine's BuildKit without buildx (ENGINE.md)
+DOCKER = "/usr/bin/docker"  # Debian's client: the engine's BuildKit without buildx (docs/reference/engine-facts.md)
 
 
 TOOLS = ("buildctl", "buildctl-buildkit", "multistage", "multistage-cm", "multistage-uv", "recipe")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ccache against sccache on the demo compile, side by side (README, "Compiler cache": why ccache).
+"""ccache against sccache on the demo compile, side by side (docs/benchmarks/compiler-cache.md: why ccache).
 
 The demo's fastmath tree (demo/sources/fastmath.bundle at the manifest's commit) with ``--files`` generated C
 files for weight (bench/project.py's weight_source), compiled into a wheel as buildctl's compile node does: a fresh

@@ -1,4 +1,4 @@
-"""A second Docker engine on this machine, ENGINE.md's way: the one helper of the bench and the tests.
+"""A second Docker engine on this machine (docs/reference/engine-facts.md): the one helper of the bench and tests.
 
 Its own bridge on an unused /16, data-root, exec-root, pidfile and socket; --iptables=false and
 --ip-masq=false so that it touches none of the first engine's rules; never --bridge=none (that deletes the

@@ -72,7 +72,7 @@ def ratios(t: dict[str, Any], versus: tuple[str, ...]) -> str:
 
 
 def markdown(res: dict[str, Any]) -> str:
-    """The README's tables from one result file (`--report FILE`); the BuildKit backend's column only where the
+    """The benchmark tables (docs/benchmarks/rebuild.md) from one result file (`--report FILE`); the BuildKit backend's column only where the
     run had it."""
     s = res["summary"]
     tools = [t for t in TOOLS if t != BUILDKIT or any(BUILDKIT in v for v in s.values())]

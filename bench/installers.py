@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """pip, images/install.py (before and with pypa/installer) and uv installing locked wheels, side by side
-(README, "Locked wheels without pip": why installer, not uv).
+(docs/benchmarks/installers.md: why installer, not uv).
 
 In containers of the demo base (python 3.11 of Debian 12), from a loopback wheelhouse as a build serves it,
 each way installs one set of hashed wheels into the image's scheme, as the python node's install RUN does

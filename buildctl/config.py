@@ -1,6 +1,6 @@
 """Where things live: user configuration and the cache layout.
 
-One documented layout (README, "Where things live"):
+One documented layout (docs/reference/configuration.md, "Where things live"):
 
 - configuration: ``$BUILDCTL_CONFIG`` or ``$XDG_CONFIG_HOME/buildctl/config.toml``
   (``~/.config/buildctl/config.toml``); every key has an environment override.

@@ -8,7 +8,7 @@ MIRRORS/volcengine/verl.git). Each recipe is read with `git show COMMIT:PATH` an
 facts, one per item (an apt or pip name, an env name and value, an uninstall, a removed path, a
 download, a step), written to OUT/<stack>.json: facts with their source, never a copy of the file.
 tests/unit/test_recipes.py checks that `buildctl build STACK --variant V --dry-run` renders each item,
-or that README.md's recipe table of the stack says what buildctl does instead and why.
+or that the stack's recipe table (docs/reference/seed-stacks.md) says what buildctl does instead and why.
 
 Only the standard library: it runs anywhere git does.
 """

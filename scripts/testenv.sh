@@ -68,7 +68,7 @@ ensure_packages() {
     command -v "${pc#*:}" >/dev/null 2>&1 || [[ -x /usr/sbin/${pc#*:} ]] || missing+=("${pc%%:*}")
   done
   [[ ${#missing[@]} -eq 0 ]] && return 0
-  # With recommends, as measured in ENGINE.md (cgroupfs-mount, pigz, xz-utils come with docker.io).
+  # With recommends, as measured in docs/reference/engine-facts.md (cgroupfs-mount, pigz, xz-utils come with docker.io).
   say "installing ${missing[*]} (apt; cached .debs in /var/cache/apt/archives are reused)"
   local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0)
   # Package lists are needed only when there are none, or when they are too old to install from.

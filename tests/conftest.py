@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ("tests.progress",)  # --progress-lines, which `make test` passes
+
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "engine")
 

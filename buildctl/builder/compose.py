@@ -7,7 +7,7 @@ Why: the classic builder commits a container for every instruction, metadata inc
 2-core machines here, 0.4 s for the entrypoint), and the entrypoint is the last step of every rebuild, after
 the compile and the assemble. Composed, it is one write of a small tar and one load (about 0.08 s).
 
-What the image gets is what the builder's COPY gives (the README's "Build backends"): one layer with every
+What the image gets is what the builder's COPY gives (docs/guides/fleet.md, "Build backends"): one layer with every
 entry of the copied tree, folders included, each with the mode and mtime of the context (EPOCH) and owner 0:0;
 WORKDIR's folder made when the parent lacks it (mode 0755, EPOCH, where the builder would give it the time of
 the build); the config's WorkingDir, Entrypoint, Cmd and Labels set as those instructions set them. The layer

@@ -1,4 +1,5 @@
-"""Whiteouts with a fixed time: the `docker save` -> rewrite -> `docker load` route (ENGINE.md, "Determinism").
+"""Whiteouts with a fixed time: the `docker save` -> rewrite -> `docker load` route (docs/reference/engine-facts.md,
+"Determinism").
 
 A RUN that deletes a file of a lower layer (``remove.paths``, a pip uninstall or upgrade of a base package, a
 keyring .deb removed after ``dpkg -i``, ``cleanup`` of a path the parent has) leaves a whiteout in its layer,

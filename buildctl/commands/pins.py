@@ -1,4 +1,4 @@
-"""`buildctl pins check` and `buildctl pins show`."""
+"""`buildctl pins check`, `buildctl pins show` and `buildctl pins schema`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from buildctl import untrusted
 from buildctl.errors import LockError, ManifestError, ManifestErrors
 from buildctl.lock import lockcheck, lockfile
-from buildctl.manifest import pins
+from buildctl.manifest import pins, schema
 from buildctl.manifest.model import Change, Download, Manifest, Variant
 
 if TYPE_CHECKING:
@@ -29,6 +29,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--variant", help="variant (default: the stack's first)")
     s.add_argument("--json", action="store_true", help="machine-readable result")
     s.set_defaults(func=show)
+    r = psub.add_parser("schema", help="every key a manifest may hold: its type, default and meaning")
+    r.add_argument("--json", action="store_true", help="machine-readable result")
+    r.set_defaults(func=show_schema)
+
+
+def show_schema(args: argparse.Namespace, ctx: Context) -> int:
+    """The manifest reference from the model's field docs (docs/reference/manifest/ is made from the same)."""
+    if args.json:
+        ctx.ui.json({"fields": [{"key": d.path, "type": d.kind, "default": d.default or None, "doc": d.doc}
+                                for d in schema.fields()]})
+    else:
+        ctx.ui.print(schema.text().rstrip("\n"))
+    return 0
 
 
 def _error_json(error: ManifestError) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The BuildKit backend: a node's image built by the engine's own BuildKit, driven by a docker CLI.
 
-Why this driver (README, "Build backends"): docker-py speaks only the classic builder, and no package
+Why this driver (docs/guides/fleet.md, "Build backends"): docker-py speaks only the classic builder, and no package
 registry this project reaches ships ``buildkitd`` or ``buildctl`` (Debian 12 has neither, nor buildx; PyPI and
 npm have no such binaries). What every Docker engine of ours has is BuildKit built in (since 18.09), reached
 by a docker CLI as ``DOCKER_BUILDKIT=1 docker build`` over the engine's own endpoint: the unix socket, or

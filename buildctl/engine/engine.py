@@ -6,7 +6,7 @@ pull, registry lookups); values.py has what they hand out. Everything leaving th
 dataclasses (ImageInfo, RunResult, Mount, TransferProgress) and BuildctlError subclasses that say what failed,
 why, and what to do. No docker ``attrs`` dict and no docker exception travels past it.
 
-Facts this module relies on (measured, see shared/reference/ENGINE.md):
+Facts this module relies on (measured: docs/reference/engine-facts.md):
 
 - docker-py's ``build()`` keeps the containers of failed steps unless rm=True and forcerm=True.
 - Live build logs need the low-level ``APIClient.build(decode=True)`` generator; a failed step comes

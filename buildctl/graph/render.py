@@ -19,7 +19,7 @@ Reproducible layers (checked by `buildctl repro`, which builds twice and compare
 - the context goes in with one ``COPY rootfs/ /`` (``rootfs/`` mirrors absolute paths): every folder on the
   way is then an entry of the copied tree and gets its mtime (EPOCH) and mode (0755, or the well-known
   mode of /tmp and /root, ``DIR_MODES``) from the context. A COPY into a folder that is not itself
-  copied leaves that folder with the time of the build (measured: ENGINE.md, "Determinism");
+  copied leaves that folder with the time of the build (measured: docs/reference/engine-facts.md, "Determinism");
 - what apt leaves behind (lists, caches, logs, debconf backups, ldconfig's aux-cache) is put back as the
   parent had it (``images/_apt-keep.sh.in`` saves it before apt runs, ``_apt-clean.sh.in`` restores it)
   rather than deleted: deleting a file of a lower layer writes a whiteout whose mtime is the time of the

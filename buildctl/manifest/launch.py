@@ -30,8 +30,8 @@ class Arg:
 class SitePath:
     """A site-specific path the launch script takes from the environment, with a default."""
 
-    default: str
-    doc: str = ""
+    default: str = field(metadata=_doc("the path used when the variable is unset"))
+    doc: str = field(default="", metadata=_doc("what the path is, for --help"))
     at: Location = loc()
 
 
@@ -51,7 +51,7 @@ class Launcher:
     ``wrapper`` names a download (bindpcie) that wraps each rank's command: it execs its arguments.
     """
 
-    kind: Literal["torchrun", "srun", "none"] = "none"
+    kind: Literal["torchrun", "srun", "none"] = field(default="none", metadata=_doc("how ranks start"))
     wrapper: str | None = field(default=None, metadata=_doc("download whose file wraps each rank (bindpcie)"))
     args: tuple[str, ...] = field(default=(), metadata=_doc("torchrun: extra options, after the profile's"))
     master_port: int = field(default=29500, metadata=_doc("torchrun: default of $MASTER_PORT"))
@@ -72,7 +72,7 @@ class Profile:
     it although it cannot run: the launch script refuses it and lint-args errors on it are expected.
     """
 
-    description: str = ""
+    description: str = field(default="", metadata=_doc("what the profile runs, for --help"))
     gpus: int = field(metadata=_doc("GPUs the profile runs on (nodes x GPUs per node)"))
     nodes: int = field(default=1, metadata=_doc("nodes the GPUs are spread over (gpus must divide by it)"))
     extends: str | None = field(default=None, metadata=_doc(
@@ -99,13 +99,13 @@ class Entrypoint:
     is the one used when it is unset.
     """
 
-    workdir: str
+    workdir: str = field(metadata=_doc("the image's working folder (WORKDIR)"))
     command: tuple[str, ...] = field(metadata=_doc("e.g. [python, pretrain_gpt.py]"))
     launcher: Launcher = field(default_factory=Launcher)
     args: tuple[Arg, ...] = ()
     paths: Mapping[str, SitePath] = field(default_factory=dict, metadata=_doc("NAME -> default; use ${NAME} in args"))
     profiles: Mapping[str, Profile] = field(default_factory=dict)
-    default_profile: str | None = None
+    default_profile: str | None = field(default=None, metadata=_doc("used when BUILDCTL_PROFILE is unset"))
     gpus: int | None = field(default=None, metadata=_doc("GPUs the base arguments are meant for"))
     nodes: int = field(default=1, metadata=_doc("nodes the base arguments' GPUs are spread over"))
     megatron: str | None = field(default=None, metadata=_doc("component holding Megatron-LM (for lint-args)"))

@@ -94,7 +94,7 @@ class BaseContract:
 @dataclass(frozen=True, kw_only=True)
 class BaseSpec:
     alias: str = field(metadata=_doc("name for `buildctl verify ALIAS` (e.g. nvcr-base)"))
-    description: str = ""
+    description: str = field(default="", metadata=_doc("what the base is, in words"))
     contract: BaseContract = field(default_factory=BaseContract)
     at: Location = loc()
 
@@ -104,7 +104,7 @@ class BaseSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class PlatformUrl:
-    url: str
+    url: str = field(metadata=_doc("http(s) URL, fetched on the host and checked against sha256"))
     sha256: str = field(metadata=_doc("64 hex digits, or 'compute' to have the lock compute it"))
     at: Location = loc()
 
@@ -131,7 +131,7 @@ class AptPackage:
 
 @dataclass(frozen=True, kw_only=True)
 class AptSpec:
-    repos: tuple[AptRepo, ...] = ()
+    repos: tuple[AptRepo, ...] = field(default=(), metadata=_doc("apt sources beyond the base's, by name"))
     packages: tuple[AptPackage, ...] = ()
     recommends: bool = field(
         default=False,
@@ -145,7 +145,7 @@ class AptSpec:
 class Download:
     name: str
     dest: str = field(default="", metadata=_doc("install: file: absolute path in the image (install: pip: none)"))
-    mode: str = "0644"
+    mode: str = field(default="0644", metadata=_doc("install: file: the file's octal mode in the image"))
     urls: Mapping[str, PlatformUrl] = field(metadata=_doc("platform (or 'any') -> url + sha256"))
     install: Literal["file", "pip"] = field(
         default="file",
@@ -175,7 +175,7 @@ class PipRequirement:
 
 @dataclass(frozen=True, kw_only=True)
 class PipSpec:
-    constraint: PipConstraintPolicy = PipConstraintPolicy.KEEP
+    constraint: PipConstraintPolicy = field(default=PipConstraintPolicy.KEEP, metadata=_doc("keep or unset"))
     requirements: tuple[PipRequirement, ...] = ()
     at: Location = loc()
 
@@ -217,7 +217,7 @@ PrApply = Literal["own-commits", "merge"]
 class PullRequest:
     """An upstream PR applied on top of the commit: `2146` or `{number: 2146, head: <sha>}`."""
 
-    number: int
+    number: int = field(metadata=_doc("the PR number (refs/pull/N/head)"))
     head: str | None = field(default=None, metadata=_doc("the reviewed head SHA; the lock checks it still is"))
     apply: PrApply = field(default="own-commits", metadata=_doc(
         "own-commits: cherry-pick the PR's own commits (reachable from its head, not from target; merges of "
@@ -229,7 +229,7 @@ class PullRequest:
 @dataclass(frozen=True, kw_only=True)
 class Patch:
     file: str = field(metadata=_doc("path relative to the manifest"))
-    sha256: str
+    sha256: str = field(metadata=_doc("the patch file's sha256 (64 hex digits)"))
     at: Location = loc()
 
 
@@ -281,7 +281,7 @@ class ComponentBuild:
 
 @dataclass(frozen=True, kw_only=True)
 class ComponentInstall:
-    kind: InstallKind = InstallKind.WHEEL
+    kind: InstallKind = field(default=InstallKind.WHEEL, metadata=_doc("wheel or source-tree"))
     path: str | None = field(default=None, metadata=_doc("source-tree only: where the tree goes"))
     dist: str | None = field(default=None, metadata=_doc("distribution name of the wheel (for version checks)"))
     module: str | None = field(default=None, metadata=_doc("import name (for smoke checks)"))
@@ -316,18 +316,18 @@ class Component:
     name: str
     repo: str = field(metadata=_doc("https://, ssh://, file:// URL, git@host:path, or a path relative to the manifest; never starting with -"))
     commit: str = field(metadata=_doc("short (>= 7) or full SHA"))
-    branch: str | None = None
+    branch: str | None = field(default=None, metadata=_doc("the branch `buildctl bump` follows"))
     prs: tuple[PullRequest, ...] = field(default=(), metadata=_doc("upstream PRs applied in order (refs/pull/N/head)"))
-    patches: tuple[Patch, ...] = ()
+    patches: tuple[Patch, ...] = field(default=(), metadata=_doc("patch files applied after prs (or: changes)"))
     # The ordered list of changes on top of `commit` (cherry-picks, PRs, patches), as written. The loader
     # fills prs/patches from it; `steps` is the one ordered view either way (changes, or prs then patches).
     changes: tuple[Change, ...] = field(default=(), metadata=_doc(
         "ordered changes: {commit: SHA}, {pr: N, head: SHA, apply: merge}, {patch: FILE, sha256: HEX}"))
-    submodules: bool = True
+    submodules: bool = field(default=True, metadata=_doc("check out submodules at the tree's gitlinks"))
     missing_objects: tuple[MissingObject, ...] = field(default=(), metadata=_doc(
         "blobs a mirror may lack: {repo: URL, path: PATH, blob: SHA, why: TEXT}; a placeholder stands in"))
-    build: ComponentBuild = field(default_factory=ComponentBuild)
-    install: ComponentInstall = field(default_factory=ComponentInstall)
+    build: ComponentBuild = field(default_factory=ComponentBuild, metadata=_doc("how the wheel is compiled"))
+    install: ComponentInstall = field(default_factory=ComponentInstall, metadata=_doc("how it goes in the image"))
     at: Location = loc()
 
     @property
@@ -354,12 +354,12 @@ class TrainSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class SmokeSpec:
-    required: tuple[SmokeCheckName, ...] = ()
-    gpu_tier: GpuTier = GpuTier.REQUIRED
+    required: tuple[SmokeCheckName, ...] = field(default=(), metadata=_doc("checks that must pass"))
+    gpu_tier: GpuTier = field(default=GpuTier.REQUIRED, metadata=_doc("required or waived (for promotion)"))
     gpu_waiver: str = field(default="", metadata=_doc("why the GPU tier is waived (required with waived)"))
     python: str = field(default="python3", metadata=_doc("interpreter the training runs with"))
     imports: tuple[str, ...] = field(default=(), metadata=_doc("modules the imports check imports"))
-    timeout_s: int = 300
+    timeout_s: int = field(default=300, metadata=_doc("seconds the suite may run"))
     train: TrainSpec | None = field(default=None, metadata=_doc("the GPU tier's train check (profile to run)"))
     at: Location = loc()
 
@@ -393,16 +393,16 @@ class ReproSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class ComponentOverride:
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict, metadata=_doc("laid over the component's build.env"))
     at: Location = loc()
 
 
 @dataclass(frozen=True, kw_only=True)
 class Variant:
     name: str
-    description: str = ""
+    description: str = field(default="", metadata=_doc("what the variant is for, in words"))
     image: str = field(metadata=_doc("base image reference (tag or @digest)"))
-    platform: Platform
+    platform: Platform = field(metadata=_doc("where it runs; its nodes build on builders of it"))
     cuda: str = field(metadata=_doc("CUDA major version, e.g. '13'"))
     gpu_archs: tuple[str, ...] = field(default=(), metadata=_doc("compute capabilities, e.g. ['10.0']"))
     nvlink_domain: int | None = field(default=None, metadata=_doc(
@@ -423,9 +423,9 @@ class Variant:
 
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
-    schema: int = 1
-    stack: str
-    description: str = ""
+    schema: int = field(default=1, metadata=_doc("the manifest format's version"))
+    stack: str = field(metadata=_doc("the stack's name (the file is pins/<stack>.yaml)"))
+    description: str = field(default="", metadata=_doc("what the stack is, in words"))
     path: str = field(default="", compare=False, metadata=_doc("(set by the loader)"))
     base: BaseSpec
     variants: tuple[Variant, ...] = field(metadata=_doc("name -> variant; the first is the default"))

@@ -6,7 +6,7 @@ consistency._Checks.
 
 A rule here must fire only where the pinned Megatron-LM refuses at start: scripts/megatron-validate.py
 holds the table against the real validate_args over the mutation set (tests/data/megatron-mutations.yaml).
-The checks that cannot be decided from the launch alone are listed in the README (lint-args).
+The checks that cannot be decided from the launch alone are listed in docs/reference/lint-args.md.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ class Outcome:
 BUILDKIT_MTIMES = ("built with the buildkit backend: the engine's BuildKit (Docker 20.10's) gives the folders a COPY "
                    "writes into, where the parent has them, the time of the build, and a RUN below such a folder "
                    "copies it up with that time; the files are the same, so nodes declared bit reach semantic "
-                   "(README, Reproducibility; the classic backend reaches bit)")
+                   "(docs/concepts/reproducibility.md; the classic backend reaches bit)")
 
 
 def run_id() -> str:

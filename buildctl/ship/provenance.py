@@ -52,7 +52,7 @@ from buildctl.registry import attest
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
-# buildctl has no web home: its build type and builder are named by URNs (documented in the README).
+# buildctl has no web home: its build type and builder are named by URNs (docs/concepts/evidence.md).
 BUILD_TYPE = "urn:buildctl:build-type:image:v1"
 BUILDER_ID = "urn:buildctl:builder:local"
 MEDIA_TYPE = "application/vnd.in-toto+json"  # of the statement, as an OCI artifact's layer and type

@@ -1,4 +1,4 @@
-"""bench/pull_floor.py as the README runs it (there on a compile environment; here on a small image of two layers
+"""bench/pull_floor.py as docs/benchmarks/rebuild.md runs it (there on a compile environment; here on a small image of two layers
 that the test builds and pushes): each form of the image pulled into a fresh second engine, the result file
 written. No timing is asserted: the figures are checked for being there, the forms for being the same image."""
 

@@ -1,11 +1,11 @@
-"""Every item of the seed stacks' recipes is rendered by `build --dry-run`, or the README says why not.
+"""Every item of the seed stacks' recipes is rendered by `build --dry-run`, or the docs say why not.
 
 tests/data/recipes/<stack>.json holds the recipes' items as facts, written by scripts/recipe_facts.py
 from the real repositories (Megatron-LM's DeepSeek-V3 guide at 1d9edcf8 and examples/bert at effebd81,
 verl's docker/Dockerfile.ngc.vllm0.8 at 0d39be73). For each stack and variant the dry run is rendered
 here and each item is looked for in what it wrote (Dockerfiles, compile scripts, context listings) and in
 the graph it rendered (download URLs, component commits, the launch script); an item it does not show
-needs a row in README.md's recipe table of the stack ("recipe item -> what buildctl does"), with a reason.
+needs a row in the stack's recipe table of docs/reference/seed-stacks.md ("recipe item -> what buildctl does"), with a reason.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from buildctl.services import target
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = ROOT / "tests" / "data" / "recipes"
+RECIPE_TABLES = ROOT / "docs" / "reference" / "seed-stacks.md"  # "### Recipe items: `STACK`" sections
 STACKS = {"deepseek-v3-gb200": ["cuda13", "cuda12", "hopper"], "megatron-bert": ["ngc2401"],
           "verl-vllm": ["ngc2408"]}
 
@@ -203,14 +204,14 @@ def rendered(r: Rendered, item: Mapping[str, Any], manifest_text: str) -> bool:
         case "step":
             return value == "apt-get update" and "apt-get update;" in r.text(".Dockerfile")
         case _:
-            return False  # args, pip config, apt sources: only the README can say what becomes of them
+            return False  # args, pip config, apt sources: only the docs can say what becomes of them
 
 
 def readme_rows(stack: str) -> dict[str, list[tuple[str, str]]]:
-    """item id -> [(variants, what buildctl does)] from README.md's table for ``stack``."""
-    text = (ROOT / "README.md").read_text()
+    """item id -> [(variants, what buildctl does)] from the recipe table of ``stack`` (docs/reference/seed-stacks.md)."""
+    text = RECIPE_TABLES.read_text()
     m = re.search(rf"^### Recipe items: `{re.escape(stack)}`\n(.*?)(?=^#|\Z)", text, re.M | re.S)
-    assert m, f"README.md has no '### Recipe items: `{stack}`' section"
+    assert m, f"{RECIPE_TABLES.name} has no '### Recipe items: `{stack}`' section"
     rows: dict[str, list[tuple[str, str]]] = {}
     for line in m.group(1).splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -249,10 +250,10 @@ def test_every_recipe_item_is_rendered_or_explained(stack: str, renders: dict[tu
             if not explained and not rendered(r, item, manifest_text):
                 missing.append(f"{variant}: {item['id']} ({item['source']}: {item['step']})")
     assert not missing, (f"{len(missing)} recipe item(s) of {stack} are neither rendered by the dry run nor in "
-                         "README.md's recipe table:\n  " + "\n  ".join(missing))
+                         f"the recipe table of {RECIPE_TABLES.name}:\n  " + "\n  ".join(missing))
     known = {i["id"] for i in facts["items"]}
     stale = sorted(set(rows) - known)
-    assert not stale, f"README.md's recipe table of {stack} names items the recipe does not have: {stale}"
+    assert not stale, f"{RECIPE_TABLES.name}'s recipe table of {stack} names items the recipe does not have: {stale}"
 
 
 def test_the_checker_sees_a_missing_item(renders: dict[tuple[str, str], Rendered]) -> None:

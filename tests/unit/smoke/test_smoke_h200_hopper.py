@@ -1,7 +1,8 @@
 """The smoke suite's reports from the H200 run of issue 17 (tests/data/gpu/h200-hopper/): Transformer Engine
 and DeepEP compiled on the device by buildctl's rendered compile scripts from buildctl's prepared trees,
 Megatron-LM placed as assemble places it, the suite run at both tiers with the expectation buildctl wrote
-for the locked hopper variant. These tests read what came back; the README's smoke table is made from it."""
+for the locked hopper variant. These tests read what came back; the smoke table of docs/guides/gpu-tier.md is made
+from it."""
 
 from __future__ import annotations
 
@@ -94,9 +95,9 @@ def test_megatron_args_parse_and_validate_with_the_pinned_megatron() -> None:
     assert checks("build")["megatron-args"]["details"]["validate"][0].get("answered_from", "").startswith("gpu_archs 9.0")
 
 
-def test_readme_smoke_table_is_made_from_these_reports() -> None:
+def test_the_gpu_tier_page_smoke_table_is_made_from_these_reports() -> None:
     mod = load_script("h200_table", DATA / "table.py")
-    assert mod.table(DATA) in (ROOT / "README.md").read_text()
+    assert mod.table(DATA) in (ROOT / "docs" / "guides" / "gpu-tier.md").read_text()
 
 
 def test_fp8_passes_for_the_hopper_launchs_tensorwise_recipe() -> None:
